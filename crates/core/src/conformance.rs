@@ -1,0 +1,500 @@
+//! The shared `Store` conformance suite: the same cases run against
+//! `MemoryStore` (here) and against the MySQL store on a real MariaDB, which
+//! is how the in-memory semantics are proven equal to the SQL's.
+//!
+//! A case gets a fresh, empty [`TestBed`]; it seeds rows relative to the
+//! store's own "now" so it holds whichever clock the store uses.
+
+use async_trait::async_trait;
+use futures::future::BoxFuture;
+
+use crate::memory_store::NewRequest;
+use crate::model::{Hook, LastResult, RequestRow, RequestStatus, UnixTime};
+use crate::outcome::ResultWrite;
+use crate::store::{CandidateQuery, Claim, QueueStats, Store, Written};
+use crate::windows::Cutoffs;
+
+/// What a case needs besides the `Store` under test: seeding and reading
+/// rows as Phorge would, and the store's own clock.
+#[async_trait]
+pub trait TestBed: Send + Sync {
+    /// The store under test.
+    fn store(&self) -> &dyn Store;
+    /// The store's notion of now (the server's `UNIX_TIMESTAMP()`).
+    async fn now(&self) -> UnixTime;
+    /// Inserts a hook row.
+    async fn insert_hook(&self, hook: &Hook);
+    /// Inserts a request row as Phorge would; returns its id.
+    async fn insert_request(&self, request: &NewRequest) -> u64;
+    /// Reads a row back.
+    async fn row(&self, id: u64) -> RequestRow;
+}
+
+/// One named conformance case.
+#[derive(Debug, Clone, Copy)]
+pub struct Case {
+    /// Name, for the failure report.
+    pub name: &'static str,
+    /// The case body; panics on failure.
+    pub run: for<'a> fn(&'a dyn TestBed) -> BoxFuture<'a, ()>,
+}
+
+macro_rules! cases {
+    ($($name:ident),* $(,)?) => {
+        /// Every case, in a stable order.
+        pub fn cases() -> Vec<Case> {
+            vec![$(Case { name: stringify!($name), run: |bed| Box::pin($name(bed)) }),*]
+        }
+    };
+}
+
+cases!(
+    fresh_row_is_a_candidate_at_once,
+    candidates_come_in_id_order_up_to_the_limit,
+    only_queued_rows_are_candidates,
+    claimed_row_waits_out_its_lease,
+    failed_attempt_waits_out_the_retry_backoff,
+    excluded_hooks_are_left_out,
+    same_second_claim_still_changes_the_version,
+    claim_moves_the_version_to_server_time,
+    two_claimers_of_one_version_one_wins,
+    claim_needs_a_queued_row,
+    write_result_sets_every_column,
+    guarded_write_lands_only_on_an_untouched_row,
+    breaker_counts_failed_rows_in_the_window,
+    hook_lookup_returns_the_row_or_nothing,
+    hook_lock_is_exclusive_until_released,
+    stats_count_rows_and_active_hooks,
+    properties_text_is_stored_verbatim,
+);
+
+const HOOK: &str = "PHID-HWBH-conformanceaaaaaaaaa";
+const OTHER_HOOK: &str = "PHID-HWBH-conformancebbbbbbbbb";
+
+fn hook(phid: &str, status: &str) -> Hook {
+    Hook {
+        phid: phid.to_owned(),
+        name: format!("hook {phid}"),
+        uri: "http://127.0.0.1:9/hook".to_owned(),
+        status: status.to_owned(),
+        hmac_key: "abcdefghijklmnopqrstuvwxyz234567".to_owned(),
+    }
+}
+
+fn request(hook_phid: &str, created: UnixTime, modified: UnixTime) -> NewRequest {
+    NewRequest {
+        date_created: Some(created),
+        date_modified: Some(modified),
+        ..NewRequest::queued(hook_phid, r#"{"retry":"forever"}"#)
+    }
+}
+
+fn query(now: UnixTime, lease: u64, backoff: u64) -> CandidateQuery {
+    CandidateQuery {
+        cutoffs: Cutoffs {
+            now,
+            lease_cutoff: now - lease,
+            retry_cutoff: now - backoff,
+        },
+        limit: 100,
+        exclude_hooks: Vec::new(),
+    }
+}
+
+async fn candidate_ids(bed: &dyn TestBed, query: &CandidateQuery) -> Vec<u64> {
+    bed.store()
+        .candidates(query)
+        .await
+        .expect("candidate query")
+        .into_iter()
+        .map(|r| r.id)
+        .collect()
+}
+
+async fn fresh_row_is_a_candidate_at_once(bed: &dyn TestBed) {
+    let now = bed.now().await;
+    let id = bed.insert_request(&request(HOOK, now, now)).await;
+    assert_eq!(candidate_ids(bed, &query(now, 30, 60)).await, vec![id]);
+    let rows = bed
+        .store()
+        .candidates(&query(now, 30, 60))
+        .await
+        .expect("query");
+    assert_eq!(
+        rows[0],
+        bed.row(id).await,
+        "candidate rows carry every column"
+    );
+}
+
+async fn candidates_come_in_id_order_up_to_the_limit(bed: &dyn TestBed) {
+    let now = bed.now().await;
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        ids.push(
+            bed.insert_request(&request(HOOK, now - 100, now - 100))
+                .await,
+        );
+    }
+    let mut q = query(now, 30, 60);
+    q.limit = 3;
+    assert_eq!(candidate_ids(bed, &q).await, ids[..3].to_vec());
+}
+
+async fn only_queued_rows_are_candidates(bed: &dyn TestBed) {
+    let now = bed.now().await;
+    let queued = bed.insert_request(&request(HOOK, now, now)).await;
+    for status in [RequestStatus::Sent, RequestStatus::Failed] {
+        bed.insert_request(&NewRequest {
+            status,
+            ..request(HOOK, now, now)
+        })
+        .await;
+    }
+    assert_eq!(candidate_ids(bed, &query(now, 30, 60)).await, vec![queued]);
+}
+
+async fn claimed_row_waits_out_its_lease(bed: &dyn TestBed) {
+    let now = bed.now().await;
+    // Claimed 10 s ago.
+    let id = bed
+        .insert_request(&request(HOOK, now - 100, now - 10))
+        .await;
+    assert!(candidate_ids(bed, &query(now, 30, 60)).await.is_empty());
+    // Exactly at the lease boundary it may be taken over.
+    assert_eq!(candidate_ids(bed, &query(now, 10, 60)).await, vec![id]);
+    // Phorge's two clock reads: dateModified = dateCreated + 1 waits one lease.
+    let late = bed.insert_request(&request(HOOK, now, now + 1)).await;
+    assert!(!candidate_ids(bed, &query(now, 10, 60))
+        .await
+        .contains(&late));
+}
+
+async fn failed_attempt_waits_out_the_retry_backoff(bed: &dyn TestBed) {
+    let now = bed.now().await;
+    let failed = bed
+        .insert_request(&NewRequest {
+            last_request_result: LastResult::Fail,
+            last_request_epoch: now - 40,
+            ..request(HOOK, now - 100, now - 40)
+        })
+        .await;
+    let okay_before = bed
+        .insert_request(&NewRequest {
+            last_request_result: LastResult::Okay,
+            last_request_epoch: now - 40,
+            ..request(HOOK, now - 100, now - 40)
+        })
+        .await;
+    assert_eq!(
+        candidate_ids(bed, &query(now, 30, 60)).await,
+        vec![okay_before]
+    );
+    assert_eq!(
+        candidate_ids(bed, &query(now, 30, 40)).await,
+        vec![failed, okay_before]
+    );
+}
+
+async fn excluded_hooks_are_left_out(bed: &dyn TestBed) {
+    let now = bed.now().await;
+    bed.insert_request(&request(HOOK, now, now)).await;
+    let other = bed.insert_request(&request(OTHER_HOOK, now, now)).await;
+    let mut q = query(now, 30, 60);
+    q.exclude_hooks = vec![HOOK.to_owned()];
+    assert_eq!(candidate_ids(bed, &q).await, vec![other]);
+}
+
+async fn same_second_claim_still_changes_the_version(bed: &dyn TestBed) {
+    // A version ahead of the server clock: only `+ 1` can move it.
+    let now = bed.now().await;
+    let ahead = now + 1_000;
+    let id = bed.insert_request(&request(HOOK, ahead, ahead)).await;
+    assert_eq!(
+        bed.store().claim(id, ahead).await.expect("claim"),
+        Claim::Won
+    );
+    let row = bed.row(id).await;
+    assert_eq!(row.date_modified, ahead + 1);
+    assert!(!row.is_fresh(), "a claimed row must not look fresh again");
+    assert_eq!(
+        bed.store().claim(id, ahead).await.expect("claim"),
+        Claim::Lost
+    );
+    assert!(candidate_ids(bed, &query(now, 30, 60)).await.is_empty());
+}
+
+async fn claim_moves_the_version_to_server_time(bed: &dyn TestBed) {
+    let now = bed.now().await;
+    let id = bed
+        .insert_request(&request(HOOK, now - 500, now - 500))
+        .await;
+    assert_eq!(
+        bed.store().claim(id, now - 500).await.expect("claim"),
+        Claim::Won
+    );
+    let after = bed.now().await;
+    let version = bed.row(id).await.date_modified;
+    assert!(
+        (now..=after).contains(&version),
+        "{version} not in {now}..={after}"
+    );
+}
+
+async fn two_claimers_of_one_version_one_wins(bed: &dyn TestBed) {
+    let now = bed.now().await;
+    let id = bed.insert_request(&request(HOOK, now, now)).await;
+    let (a, b) = futures::join!(bed.store().claim(id, now), bed.store().claim(id, now));
+    let mut outcomes = [a.expect("claim a"), b.expect("claim b")];
+    outcomes.sort_by_key(|c| *c == Claim::Won);
+    assert_eq!(outcomes, [Claim::Lost, Claim::Won]);
+}
+
+async fn claim_needs_a_queued_row(bed: &dyn TestBed) {
+    let now = bed.now().await;
+    let sent = bed
+        .insert_request(&NewRequest {
+            status: RequestStatus::Sent,
+            ..request(HOOK, now, now)
+        })
+        .await;
+    assert_eq!(
+        bed.store().claim(sent, now).await.expect("claim"),
+        Claim::Lost
+    );
+    assert_eq!(
+        bed.store().claim(987_654, now).await.expect("claim"),
+        Claim::Lost
+    );
+    assert_eq!(bed.row(sent).await.date_modified, now);
+}
+
+async fn write_result_sets_every_column(bed: &dyn TestBed) {
+    let now = bed.now().await;
+    let id = bed.insert_request(&request(HOOK, now - 50, now - 50)).await;
+    let before = bed.row(id).await;
+    let write = ResultWrite {
+        id,
+        expected_version: None,
+        status: RequestStatus::Sent,
+        last_request_result: LastResult::Okay,
+        last_request_epoch: now,
+        date_modified: now,
+        properties: r#"{"retry":"forever","errorType":"http","errorCode":200}"#.to_owned(),
+    };
+    assert_eq!(
+        bed.store().write_result(&write).await.expect("write"),
+        Written::Yes
+    );
+    let after = bed.row(id).await;
+    assert_eq!(after.status, RequestStatus::Sent);
+    assert_eq!(after.last_request_result, LastResult::Okay);
+    assert_eq!(after.last_request_epoch, now);
+    assert_eq!(after.date_modified, now);
+    assert_eq!(after.properties, write.properties);
+    assert_eq!(
+        (
+            after.phid,
+            after.webhook_phid,
+            after.object_phid,
+            after.date_created
+        ),
+        (
+            before.phid,
+            before.webhook_phid,
+            before.object_phid,
+            before.date_created
+        )
+    );
+}
+
+async fn guarded_write_lands_only_on_an_untouched_row(bed: &dyn TestBed) {
+    let now = bed.now().await;
+    let id = bed.insert_request(&request(HOOK, now, now)).await;
+    let write = |expected| ResultWrite {
+        id,
+        expected_version: Some(expected),
+        status: RequestStatus::Failed,
+        last_request_result: LastResult::None,
+        last_request_epoch: 0,
+        date_modified: now,
+        properties: r#"{"errorType":"hook","errorCode":"disabled"}"#.to_owned(),
+    };
+    assert_eq!(
+        bed.store()
+            .write_result(&write(now - 1))
+            .await
+            .expect("write"),
+        Written::Skipped
+    );
+    assert_eq!(bed.row(id).await.status, RequestStatus::Queued);
+    assert_eq!(
+        bed.store().write_result(&write(now)).await.expect("write"),
+        Written::Yes
+    );
+    assert_eq!(bed.row(id).await.status, RequestStatus::Failed);
+    // No longer queued: a second guarded write is skipped.
+    assert_eq!(
+        bed.store().write_result(&write(now)).await.expect("write"),
+        Written::Skipped
+    );
+}
+
+async fn breaker_counts_failed_rows_in_the_window(bed: &dyn TestBed) {
+    let now = bed.now().await;
+    let failed_at = |epoch, result| NewRequest {
+        last_request_result: result,
+        last_request_epoch: epoch,
+        ..request(HOOK, now - 1_000, now - 1_000)
+    };
+    bed.insert_request(&failed_at(now - 10, LastResult::Fail))
+        .await;
+    bed.insert_request(&failed_at(now - 300, LastResult::Fail))
+        .await;
+    bed.insert_request(&failed_at(now - 301, LastResult::Fail))
+        .await;
+    bed.insert_request(&failed_at(now - 5, LastResult::Okay))
+        .await;
+    // Hook-configuration failures (none / epoch 0) never count.
+    bed.insert_request(&NewRequest {
+        status: RequestStatus::Failed,
+        ..failed_at(0, LastResult::None)
+    })
+    .await;
+    bed.insert_request(&NewRequest {
+        webhook_phid: OTHER_HOOK.to_owned(),
+        ..failed_at(now - 1, LastResult::Fail)
+    })
+    .await;
+    let count = bed
+        .store()
+        .breaker_failures(HOOK, now - 300)
+        .await
+        .expect("count");
+    assert_eq!(count, 2, "window start is inclusive, rows not attempts");
+}
+
+async fn hook_lookup_returns_the_row_or_nothing(bed: &dyn TestBed) {
+    let stored = hook(HOOK, "firehose");
+    bed.insert_hook(&stored).await;
+    assert_eq!(bed.store().hook(HOOK).await.expect("lookup"), Some(stored));
+    assert_eq!(bed.store().hook(OTHER_HOOK).await.expect("lookup"), None);
+}
+
+async fn hook_lock_is_exclusive_until_released(bed: &dyn TestBed) {
+    let store = bed.store();
+    let first = store.lock_hook(HOOK).await.expect("lock").expect("free");
+    assert!(store.lock_hook(HOOK).await.expect("lock").is_none());
+    let other = store
+        .lock_hook(OTHER_HOOK)
+        .await
+        .expect("lock")
+        .expect("free");
+    first.release().await.expect("release");
+    let again = store
+        .lock_hook(HOOK)
+        .await
+        .expect("lock")
+        .expect("free again");
+    again.release().await.expect("release");
+    other.release().await.expect("release");
+}
+
+async fn stats_count_rows_and_active_hooks(bed: &dyn TestBed) {
+    let now = bed.now().await;
+    for (status, n) in [
+        (RequestStatus::Queued, 3),
+        (RequestStatus::Sent, 2),
+        (RequestStatus::Failed, 1),
+    ] {
+        for _ in 0..n {
+            bed.insert_request(&NewRequest {
+                status,
+                ..request(HOOK, now, now)
+            })
+            .await;
+        }
+    }
+    bed.insert_hook(&hook(HOOK, "enabled")).await;
+    bed.insert_hook(&hook(OTHER_HOOK, "disabled")).await;
+    bed.insert_hook(&hook("PHID-HWBH-conformanceccccccccc", "firehose"))
+        .await;
+    assert_eq!(
+        bed.store().stats().await.expect("stats"),
+        QueueStats {
+            queued: 3,
+            sent: 2,
+            failed: 1,
+            active_hooks: 2
+        }
+    );
+    assert_eq!(bed.store().hook_count().await.expect("count"), 3);
+}
+
+async fn properties_text_is_stored_verbatim(bed: &dyn TestBed) {
+    let now = bed.now().await;
+    let text = "{\"a\":\"\\u00e9\",\"b\":\"\u{e9}\u{1F600}\",\"c\":{\"0\":1}}";
+    let id = bed
+        .insert_request(&NewRequest {
+            properties: text.to_owned(),
+            ..request(HOOK, now, now)
+        })
+        .await;
+    assert_eq!(bed.row(id).await.properties, text);
+    let write = ResultWrite {
+        id,
+        expected_version: None,
+        status: RequestStatus::Queued,
+        last_request_result: LastResult::Fail,
+        last_request_epoch: now,
+        date_modified: now,
+        properties: text.replace('c', "d"),
+    };
+    bed.store().write_result(&write).await.expect("write");
+    assert_eq!(bed.row(id).await.properties, write.properties);
+}
+
+#[cfg(test)]
+mod memory {
+    use super::*;
+    use crate::clock::{Clock, ManualClock};
+    use crate::memory_store::MemoryStore;
+    use std::sync::Arc;
+
+    struct MemoryBed {
+        clock: ManualClock,
+        store: MemoryStore,
+    }
+
+    #[async_trait]
+    impl TestBed for MemoryBed {
+        fn store(&self) -> &dyn Store {
+            &self.store
+        }
+        async fn now(&self) -> UnixTime {
+            self.clock.now()
+        }
+        async fn insert_hook(&self, hook: &Hook) {
+            self.store.put_hook(hook.clone());
+        }
+        async fn insert_request(&self, request: &NewRequest) -> u64 {
+            self.store.insert_request(request.clone())
+        }
+        async fn row(&self, id: u64) -> RequestRow {
+            self.store.row(id).expect("row exists")
+        }
+    }
+
+    #[test]
+    fn memory_store_passes_the_conformance_suite() {
+        for case in cases() {
+            let clock = ManualClock::new(1_700_000_000);
+            let bed = MemoryBed {
+                store: MemoryStore::new(Arc::new(clock.clone())),
+                clock,
+            };
+            eprintln!("conformance case: {}", case.name);
+            futures::executor::block_on((case.run)(&bed));
+        }
+    }
+}

@@ -1,0 +1,644 @@
+//! The delivery loop: polls candidates, groups them per hook, and runs each
+//! hook's rows through SPEC §5 in id order, one delivery per hook at a time
+//! and at most `max_concurrent` at once.
+//!
+//! It owns scheduling and the order of steps; every effect goes through the
+//! `Store`, `Transport` and `Clock` it was given. It never spawns: all work
+//! is driven inside the future returned by [`Dispatcher::run`].
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::future::{poll_fn, Future};
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use tracing::{debug, error, info, warn};
+
+use crate::clock::Clock;
+use crate::metrics::{bump, Metrics};
+use crate::model::{Hook, RequestRow};
+use crate::outcome::{attempt_write, hook_error_write, AttemptOutcome, DeliveryResult, HookError};
+use crate::payload::Payload;
+use crate::properties::Properties;
+use crate::store::{CandidateQuery, Claim, HookLock, Store, StoreError, Written};
+use crate::transport::{OutboundRequest, Resolution, Transport};
+use crate::windows::Windows;
+
+/// Tries for one write-back before the row is left to its lease.
+const WRITE_ATTEMPTS: u32 = 6;
+/// First pause between write-back tries; doubles each time.
+const WRITE_RETRY_DELAY: Duration = Duration::from_millis(500);
+/// How often a summary of the counters is logged while there is activity.
+const SUMMARY_INTERVAL: Duration = Duration::from_secs(60);
+/// Longest prefix of unparseable properties quoted in a log line.
+const LOGGED_PROPERTIES_MAX: usize = 512;
+
+/// Delivers queued requests. Cheap to share: `run` takes `&self`.
+pub struct Dispatcher {
+    store: Arc<dyn Store>,
+    transport: Arc<dyn Transport>,
+    clock: Arc<dyn Clock>,
+    windows: Windows,
+    metrics: Arc<Metrics>,
+    open_breakers: Mutex<HashSet<String>>,
+}
+
+impl fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("windows", &self.windows)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a hook run reports back to the loop.
+struct RunReport {
+    hook: String,
+    ids: Vec<u64>,
+    /// Leave this hook's rows out of candidate queries until the next tick.
+    exclude: bool,
+}
+
+/// How processing one row ended for the rest of its hook run.
+enum Step {
+    Next,
+    StopRun,
+}
+
+/// Rows fetched but not finished, per hook, and hooks kept out for a while.
+#[derive(Default)]
+struct Backlog {
+    waiting: HashMap<String, BTreeMap<u64, RequestRow>>,
+    pending: HashSet<u64>,
+    active: HashSet<String>,
+    excluded: HashMap<String, Duration>,
+}
+
+impl Backlog {
+    /// Adds fetched rows; returns how many were new to this instance.
+    fn absorb(&mut self, rows: Vec<RequestRow>) -> usize {
+        let mut new = 0;
+        for row in rows {
+            let waiting = self.waiting.entry(row.webhook_phid.clone()).or_default();
+            if self.pending.insert(row.id) {
+                new += 1;
+                waiting.insert(row.id, row);
+            } else if let Some(seen) = waiting.get_mut(&row.id) {
+                // Still waiting here: keep the newest version for the claim.
+                *seen = row;
+            }
+        }
+        self.waiting.retain(|_, rows| !rows.is_empty());
+        new
+    }
+
+    /// The idle hook whose oldest waiting row is oldest, with all its rows.
+    fn next_run(&mut self) -> Option<(String, Vec<RequestRow>)> {
+        let hook = self
+            .waiting
+            .iter()
+            .filter(|(hook, _)| !self.active.contains(*hook))
+            .filter_map(|(hook, rows)| rows.keys().next().map(|first| (*first, hook)))
+            .min()
+            .map(|(_, hook)| hook.clone())?;
+        let rows = self.waiting.remove(&hook)?.into_values().collect();
+        self.active.insert(hook.clone());
+        Some((hook, rows))
+    }
+
+    fn finish(&mut self, report: &RunReport, exclude_until: Duration) {
+        self.active.remove(&report.hook);
+        for id in &report.ids {
+            self.pending.remove(id);
+        }
+        if report.exclude {
+            self.excluded.insert(report.hook.clone(), exclude_until);
+        }
+    }
+
+    fn drop_waiting(&mut self) {
+        for rows in self.waiting.drain().map(|(_, rows)| rows) {
+            for id in rows.keys() {
+                self.pending.remove(id);
+            }
+        }
+    }
+}
+
+/// Per-run state: the hook row (looked up once), the lock and whether the
+/// breaker is known to be closed.
+#[derive(Default)]
+struct HookRun {
+    hook: Option<Option<Hook>>,
+    lock: Option<Box<dyn HookLock>>,
+    breaker_closed: bool,
+}
+
+/// Keeps the in-flight gauge right even when a delivery future is dropped.
+struct InFlight<'a>(&'a Metrics);
+
+impl<'a> InFlight<'a> {
+    fn enter(metrics: &'a Metrics) -> Self {
+        metrics.in_flight.fetch_add(1, Ordering::Relaxed);
+        Self(metrics)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Dispatcher {
+    /// A dispatcher over these effects, with validated windows.
+    pub fn new(
+        store: Arc<dyn Store>,
+        transport: Arc<dyn Transport>,
+        clock: Arc<dyn Clock>,
+        windows: Windows,
+    ) -> Self {
+        Self {
+            store,
+            transport,
+            clock,
+            windows,
+            metrics: Arc::new(Metrics::default()),
+            open_breakers: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// The live counters, for a metrics endpoint.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        Arc::clone(&self.metrics)
+    }
+
+    /// The windows in force.
+    pub fn windows(&self) -> &Windows {
+        &self.windows
+    }
+
+    /// Delivers until `shutdown` completes, then stops claiming, lets the
+    /// deliveries already claimed finish and write their results, and
+    /// returns.
+    pub async fn run(&self, shutdown: impl Future<Output = ()> + Send) {
+        let stop = AtomicBool::new(false);
+        let mut shutdown = pin!(shutdown.fuse());
+        let mut runs: FuturesUnordered<BoxFuture<'_, RunReport>> = FuturesUnordered::new();
+        let mut backlog = Backlog::default();
+        let mut timer: Option<BoxFuture<'static, ()>> = None;
+        let mut next_poll = self.clock.monotonic();
+        let mut poller = PollHealth::default();
+        let mut summary = Summary::new(self.clock.monotonic(), self.metrics.snapshot());
+        let low_water = (self.windows.batch_size() / 2).max(1);
+        let mut stopping = false;
+        info!(
+            event = "dispatcher_started",
+            lease_secs = self.windows.lease_secs(),
+            retry_spacing_secs = self.windows.effective_retry_spacing_secs(),
+            max_concurrent = self.windows.max_concurrent(),
+            batch_size = self.windows.batch_size()
+        );
+
+        loop {
+            let now = self.clock.monotonic();
+            if !stopping && now >= next_poll && backlog.pending.len() < low_water {
+                let full = self.poll_once(&mut backlog, &mut poller).await;
+                next_poll = if full {
+                    now
+                } else {
+                    now + self.windows.poll_interval()
+                };
+                timer = None;
+                summary.maybe_log(now, &self.metrics);
+            }
+            while !stopping && runs.len() < self.windows.max_concurrent() {
+                let Some((hook, rows)) = backlog.next_run() else {
+                    break;
+                };
+                runs.push(self.hook_run(hook, rows, &stop).boxed());
+            }
+            if stopping && runs.is_empty() {
+                break;
+            }
+            let poll_wanted = !stopping && backlog.pending.len() < low_water;
+            if poll_wanted && timer.is_none() {
+                let now = self.clock.monotonic();
+                timer = Some(self.clock.sleep(next_poll.saturating_sub(now)));
+            }
+            let woke = poll_fn(|cx| {
+                if !stopping && shutdown.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Wake::Shutdown);
+                }
+                if let Poll::Ready(Some(report)) = runs.poll_next_unpin(cx) {
+                    return Poll::Ready(Wake::RunDone(report));
+                }
+                if poll_wanted {
+                    if let Some(t) = timer.as_mut() {
+                        if t.as_mut().poll(cx).is_ready() {
+                            return Poll::Ready(Wake::Timer);
+                        }
+                    }
+                }
+                Poll::Pending
+            })
+            .await;
+            match woke {
+                Wake::Shutdown => {
+                    stopping = true;
+                    stop.store(true, Ordering::Relaxed);
+                    backlog.drop_waiting();
+                    info!(event = "dispatcher_stopping", in_flight_runs = runs.len());
+                }
+                Wake::RunDone(report) => {
+                    let until = self.clock.monotonic() + self.windows.poll_interval();
+                    backlog.finish(&report, until);
+                }
+                Wake::Timer => timer = None,
+            }
+        }
+        info!(event = "dispatcher_stopped");
+    }
+
+    /// One candidate query; returns true when it came back full of rows new
+    /// to this instance, so the next one should run at once.
+    async fn poll_once(&self, backlog: &mut Backlog, poller: &mut PollHealth) -> bool {
+        let now = self.clock.monotonic();
+        backlog.excluded.retain(|_, until| *until > now);
+        let query = CandidateQuery {
+            cutoffs: self.windows.cutoffs(self.clock.now()),
+            limit: self.windows.batch_size(),
+            exclude_hooks: backlog.excluded.keys().cloned().collect(),
+        };
+        bump(&self.metrics.polls);
+        match self.store.candidates(&query).await {
+            Ok(rows) => {
+                poller.succeeded();
+                let full = rows.len() >= query.limit;
+                let new = backlog.absorb(rows);
+                full && new > 0
+            }
+            Err(err) => {
+                bump(&self.metrics.poll_errors);
+                poller.failed(&err);
+                false
+            }
+        }
+    }
+
+    async fn hook_run(
+        &self,
+        hook_phid: String,
+        rows: Vec<RequestRow>,
+        stop: &AtomicBool,
+    ) -> RunReport {
+        let mut run = HookRun::default();
+        let mut exclude = false;
+        for row in &rows {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            match self.process(&mut run, row).await {
+                Step::Next => {}
+                Step::StopRun => {
+                    exclude = true;
+                    break;
+                }
+            }
+        }
+        if let Some(lock) = run.lock.take() {
+            if let Err(err) = lock.release().await {
+                warn!(event = "hook_lock_release_failed", hook = %hook_phid, error = %err);
+            }
+        }
+        RunReport {
+            hook: hook_phid,
+            ids: rows.iter().map(|r| r.id).collect(),
+            exclude,
+        }
+    }
+
+    /// SPEC §5 for one row, in order.
+    async fn process(&self, run: &mut HookRun, row: &RequestRow) -> Step {
+        let properties = match Properties::parse(&row.properties) {
+            Ok(properties) => properties,
+            Err(err) => {
+                warn!(event = "properties_invalid", request = %row.phid, hook = %row.webhook_phid,
+                      error = %err, original = %truncated(&row.properties),
+                      "kept under gorgeOriginalProperties");
+                let kept = Properties::preserving_unparseable(&row.properties);
+                self.fail_hook(row, &kept, HookError::InvalidProperties)
+                    .await;
+                return Step::Next;
+            }
+        };
+        let hook = match self.hook_for(run, row).await {
+            Ok(Some(hook)) => hook,
+            Ok(None) => {
+                warn!(event = "hook_missing", request = %row.phid, hook = %row.webhook_phid);
+                self.fail_hook(row, &properties, HookError::NotFound).await;
+                return Step::Next;
+            }
+            Err(()) => return Step::StopRun,
+        };
+        if hook.is_disabled() {
+            debug!(event = "hook_disabled", request = %row.phid, hook = %hook.phid);
+            self.fail_hook(row, &properties, HookError::Disabled).await;
+            return Step::Next;
+        }
+        let target = match self.transport.resolve(&hook.uri).await {
+            Resolution::Ready(target) => Ok(target),
+            Resolution::Refused(why) => {
+                warn!(event = "hook_uri_refused", request = %row.phid, hook = %hook.phid, reason = %why);
+                self.fail_hook(row, &properties, HookError::Uri).await;
+                return Step::Next;
+            }
+            Resolution::Failed(failure) => Err(failure),
+        };
+        if !self.may_call(run, &hook.phid).await {
+            return Step::StopRun;
+        }
+        match self.store.claim(row.id, row.date_modified).await {
+            Ok(Claim::Won) => bump(&self.metrics.claims_won),
+            Ok(Claim::Lost) => {
+                bump(&self.metrics.claims_lost);
+                debug!(event = "claim_lost", request = %row.phid, hook = %hook.phid);
+                return Step::Next;
+            }
+            Err(err) => {
+                self.store_failed("claim", &err);
+                return Step::StopRun;
+            }
+        }
+        let result = match target {
+            Ok(target) => self.deliver(row, &properties, &hook, target).await,
+            Err(failure) => DeliveryResult::Failed(failure),
+        };
+        self.count_result(&result);
+        let (write, outcome) = attempt_write(row.id, &properties, &result, self.clock.now());
+        log_attempt(row, &result, outcome);
+        self.write_back(&write, &row.phid).await;
+        if outcome != AttemptOutcome::Sent {
+            // A new failure may have opened the breaker: look again before
+            // the next claim.
+            run.breaker_closed = false;
+        }
+        Step::Next
+    }
+
+    async fn hook_for(&self, run: &mut HookRun, row: &RequestRow) -> Result<Option<Hook>, ()> {
+        if let Some(hook) = &run.hook {
+            return Ok(hook.clone());
+        }
+        match self.store.hook(&row.webhook_phid).await {
+            Ok(hook) => {
+                run.hook = Some(hook.clone());
+                Ok(hook)
+            }
+            Err(err) => {
+                self.store_failed("hook lookup", &err);
+                Err(())
+            }
+        }
+    }
+
+    /// SPEC §5 step 6: the per-hook lock (kept for the rest of the run) and
+    /// the breaker.
+    async fn may_call(&self, run: &mut HookRun, hook_phid: &str) -> bool {
+        if run.lock.is_none() {
+            match self.store.lock_hook(hook_phid).await {
+                Ok(Some(lock)) => run.lock = Some(lock),
+                Ok(None) => {
+                    bump(&self.metrics.lock_busy);
+                    debug!(event = "hook_lock_busy", hook = %hook_phid);
+                    return false;
+                }
+                Err(err) => {
+                    self.store_failed("hook lock", &err);
+                    return false;
+                }
+            }
+        }
+        if run.breaker_closed {
+            return true;
+        }
+        let breaker = self.windows.breaker();
+        let since = breaker.since(self.clock.now());
+        match self.store.breaker_failures(hook_phid, since).await {
+            Ok(failures) => {
+                let open = breaker.is_open(failures);
+                self.note_breaker(hook_phid, open, failures);
+                if open {
+                    bump(&self.metrics.breaker_skips);
+                } else {
+                    run.breaker_closed = true;
+                }
+                !open
+            }
+            Err(err) => {
+                self.store_failed("breaker count", &err);
+                false
+            }
+        }
+    }
+
+    /// Logs breaker transitions once each, never per row or per tick.
+    fn note_breaker(&self, hook_phid: &str, open: bool, failures: u64) {
+        let breaker = self.windows.breaker();
+        let mut open_hooks = self.open_breakers.lock().unwrap_or_else(|e| e.into_inner());
+        if open && open_hooks.insert(hook_phid.to_owned()) {
+            warn!(event = "breaker_opened", hook = %hook_phid, failures,
+                  threshold = breaker.threshold, window_secs = breaker.window_secs,
+                  "hook not called until failures slide out of the window");
+        } else if !open && open_hooks.remove(hook_phid) {
+            info!(event = "breaker_closed", hook = %hook_phid, failures,
+                  threshold = breaker.threshold);
+        }
+        self.metrics
+            .breaker_open_hooks
+            .store(open_hooks.len() as u64, Ordering::Relaxed);
+    }
+
+    async fn deliver(
+        &self,
+        row: &RequestRow,
+        properties: &Properties,
+        hook: &Hook,
+        target: crate::transport::Target,
+    ) -> DeliveryResult {
+        let payload = Payload::build(row, properties);
+        let signature = payload.sign(&hook.hmac_key);
+        let request = OutboundRequest {
+            target,
+            body: payload.into_bytes(),
+            signature,
+            request_phid: row.phid.clone(),
+            timeout: self.windows.delivery_timeout(),
+        };
+        let _in_flight = InFlight::enter(&self.metrics);
+        let started = self.clock.monotonic();
+        let result = self.transport.deliver(request).await;
+        self.metrics
+            .observe_latency(self.clock.monotonic().saturating_sub(started));
+        result
+    }
+
+    fn count_result(&self, result: &DeliveryResult) {
+        let counter = match result {
+            r if r.is_success() => &self.metrics.delivered_ok,
+            DeliveryResult::Response { .. } => &self.metrics.delivered_http_error,
+            DeliveryResult::Timeout => &self.metrics.delivered_timeout,
+            DeliveryResult::Failed(_) => &self.metrics.delivered_transport_error,
+            DeliveryResult::Refused(_) => &self.metrics.hook_errors,
+        };
+        bump(counter);
+    }
+
+    /// A hook-configuration error, written without a claim and only onto the
+    /// version that was judged.
+    async fn fail_hook(&self, row: &RequestRow, properties: &Properties, error: HookError) {
+        bump(&self.metrics.hook_errors);
+        let write = hook_error_write(
+            row.id,
+            Some(row.date_modified),
+            properties,
+            error,
+            self.clock.now(),
+        );
+        self.write_back(&write, &row.phid).await;
+    }
+
+    /// Writes a result, retrying for a while: a lost write-back means the row
+    /// is delivered again once its lease ends.
+    async fn write_back(&self, write: &crate::outcome::ResultWrite, request_phid: &str) {
+        let mut delay = WRITE_RETRY_DELAY;
+        for attempt in 1..=WRITE_ATTEMPTS {
+            match self.store.write_result(write).await {
+                Ok(Written::Yes) => return,
+                Ok(Written::Skipped) => {
+                    debug!(event = "write_skipped", request = %request_phid,
+                           "row changed since it was read; another deliverer owns it");
+                    return;
+                }
+                Err(err) if attempt < WRITE_ATTEMPTS => {
+                    bump(&self.metrics.writeback_retries);
+                    warn!(event = "writeback_retry", request = %request_phid, attempt,
+                          error = %err, retry_in_ms = delay.as_millis() as u64);
+                    self.clock.sleep(delay).await;
+                    delay *= 2;
+                }
+                Err(err) => {
+                    bump(&self.metrics.writeback_failures);
+                    error!(event = "writeback_failed", request = %request_phid, attempts = attempt,
+                           error = %err, "result not stored; the row will be delivered again after its lease");
+                }
+            }
+        }
+    }
+
+    fn store_failed(&self, operation: &str, err: &StoreError) {
+        bump(&self.metrics.store_errors);
+        warn!(event = "store_error", operation, error = %err, "hook skipped until the next poll");
+    }
+}
+
+enum Wake {
+    Shutdown,
+    RunDone(RunReport),
+    Timer,
+}
+
+fn log_attempt(row: &RequestRow, result: &DeliveryResult, outcome: AttemptOutcome) {
+    match (result, outcome) {
+        (DeliveryResult::Response { status }, AttemptOutcome::Sent) => {
+            debug!(event = "delivered", request = %row.phid, hook = %row.webhook_phid, status = *status)
+        }
+        (DeliveryResult::Refused(why), _) => {
+            warn!(event = "hook_uri_refused", request = %row.phid, hook = %row.webhook_phid, reason = %why)
+        }
+        (result, outcome) => info!(event = "attempt_failed", request = %row.phid,
+                                   hook = %row.webhook_phid, result = ?result,
+                                   will_retry = outcome == AttemptOutcome::WillRetry),
+    }
+}
+
+fn truncated(text: &str) -> &str {
+    if text.len() <= LOGGED_PROPERTIES_MAX {
+        return text;
+    }
+    let mut end = LOGGED_PROPERTIES_MAX;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// Logs candidate-query failures once per outage, not once per tick.
+#[derive(Default)]
+struct PollHealth {
+    failing_since_attempts: u64,
+}
+
+impl PollHealth {
+    fn failed(&mut self, err: &StoreError) {
+        self.failing_since_attempts += 1;
+        if self.failing_since_attempts == 1 {
+            warn!(event = "poll_failed", error = %err, "will keep polling");
+        } else {
+            debug!(event = "poll_failed", error = %err, consecutive = self.failing_since_attempts);
+        }
+    }
+
+    fn succeeded(&mut self) {
+        if self.failing_since_attempts > 0 {
+            info!(
+                event = "poll_recovered",
+                failed_polls = self.failing_since_attempts
+            );
+            self.failing_since_attempts = 0;
+        }
+    }
+}
+
+/// A periodic one-line account of what happened, so claims won and lost
+/// are visible at the default level without a line per row.
+struct Summary {
+    last_at: Duration,
+    last: crate::metrics::MetricsSnapshot,
+}
+
+impl Summary {
+    fn new(at: Duration, last: crate::metrics::MetricsSnapshot) -> Self {
+        Self { last_at: at, last }
+    }
+
+    fn maybe_log(&mut self, now: Duration, metrics: &Metrics) {
+        if now.saturating_sub(self.last_at) < SUMMARY_INTERVAL {
+            return;
+        }
+        let snap = metrics.snapshot();
+        let attempts = snap.attempts() - self.last.attempts();
+        let lost = snap.claims_lost - self.last.claims_lost;
+        let hook_errors = snap.hook_errors - self.last.hook_errors;
+        if attempts + lost + hook_errors > 0 {
+            info!(
+                event = "delivery_summary",
+                period_secs = now.saturating_sub(self.last_at).as_secs(),
+                delivered = snap.delivered_ok - self.last.delivered_ok,
+                failed_attempts = attempts - (snap.delivered_ok - self.last.delivered_ok),
+                hook_errors,
+                claims_won = snap.claims_won - self.last.claims_won,
+                claims_lost = lost,
+                breaker_open_hooks = snap.breaker_open_hooks
+            );
+        }
+        self.last_at = now;
+        self.last = snap;
+    }
+}

@@ -1,0 +1,40 @@
+//! Pure delivery logic for Phorge's Herald webhook queue.
+//!
+//! Phorge inserts one `herald_webhookrequest` row per webhook call; this
+//! crate decides which rows to deliver and when (the claim protocol and its
+//! three windows), builds the exact signed bytes Phorge's PHP worker would
+//! send, maps every result into Phorge's value domain, and drives it all
+//! from [`Dispatcher`].
+//!
+//! It performs no I/O and reads no clock: the database, HTTP and time come
+//! in through [`Store`], [`Transport`] and [`Clock`]. [`MemoryStore`] and
+//! [`ManualClock`] make the whole loop deterministic in tests.
+
+pub mod clock;
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
+pub mod dispatcher;
+pub mod lock_name;
+pub mod memory_store;
+pub mod metrics;
+pub mod model;
+pub mod outcome;
+pub mod payload;
+mod phpjson;
+pub mod properties;
+pub mod store;
+pub mod transport;
+pub mod windows;
+
+pub use clock::{Clock, ManualClock};
+pub use dispatcher::Dispatcher;
+pub use lock_name::hook_lock_name;
+pub use memory_store::{MemoryStore, NewRequest};
+pub use metrics::{Metrics, MetricsSnapshot};
+pub use model::{phid_type, Hook, LastResult, RequestRow, RequestStatus, UnixTime};
+pub use outcome::{DeliveryResult, HookError, ResultWrite, TransportFailure, UriRefusal};
+pub use payload::{sign, verify, Payload};
+pub use properties::{ErrorCode, ErrorType, Properties, PropertiesError};
+pub use store::{CandidateQuery, Claim, HookLock, QueueStats, Store, StoreError, Written};
+pub use transport::{OutboundRequest, Resolution, Target, Transport};
+pub use windows::{Breaker, ConfigError, Cutoffs, Setting, Settings, WindowWarning, Windows};

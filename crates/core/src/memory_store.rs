@@ -1,0 +1,338 @@
+//! `MemoryStore`: a `Store` held in memory with exactly the SQL's semantics
+//! (the conformance suite runs against it and the MySQL store alike). It
+//! serves core tests, simulations, the demo and embedders.
+//!
+//! Its clock stands in for the database server's `UNIX_TIMESTAMP()`.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+
+use crate::clock::Clock;
+use crate::model::{Hook, LastResult, RequestRow, RequestStatus, UnixTime};
+use crate::outcome::ResultWrite;
+use crate::store::{CandidateQuery, Claim, HookLock, QueueStats, Store, StoreError, Written};
+
+/// A store operation, for fault injection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StoreOp {
+    /// [`Store::candidates`]
+    Candidates,
+    /// [`Store::claim`]
+    Claim,
+    /// [`Store::write_result`]
+    WriteResult,
+    /// [`Store::hook`]
+    Hook,
+    /// [`Store::breaker_failures`]
+    BreakerFailures,
+    /// [`Store::lock_hook`]
+    LockHook,
+}
+
+/// A request to insert, as Phorge would (fields not given take Phorge's
+/// insert defaults: `queued`, `none`, epoch 0, dates = now).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewRequest {
+    /// PHID; generated from the id when empty.
+    pub phid: String,
+    /// The hook.
+    pub webhook_phid: String,
+    /// The edited object.
+    pub object_phid: String,
+    /// Raw properties text.
+    pub properties: String,
+    /// Status.
+    pub status: RequestStatus,
+    /// lastRequestResult.
+    pub last_request_result: LastResult,
+    /// lastRequestEpoch.
+    pub last_request_epoch: UnixTime,
+    /// dateCreated; `None` = the store's now.
+    pub date_created: Option<UnixTime>,
+    /// dateModified; `None` = dateCreated.
+    pub date_modified: Option<UnixTime>,
+}
+
+impl NewRequest {
+    /// A fresh queued request for `webhook_phid` with these properties.
+    pub fn queued(webhook_phid: &str, properties: &str) -> Self {
+        Self {
+            phid: String::new(),
+            webhook_phid: webhook_phid.to_owned(),
+            object_phid: "PHID-TASK-aaaaaaaaaaaaaaaaaaaa".to_owned(),
+            properties: properties.to_owned(),
+            status: RequestStatus::Queued,
+            last_request_result: LastResult::None,
+            last_request_epoch: 0,
+            date_created: None,
+            date_modified: None,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Inner {
+    rows: BTreeMap<u64, RequestRow>,
+    hooks: HashMap<String, Hook>,
+    held_locks: HashSet<String>,
+    next_id: u64,
+    faults: HashMap<StoreOp, u32>,
+}
+
+/// An in-memory `herald_webhookrequest` + `herald_webhook`.
+#[derive(Clone)]
+pub struct MemoryStore {
+    clock: Arc<dyn Clock>,
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inner = self.lock();
+        f.debug_struct("MemoryStore")
+            .field("rows", &inner.rows.len())
+            .field("hooks", &inner.hooks.len())
+            .finish()
+    }
+}
+
+impl MemoryStore {
+    /// An empty store whose "server time" is `clock`.
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            clock,
+            inner: Arc::new(Mutex::new(Inner {
+                next_id: 1,
+                ..Inner::default()
+            })),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // The lock is never held across a panic in normal use; recover the
+        // data rather than cascade a test failure.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds or replaces a hook.
+    pub fn put_hook(&self, hook: Hook) {
+        self.lock().hooks.insert(hook.phid.clone(), hook);
+    }
+
+    /// Removes a hook (its requests stay, as in Phorge).
+    pub fn remove_hook(&self, phid: &str) {
+        self.lock().hooks.remove(phid);
+    }
+
+    /// Inserts a request as Phorge would and returns its id.
+    pub fn insert_request(&self, new: NewRequest) -> u64 {
+        let now = self.clock.now();
+        let mut inner = self.lock();
+        let id = inner.next_id;
+        inner.next_id += 1;
+        let date_created = new.date_created.unwrap_or(now);
+        let phid = if new.phid.is_empty() {
+            format!("PHID-HWBR-{id:020}")
+        } else {
+            new.phid
+        };
+        inner.rows.insert(
+            id,
+            RequestRow {
+                id,
+                phid,
+                webhook_phid: new.webhook_phid,
+                object_phid: new.object_phid,
+                status: new.status,
+                properties: new.properties,
+                last_request_result: new.last_request_result,
+                last_request_epoch: new.last_request_epoch,
+                date_created,
+                date_modified: new.date_modified.unwrap_or(date_created),
+            },
+        );
+        id
+    }
+
+    /// The current state of one row.
+    pub fn row(&self, id: u64) -> Option<RequestRow> {
+        self.lock().rows.get(&id).cloned()
+    }
+
+    /// Every row, in id order.
+    pub fn rows(&self) -> Vec<RequestRow> {
+        self.lock().rows.values().cloned().collect()
+    }
+
+    /// Makes the next `times` calls of `op` fail with `Unavailable`.
+    pub fn fail_next(&self, op: StoreOp, times: u32) {
+        self.lock().faults.insert(op, times);
+    }
+
+    /// Whether the per-hook lock for `hook_phid` is held.
+    pub fn is_hook_locked(&self, hook_phid: &str) -> bool {
+        self.lock().held_locks.contains(hook_phid)
+    }
+
+    fn check_fault(inner: &mut Inner, op: StoreOp) -> Result<(), StoreError> {
+        match inner.faults.get_mut(&op) {
+            Some(left) if *left > 0 => {
+                *left -= 1;
+                Err(StoreError::Unavailable(
+                    format!("injected fault in {op:?}").into(),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn candidates(&self, query: &CandidateQuery) -> Result<Vec<RequestRow>, StoreError> {
+        let mut inner = self.lock();
+        Self::check_fault(&mut inner, StoreOp::Candidates)?;
+        let c = query.cutoffs;
+        Ok(inner
+            .rows
+            .values()
+            .filter(|r| r.status == RequestStatus::Queued)
+            .filter(|r| r.date_modified == r.date_created || r.date_modified <= c.lease_cutoff)
+            .filter(|r| {
+                r.last_request_result != LastResult::Fail || r.last_request_epoch <= c.retry_cutoff
+            })
+            .filter(|r| !query.exclude_hooks.contains(&r.webhook_phid))
+            .take(query.limit)
+            .cloned()
+            .collect())
+    }
+
+    async fn claim(&self, id: u64, seen_version: UnixTime) -> Result<Claim, StoreError> {
+        let now = self.clock.now();
+        let mut inner = self.lock();
+        Self::check_fault(&mut inner, StoreOp::Claim)?;
+        match inner.rows.get_mut(&id) {
+            Some(row)
+                if row.status == RequestStatus::Queued && row.date_modified == seen_version =>
+            {
+                // `+ 1`: one-second resolution must not let a same-second
+                // claim leave the version unchanged.
+                row.date_modified = (row.date_modified + 1).max(now);
+                Ok(Claim::Won)
+            }
+            _ => Ok(Claim::Lost),
+        }
+    }
+
+    async fn write_result(&self, write: &ResultWrite) -> Result<Written, StoreError> {
+        let mut inner = self.lock();
+        Self::check_fault(&mut inner, StoreOp::WriteResult)?;
+        let Some(row) = inner.rows.get_mut(&write.id) else {
+            return Ok(Written::Skipped);
+        };
+        if let Some(expected) = write.expected_version {
+            if row.status != RequestStatus::Queued || row.date_modified != expected {
+                return Ok(Written::Skipped);
+            }
+        }
+        row.status = write.status;
+        row.last_request_result = write.last_request_result;
+        row.last_request_epoch = write.last_request_epoch;
+        row.date_modified = write.date_modified;
+        row.properties.clone_from(&write.properties);
+        Ok(Written::Yes)
+    }
+
+    async fn hook(&self, phid: &str) -> Result<Option<Hook>, StoreError> {
+        let mut inner = self.lock();
+        Self::check_fault(&mut inner, StoreOp::Hook)?;
+        Ok(inner.hooks.get(phid).cloned())
+    }
+
+    async fn breaker_failures(&self, hook_phid: &str, since: UnixTime) -> Result<u64, StoreError> {
+        let mut inner = self.lock();
+        Self::check_fault(&mut inner, StoreOp::BreakerFailures)?;
+        Ok(inner
+            .rows
+            .values()
+            .filter(|r| {
+                r.webhook_phid == hook_phid
+                    && r.last_request_result == LastResult::Fail
+                    && r.last_request_epoch >= since
+            })
+            .count() as u64)
+    }
+
+    async fn lock_hook(&self, hook_phid: &str) -> Result<Option<Box<dyn HookLock>>, StoreError> {
+        let mut inner = self.lock();
+        Self::check_fault(&mut inner, StoreOp::LockHook)?;
+        if !inner.held_locks.insert(hook_phid.to_owned()) {
+            return Ok(None);
+        }
+        Ok(Some(Box::new(MemoryHookLock {
+            store: Arc::clone(&self.inner),
+            hook_phid: hook_phid.to_owned(),
+            released: false,
+        })))
+    }
+
+    async fn stats(&self) -> Result<QueueStats, StoreError> {
+        let inner = self.lock();
+        let mut stats = QueueStats::default();
+        for row in inner.rows.values() {
+            match row.status {
+                RequestStatus::Queued => stats.queued += 1,
+                RequestStatus::Sent => stats.sent += 1,
+                RequestStatus::Failed => stats.failed += 1,
+            }
+        }
+        stats.active_hooks = inner.hooks.values().filter(|h| !h.is_disabled()).count() as u64;
+        Ok(stats)
+    }
+
+    async fn hook_count(&self) -> Result<u64, StoreError> {
+        Ok(self.lock().hooks.len() as u64)
+    }
+}
+
+#[derive(Debug)]
+struct MemoryHookLock {
+    store: Arc<Mutex<Inner>>,
+    hook_phid: String,
+    released: bool,
+}
+
+impl MemoryHookLock {
+    fn free(&mut self) {
+        if !self.released {
+            self.released = true;
+            let mut inner = self.store.lock().unwrap_or_else(|e| e.into_inner());
+            inner.held_locks.remove(&self.hook_phid);
+        }
+    }
+}
+
+#[async_trait]
+impl HookLock for MemoryHookLock {
+    async fn release(mut self: Box<Self>) -> Result<(), StoreError> {
+        self.free();
+        Ok(())
+    }
+}
+
+impl Drop for MemoryHookLock {
+    fn drop(&mut self) {
+        self.free();
+    }
+}
+
+impl fmt::Debug for Inner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Inner")
+            .field("rows", &self.rows.len())
+            .finish()
+    }
+}

@@ -1,0 +1,149 @@
+//! Counters the dispatcher keeps for a metrics endpoint: plain atomics, read
+//! as a consistent-enough snapshot. No exporter here; binaries render them.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Upper bounds (seconds) of the delivery latency histogram buckets.
+pub const LATENCY_BUCKETS: [f64; 12] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// Live counters, shared between the dispatcher and whoever reports them.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    pub(crate) delivered_ok: AtomicU64,
+    pub(crate) delivered_http_error: AtomicU64,
+    pub(crate) delivered_timeout: AtomicU64,
+    pub(crate) delivered_transport_error: AtomicU64,
+    pub(crate) hook_errors: AtomicU64,
+    pub(crate) claims_won: AtomicU64,
+    pub(crate) claims_lost: AtomicU64,
+    pub(crate) breaker_skips: AtomicU64,
+    pub(crate) lock_busy: AtomicU64,
+    pub(crate) poll_errors: AtomicU64,
+    pub(crate) polls: AtomicU64,
+    pub(crate) store_errors: AtomicU64,
+    pub(crate) writeback_retries: AtomicU64,
+    pub(crate) writeback_failures: AtomicU64,
+    pub(crate) in_flight: AtomicU64,
+    pub(crate) breaker_open_hooks: AtomicU64,
+    latency_buckets: [AtomicU64; LATENCY_BUCKETS.len()],
+    latency_count: AtomicU64,
+    latency_sum_micros: AtomicU64,
+}
+
+/// A point-in-time copy of [`Metrics`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MetricsSnapshot {
+    /// Attempts answered 2xx.
+    pub delivered_ok: u64,
+    /// Attempts answered with another status.
+    pub delivered_http_error: u64,
+    /// Attempts that timed out.
+    pub delivered_timeout: u64,
+    /// Attempts that failed below HTTP.
+    pub delivered_transport_error: u64,
+    /// Rows failed for hook configuration (no attempt).
+    pub hook_errors: u64,
+    /// Claims won.
+    pub claims_won: u64,
+    /// Claims lost to another deliverer (nothing was sent).
+    pub claims_lost: u64,
+    /// Hook runs skipped because the breaker was open.
+    pub breaker_skips: u64,
+    /// Hook runs skipped because another deliverer held the hook's lock.
+    pub lock_busy: u64,
+    /// Candidate queries that failed.
+    pub poll_errors: u64,
+    /// Candidate queries run.
+    pub polls: u64,
+    /// Other store operations that failed.
+    pub store_errors: u64,
+    /// Write-backs that needed another try.
+    pub writeback_retries: u64,
+    /// Write-backs given up on (the row will be re-sent after its lease).
+    pub writeback_failures: u64,
+    /// Deliveries in flight now.
+    pub in_flight: u64,
+    /// Hooks whose breaker this instance last saw open.
+    pub breaker_open_hooks: u64,
+    /// Cumulative latency histogram counts per [`LATENCY_BUCKETS`] bound.
+    pub latency_buckets: Vec<u64>,
+    /// Number of latency observations.
+    pub latency_count: u64,
+    /// Sum of latencies in microseconds.
+    pub latency_sum_micros: u64,
+}
+
+impl MetricsSnapshot {
+    /// All delivery attempts.
+    pub fn attempts(&self) -> u64 {
+        self.delivered_ok
+            + self.delivered_http_error
+            + self.delivered_timeout
+            + self.delivered_transport_error
+    }
+}
+
+pub(crate) fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+impl Metrics {
+    pub(crate) fn observe_latency(&self, latency: Duration) {
+        let secs = latency.as_secs_f64();
+        for (bound, bucket) in LATENCY_BUCKETS.iter().zip(&self.latency_buckets) {
+            if secs <= *bound {
+                bucket.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.latency_count.fetch_add(1, Ordering::Relaxed);
+        let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+        self.latency_sum_micros.fetch_add(micros, Ordering::Relaxed);
+    }
+
+    /// Copies every counter.
+    pub fn snapshot(&self) -> MetricsSnapshot {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        MetricsSnapshot {
+            delivered_ok: get(&self.delivered_ok),
+            delivered_http_error: get(&self.delivered_http_error),
+            delivered_timeout: get(&self.delivered_timeout),
+            delivered_transport_error: get(&self.delivered_transport_error),
+            hook_errors: get(&self.hook_errors),
+            claims_won: get(&self.claims_won),
+            claims_lost: get(&self.claims_lost),
+            breaker_skips: get(&self.breaker_skips),
+            lock_busy: get(&self.lock_busy),
+            poll_errors: get(&self.poll_errors),
+            polls: get(&self.polls),
+            store_errors: get(&self.store_errors),
+            writeback_retries: get(&self.writeback_retries),
+            writeback_failures: get(&self.writeback_failures),
+            in_flight: get(&self.in_flight),
+            breaker_open_hooks: get(&self.breaker_open_hooks),
+            latency_buckets: self.latency_buckets.iter().map(get).collect(),
+            latency_count: get(&self.latency_count),
+            latency_sum_micros: get(&self.latency_sum_micros),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_histogram_is_cumulative() {
+        let metrics = Metrics::default();
+        metrics.observe_latency(Duration::from_millis(7));
+        metrics.observe_latency(Duration::from_secs(60));
+        let snap = metrics.snapshot();
+        assert_eq!(snap.latency_count, 2);
+        assert_eq!(snap.latency_buckets[0], 0);
+        assert_eq!(snap.latency_buckets[1], 1);
+        assert_eq!(snap.latency_buckets[11], 1);
+        assert_eq!(snap.latency_sum_micros, 60_007_000);
+    }
+}

@@ -1,0 +1,338 @@
+//! What one processing step writes back (SPEC §5), as pure functions from a
+//! delivery result or a hook error to Phorge's value domain.
+
+use std::fmt;
+
+use crate::model::{LastResult, RequestStatus, UnixTime};
+use crate::properties::{ErrorCode, ErrorType, Properties};
+
+/// A transport failure, in the terms cURL reports it (PHP's worker records
+/// cURL's error number as the `errorCode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TransportFailure {
+    /// Name resolution failed (CURLE_COULDNT_RESOLVE_HOST, 6).
+    Resolve,
+    /// TCP connect failed or was refused (CURLE_COULDNT_CONNECT, 7).
+    Connect,
+    /// The server's reply was not HTTP (CURLE_WEIRD_SERVER_REPLY, 8).
+    Protocol,
+    /// Too many redirects (CURLE_TOO_MANY_REDIRECTS, 47).
+    TooManyRedirects,
+    /// TLS handshake or certificate failure (CURLE_SSL_CONNECT_ERROR, 35).
+    Tls,
+    /// The connection closed before any response (CURLE_GOT_NOTHING, 52).
+    EmptyReply,
+    /// Sending the request failed (CURLE_SEND_ERROR, 55).
+    Send,
+    /// Receiving the response failed, e.g. a reset (CURLE_RECV_ERROR, 56).
+    Receive,
+}
+
+impl TransportFailure {
+    /// cURL's error number, stored as `errorCode`.
+    pub fn curl_code(self) -> i64 {
+        match self {
+            Self::Resolve => 6,
+            Self::Connect => 7,
+            Self::Protocol => 8,
+            Self::Tls => 35,
+            Self::TooManyRedirects => 47,
+            Self::EmptyReply => 52,
+            Self::Send => 55,
+            Self::Receive => 56,
+        }
+    }
+
+    /// A stable name for logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Resolve => "resolve",
+            Self::Connect => "connect",
+            Self::Protocol => "protocol",
+            Self::Tls => "tls",
+            Self::TooManyRedirects => "too_many_redirects",
+            Self::EmptyReply => "empty_reply",
+            Self::Send => "send",
+            Self::Receive => "receive",
+        }
+    }
+}
+
+/// cURL's timeout number (CURLE_OPERATION_TIMEDOUT), stored as `errorCode`.
+pub const CURL_TIMEOUT_CODE: i64 = 28;
+
+/// Why a hook's URI may not be called (SPEC §5 step 5).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UriRefusal {
+    /// Not an absolute `http`/`https` URI with a host.
+    Malformed(String),
+    /// The host name does not exist.
+    UnknownHost,
+    /// A resolved address lies in the outbound deny list.
+    DeniedAddress(std::net::IpAddr),
+}
+
+impl fmt::Display for UriRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Malformed(why) => write!(f, "not an http(s) URI with a host: {why}"),
+            Self::UnknownHost => f.write_str("host does not exist"),
+            Self::DeniedAddress(ip) => write!(f, "address {ip} is in the outbound deny list"),
+        }
+    }
+}
+
+/// How one HTTP exchange ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeliveryResult {
+    /// A final response (after redirects) with this status.
+    Response {
+        /// HTTP status code.
+        status: u16,
+    },
+    /// The whole exchange ran past the delivery timeout.
+    Timeout,
+    /// The exchange failed below HTTP.
+    Failed(TransportFailure),
+    /// A hop (e.g. a redirect) led to a URI the outbound check refuses.
+    Refused(UriRefusal),
+}
+
+impl DeliveryResult {
+    /// A 2xx response.
+    pub fn is_success(&self) -> bool {
+        matches!(self, Self::Response { status } if (200..300).contains(status))
+    }
+}
+
+/// A permanent hook-configuration error: the row fails without an HTTP
+/// attempt (`failed` / `none` / epoch 0), and never counts for the breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HookError {
+    /// `properties` could not be parsed.
+    InvalidProperties,
+    /// The row's hook does not exist.
+    NotFound,
+    /// The hook's status is `disabled`.
+    Disabled,
+    /// The hook's URI is malformed, unknown or denied.
+    Uri,
+}
+
+impl HookError {
+    /// The `errorCode` string.
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::InvalidProperties => "invalid-properties",
+            Self::NotFound => "not-found",
+            Self::Disabled => "disabled",
+            Self::Uri => "uri",
+        }
+    }
+}
+
+/// The columns one write-back sets; `properties` holds the new column text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResultWrite {
+    /// Row id.
+    pub id: u64,
+    /// For writes made without a claim: the version the decision was based
+    /// on, so the write only lands on an untouched row. `None` after a claim.
+    pub expected_version: Option<UnixTime>,
+    /// New status.
+    pub status: RequestStatus,
+    /// New lastRequestResult.
+    pub last_request_result: LastResult,
+    /// New lastRequestEpoch.
+    pub last_request_epoch: UnixTime,
+    /// New dateModified (every save bumps it).
+    pub date_modified: UnixTime,
+    /// New properties column text.
+    pub properties: String,
+}
+
+/// What a delivery attempt means for the row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptOutcome {
+    /// 2xx: `sent` / `okay`.
+    Sent,
+    /// A failed attempt that stays `queued` (retry=forever).
+    WillRetry,
+    /// A failed attempt that ends the row (`failed`).
+    GaveUp,
+}
+
+/// The write-back after a claimed delivery attempt.
+pub fn attempt_write(
+    id: u64,
+    properties: &Properties,
+    result: &DeliveryResult,
+    now: UnixTime,
+) -> (ResultWrite, AttemptOutcome) {
+    let (error_type, code) = match result {
+        DeliveryResult::Response { status } => (ErrorType::Http, i64::from(*status)),
+        DeliveryResult::Timeout => (ErrorType::Timeout, CURL_TIMEOUT_CODE),
+        DeliveryResult::Failed(failure) => (ErrorType::Http, failure.curl_code()),
+        DeliveryResult::Refused(_) => {
+            return (
+                hook_error_write(id, None, properties, HookError::Uri, now),
+                AttemptOutcome::GaveUp,
+            );
+        }
+    };
+    let mut updated = properties.clone();
+    updated.set_error(error_type, &ErrorCode::Number(code));
+    let (status, last, outcome) = if result.is_success() {
+        (RequestStatus::Sent, LastResult::Okay, AttemptOutcome::Sent)
+    } else if properties.retries_forever() {
+        (
+            RequestStatus::Queued,
+            LastResult::Fail,
+            AttemptOutcome::WillRetry,
+        )
+    } else {
+        (
+            RequestStatus::Failed,
+            LastResult::Fail,
+            AttemptOutcome::GaveUp,
+        )
+    };
+    let write = ResultWrite {
+        id,
+        expected_version: None,
+        status,
+        last_request_result: last,
+        last_request_epoch: now,
+        date_modified: now,
+        properties: updated.to_column(),
+    };
+    (write, outcome)
+}
+
+/// The write for a hook-configuration error: `failed` / `none` / epoch 0.
+pub fn hook_error_write(
+    id: u64,
+    expected_version: Option<UnixTime>,
+    properties: &Properties,
+    error: HookError,
+    now: UnixTime,
+) -> ResultWrite {
+    let mut updated = properties.clone();
+    updated.set_error(ErrorType::Hook, &ErrorCode::Text(error.code().to_owned()));
+    ResultWrite {
+        id,
+        expected_version,
+        status: RequestStatus::Failed,
+        last_request_result: LastResult::None,
+        last_request_epoch: 0,
+        date_modified: now,
+        properties: updated.to_column(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    fn props(text: &str) -> Properties {
+        Properties::parse(text).expect("parses")
+    }
+
+    fn error_of(write: &ResultWrite) -> (Value, Value) {
+        let v: Value = serde_json::from_str(&write.properties).expect("json");
+        (v["errorType"].clone(), v["errorCode"].clone())
+    }
+
+    #[test]
+    fn success_is_sent_okay_with_integer_status() {
+        let (write, outcome) = attempt_write(
+            7,
+            &props(r#"{"retry":"never"}"#),
+            &DeliveryResult::Response { status: 200 },
+            1_000,
+        );
+        assert_eq!(outcome, AttemptOutcome::Sent);
+        assert_eq!(write.status, RequestStatus::Sent);
+        assert_eq!(write.last_request_result, LastResult::Okay);
+        assert_eq!(write.last_request_epoch, 1_000);
+        assert_eq!(write.date_modified, 1_000);
+        assert_eq!(write.expected_version, None);
+        assert_eq!(error_of(&write), (Value::from("http"), Value::from(200)));
+        assert!(write.properties.starts_with(r#"{"retry":"never","#));
+    }
+
+    #[test]
+    fn failures_retry_only_when_forever() {
+        let cases = [
+            (DeliveryResult::Response { status: 500 }, "http", 500),
+            (DeliveryResult::Response { status: 302 }, "http", 302),
+            (DeliveryResult::Timeout, "timeout", 28),
+            (DeliveryResult::Failed(TransportFailure::Resolve), "http", 6),
+            (DeliveryResult::Failed(TransportFailure::Connect), "http", 7),
+            (DeliveryResult::Failed(TransportFailure::Tls), "http", 35),
+            (
+                DeliveryResult::Failed(TransportFailure::EmptyReply),
+                "http",
+                52,
+            ),
+            (
+                DeliveryResult::Failed(TransportFailure::Receive),
+                "http",
+                56,
+            ),
+        ];
+        for (result, error_type, code) in cases {
+            for (retry, status, outcome) in [
+                ("forever", RequestStatus::Queued, AttemptOutcome::WillRetry),
+                ("never", RequestStatus::Failed, AttemptOutcome::GaveUp),
+            ] {
+                let (write, got) =
+                    attempt_write(1, &props(&format!(r#"{{"retry":"{retry}"}}"#)), &result, 50);
+                assert_eq!(got, outcome, "{result:?} {retry}");
+                assert_eq!(write.status, status);
+                assert_eq!(write.last_request_result, LastResult::Fail);
+                assert_eq!(write.last_request_epoch, 50);
+                assert_eq!(
+                    error_of(&write),
+                    (Value::from(error_type), Value::from(code))
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn refused_hop_is_a_permanent_uri_error() {
+        let (write, outcome) = attempt_write(
+            1,
+            &props(r#"{"retry":"forever"}"#),
+            &DeliveryResult::Refused(UriRefusal::UnknownHost),
+            50,
+        );
+        assert_eq!(outcome, AttemptOutcome::GaveUp);
+        assert_eq!(write.status, RequestStatus::Failed);
+        assert_eq!(write.last_request_result, LastResult::None);
+        assert_eq!(write.last_request_epoch, 0);
+        assert_eq!(error_of(&write), (Value::from("hook"), Value::from("uri")));
+    }
+
+    #[test]
+    fn hook_errors_are_failed_none_zero_with_string_codes() {
+        for error in [
+            HookError::InvalidProperties,
+            HookError::NotFound,
+            HookError::Disabled,
+            HookError::Uri,
+        ] {
+            let write = hook_error_write(3, Some(99), &props("{}"), error, 100);
+            assert_eq!(write.status, RequestStatus::Failed);
+            assert_eq!(write.last_request_result, LastResult::None);
+            assert_eq!(write.last_request_epoch, 0);
+            assert_eq!(write.expected_version, Some(99));
+            assert_eq!(
+                error_of(&write),
+                (Value::from("hook"), Value::from(error.code()))
+            );
+        }
+    }
+}

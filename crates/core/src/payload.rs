@@ -1,0 +1,221 @@
+//! The signed request body: PhutilJSON's pretty form of
+//! `object`/`triggers`/`action`/`transactions`, byte for byte what Phorge's
+//! PHP worker sends, and its HMAC-SHA256 signature.
+
+use ring::hmac;
+use serde_json::{Map, Value};
+
+use crate::model::{phid_type, RequestRow};
+use crate::phpjson;
+use crate::properties::Properties;
+
+/// The exact bytes POSTed to a receiver; the signature covers all of them,
+/// including the trailing newline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Payload {
+    bytes: Vec<u8>,
+}
+
+impl Payload {
+    /// Builds the body for one request row from its parsed properties.
+    ///
+    /// `epoch` is the row's `dateCreated`, so every retry describes the same
+    /// event with the same bytes. Transactions are taken in stored order (PHP
+    /// re-reads them from the object's transaction table; see
+    /// docs/compatibility.md).
+    pub fn build(row: &RequestRow, properties: &Properties) -> Self {
+        let mut object = Map::new();
+        object.insert("type".into(), Value::from(phid_type(&row.object_phid)));
+        object.insert("phid".into(), Value::from(row.object_phid.as_str()));
+
+        let mut action = Map::new();
+        for flag in ["test", "silent", "secure"] {
+            action.insert(flag.into(), properties.flag(flag));
+        }
+        action.insert("epoch".into(), Value::from(row.date_created));
+
+        let mut body = Map::new();
+        body.insert("object".into(), Value::Object(object));
+        body.insert("triggers".into(), phid_list(properties.trigger_phids()));
+        body.insert("action".into(), Value::Object(action));
+        body.insert(
+            "transactions".into(),
+            phid_list(properties.transaction_phids()),
+        );
+        Self {
+            bytes: phpjson::encode_pretty_object(&body).into_bytes(),
+        }
+    }
+
+    /// The body bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Consumes the payload, returning its bytes.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.bytes
+    }
+
+    /// Lower-case hex HMAC-SHA256 of the body under the hook's key.
+    pub fn sign(&self, hmac_key: &str) -> String {
+        sign(hmac_key.as_bytes(), &self.bytes)
+    }
+}
+
+fn phid_list(phids: Vec<&Value>) -> Value {
+    Value::Array(
+        phids
+            .into_iter()
+            .map(|phid| {
+                let mut entry = Map::new();
+                entry.insert("phid".into(), phid.clone());
+                Value::Object(entry)
+            })
+            .collect(),
+    )
+}
+
+/// Lower-case hex HMAC-SHA256 of `body` under `key` (the value of the
+/// `X-Phabricator-Webhook-Signature` header).
+pub fn sign(key: &[u8], body: &[u8]) -> String {
+    let key = hmac::Key::new(hmac::HMAC_SHA256, key);
+    hex::encode(hmac::sign(&key, body).as_ref())
+}
+
+/// Checks a received signature header against `body` in constant time, as a
+/// receiver should. Hex case is ignored; anything that is not 64 hex digits
+/// fails.
+pub fn verify(key: &[u8], body: &[u8], signature_hex: &str) -> bool {
+    let Ok(tag) = hex::decode(signature_hex.trim()) else {
+        return false;
+    };
+    let key = hmac::Key::new(hmac::HMAC_SHA256, key);
+    hmac::verify(&key, body, &tag).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{LastResult, RequestStatus};
+
+    const KEY: &str = "abcdefghijklmnopqrstuvwxyz234567";
+
+    fn row(object_phid: &str, date_created: u64, properties: &str) -> RequestRow {
+        RequestRow {
+            id: 1,
+            phid: "PHID-HWBR-x".into(),
+            webhook_phid: "PHID-HWBH-x".into(),
+            object_phid: object_phid.into(),
+            status: RequestStatus::Queued,
+            properties: properties.into(),
+            last_request_result: LastResult::None,
+            last_request_epoch: 0,
+            date_created,
+            date_modified: date_created,
+        }
+    }
+
+    fn payload_for(row: &RequestRow) -> Payload {
+        let props = Properties::parse(&row.properties).expect("vector properties parse");
+        Payload::build(row, &props)
+    }
+
+    /// SPEC §7, first vector.
+    #[test]
+    fn spec_vector_is_byte_exact() {
+        let row = row(
+            "PHID-TASK-abcdefghijklmnopqrst",
+            1_700_000_000,
+            r#"{"retry":"forever","transactionPHIDs":["PHID-XACT-TASK-bbbbbbbbbbbbbbb","PHID-XACT-TASK-aaaaaaaaaaaaaaa"],"triggerPHIDs":["PHID-HRUL-abcdefghijklmnopqrst"],"silent":false,"secure":false}"#,
+        );
+        let expected = r#"{
+  "object": {
+    "type": "TASK",
+    "phid": "PHID-TASK-abcdefghijklmnopqrst"
+  },
+  "triggers": [
+    {
+      "phid": "PHID-HRUL-abcdefghijklmnopqrst"
+    }
+  ],
+  "action": {
+    "test": false,
+    "silent": false,
+    "secure": false,
+    "epoch": 1700000000
+  },
+  "transactions": [
+    {
+      "phid": "PHID-XACT-TASK-bbbbbbbbbbbbbbb"
+    },
+    {
+      "phid": "PHID-XACT-TASK-aaaaaaaaaaaaaaa"
+    }
+  ]
+}
+"#;
+        let payload = payload_for(&row);
+        assert_eq!(std::str::from_utf8(payload.as_bytes()), Ok(expected));
+        assert_eq!(payload.as_bytes().len(), 415);
+        assert_eq!(
+            payload.sign(KEY),
+            "29cf1cc7b8f35a03d8258d0e14fcef0740e4667135a4c85460a06ee0f8526a48"
+        );
+    }
+
+    /// SPEC §7, escaping vector.
+    #[test]
+    fn escaping_vector_is_byte_exact() {
+        let row = row(
+            "PHID-TEST-a/b\"c\\d\u{e9}\u{4e2d}\u{1F600}<&>",
+            5,
+            r#"{"triggerPHIDs":[]}"#,
+        );
+        let payload = payload_for(&row);
+        let text = std::str::from_utf8(payload.as_bytes()).expect("ASCII");
+        assert_eq!(payload.as_bytes().len(), 238);
+        assert!(
+            text.contains("\"phid\": \"PHID-TEST-a/b\\\"c\\\\d\\u00e9\\u4e2d\\ud83d\\ude00<&>\"\n")
+        );
+        assert!(text.contains("\"triggers\": [],\n"));
+        assert!(text.contains("\"transactions\": []\n"));
+        assert_eq!(
+            payload.sign(KEY),
+            "c936d5c09dbf58a4f00e7da63bbd9e2c1a33ee54951013234e98cb646ace7184"
+        );
+    }
+
+    #[test]
+    fn object_shaped_transactions_use_values_in_order() {
+        let row = row(
+            "PHID-TASK-x",
+            1,
+            r#"{"transactionPHIDs":{"PHID-XACT-2":"PHID-XACT-2","PHID-XACT-1":"PHID-XACT-1"},"test":true}"#,
+        );
+        let text = String::from_utf8(payload_for(&row).into_bytes()).expect("ASCII");
+        let second = text.find("PHID-XACT-2").expect("present");
+        let first = text.find("PHID-XACT-1").expect("present");
+        assert!(second < first);
+        assert!(text.contains("\"test\": true,"));
+        assert!(text.ends_with("}\n"));
+    }
+
+    #[test]
+    fn verify_accepts_only_the_right_signature() {
+        let body = b"{}\n";
+        let signature = sign(KEY.as_bytes(), body);
+        assert!(verify(KEY.as_bytes(), body, &signature));
+        assert!(verify(KEY.as_bytes(), body, &signature.to_uppercase()));
+        assert!(!verify(KEY.as_bytes(), b"{}", &signature));
+        assert!(!verify(b"other", body, &signature));
+        assert!(!verify(KEY.as_bytes(), body, "zz"));
+        assert!(!verify(KEY.as_bytes(), body, ""));
+        assert!(!verify(KEY.as_bytes(), body, &signature[..62]));
+    }
+
+    #[test]
+    fn empty_key_still_signs() {
+        assert_eq!(sign(b"", b"x").len(), 64);
+    }
+}

@@ -1,0 +1,123 @@
+//! The `Store` trait: every database operation the dispatcher, the
+//! diagnostics API and the admin tool need, in the terms of SPEC §4.
+//! Implementations must obey the SQL's semantics exactly; the shared
+//! conformance suite (`conformance` feature) holds them to it.
+
+use std::fmt;
+
+use async_trait::async_trait;
+
+use crate::model::{Hook, RequestRow, UnixTime};
+use crate::outcome::ResultWrite;
+use crate::windows::Cutoffs;
+
+/// Errors are boxed so each store keeps its own typed error as the source.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// A store operation that did not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The server could not be reached (or the connection broke).
+    #[error("database unavailable")]
+    Unavailable(#[source] BoxError),
+    /// The server answers but the database does not exist yet (Phorge has
+    /// not run its storage upgrade).
+    #[error("database {0} does not exist yet")]
+    MissingDatabase(String),
+    /// A statement failed.
+    #[error("database query failed")]
+    Query(#[source] BoxError),
+    /// A row holds a value outside Phorge's domain.
+    #[error("row {id} is malformed: {reason}")]
+    MalformedRow {
+        /// Row id.
+        id: u64,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// The candidate query's parameters (SPEC §4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CandidateQuery {
+    /// Lease and retry cutoffs from one clock reading.
+    pub cutoffs: Cutoffs,
+    /// Rows to return at most, lowest id first.
+    pub limit: usize,
+    /// Hooks whose rows to leave out (their breaker is open or another
+    /// deliverer holds them), so one stuck hook cannot fill every batch.
+    pub exclude_hooks: Vec<String>,
+}
+
+/// Result of the compare-and-set claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// Exactly one row changed: the caller owns the row until its lease ends.
+    Won,
+    /// Someone else changed the row first; send nothing.
+    Lost,
+}
+
+/// Whether a guarded write landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// The row was updated.
+    Yes,
+    /// The guard (`status='queued' AND dateModified = expected`) did not
+    /// match: someone else touched the row; nothing was written.
+    Skipped,
+}
+
+/// Row counts by status, and hooks not `disabled` (the stats endpoint).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QueueStats {
+    /// Rows with status `queued`.
+    pub queued: u64,
+    /// Rows with status `sent`.
+    pub sent: u64,
+    /// Rows with status `failed`.
+    pub failed: u64,
+    /// Hooks whose status is not exactly `disabled`.
+    pub active_hooks: u64,
+}
+
+/// A held per-hook lock. Release it explicitly; an implementation must also
+/// free it when dropped unreleased (e.g. by closing its connection).
+#[async_trait]
+pub trait HookLock: Send + Sync + fmt::Debug {
+    /// Frees the lock.
+    async fn release(self: Box<Self>) -> Result<(), StoreError>;
+}
+
+/// The queue table and hook table, as the daemon sees them.
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// Queued rows that are fresh or past their lease, and not waiting out a
+    /// retry backoff, lowest id first (SPEC §4's candidate query).
+    async fn candidates(&self, query: &CandidateQuery) -> Result<Vec<RequestRow>, StoreError>;
+
+    /// The compare-and-set claim: `dateModified = GREATEST(dateModified + 1,
+    /// now)` where `id`, `status = 'queued'` and `dateModified = seen`.
+    async fn claim(&self, id: u64, seen_version: UnixTime) -> Result<Claim, StoreError>;
+
+    /// One UPDATE with the result of a processing step. With
+    /// `expected_version`, only an untouched queued row is written.
+    async fn write_result(&self, write: &ResultWrite) -> Result<Written, StoreError>;
+
+    /// The hook row, if it exists.
+    async fn hook(&self, phid: &str) -> Result<Option<Hook>, StoreError>;
+
+    /// Rows of this hook with `lastRequestResult = 'fail'` and
+    /// `lastRequestEpoch >= since` (rows, not attempts).
+    async fn breaker_failures(&self, hook_phid: &str, since: UnixTime) -> Result<u64, StoreError>;
+
+    /// Takes the per-hook serialisation without waiting; `None` when someone
+    /// else (another daemon, a PHP worker) holds it.
+    async fn lock_hook(&self, hook_phid: &str) -> Result<Option<Box<dyn HookLock>>, StoreError>;
+
+    /// Counts for the stats endpoint.
+    async fn stats(&self) -> Result<QueueStats, StoreError>;
+
+    /// All hooks, including disabled ones.
+    async fn hook_count(&self) -> Result<u64, StoreError>;
+}

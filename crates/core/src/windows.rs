@@ -1,0 +1,484 @@
+//! Settings of the delivery loop and the three time windows derived from
+//! them: the claim lease, the retry backoff and the hook circuit breaker.
+//!
+//! Everything here takes `now` as an argument; nothing reads a clock.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::model::UnixTime;
+
+/// A tunable, named by the environment variable operators set. Errors and
+/// warnings name settings this way so a message points at what to fix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Setting {
+    /// `GORGE_WEBHOOK_POLL_INTERVAL_MS`
+    PollInterval,
+    /// `GORGE_WEBHOOK_DELIVERY_TIMEOUT`
+    DeliveryTimeout,
+    /// `GORGE_WEBHOOK_MAX_CONCURRENT`
+    MaxConcurrent,
+    /// `GORGE_WEBHOOK_ERROR_BACKOFF_SEC`
+    BreakerWindow,
+    /// `GORGE_WEBHOOK_ERROR_THRESHOLD`
+    BreakerThreshold,
+    /// `GORGE_WEBHOOK_RETRY_BACKOFF_SEC`
+    RetryBackoff,
+    /// `GORGE_WEBHOOK_CLAIM_LEASE_SEC`
+    ClaimLease,
+    /// `GORGE_WEBHOOK_BATCH_SIZE`
+    BatchSize,
+}
+
+impl Setting {
+    /// The environment variable that sets it.
+    pub fn env_name(self) -> &'static str {
+        match self {
+            Self::PollInterval => "GORGE_WEBHOOK_POLL_INTERVAL_MS",
+            Self::DeliveryTimeout => "GORGE_WEBHOOK_DELIVERY_TIMEOUT",
+            Self::MaxConcurrent => "GORGE_WEBHOOK_MAX_CONCURRENT",
+            Self::BreakerWindow => "GORGE_WEBHOOK_ERROR_BACKOFF_SEC",
+            Self::BreakerThreshold => "GORGE_WEBHOOK_ERROR_THRESHOLD",
+            Self::RetryBackoff => "GORGE_WEBHOOK_RETRY_BACKOFF_SEC",
+            Self::ClaimLease => "GORGE_WEBHOOK_CLAIM_LEASE_SEC",
+            Self::BatchSize => "GORGE_WEBHOOK_BATCH_SIZE",
+        }
+    }
+}
+
+impl fmt::Display for Setting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.env_name())
+    }
+}
+
+/// A setting outside its allowed range.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{setting}: {reason}")]
+pub struct ConfigError {
+    /// Which setting.
+    pub setting: Setting,
+    /// What is wrong with it, with the allowed range.
+    pub reason: String,
+}
+
+/// The raw settings, as configured (SPEC §9 defaults).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// Idle poll spacing.
+    pub poll_interval: Duration,
+    /// Deadline for one whole HTTP exchange.
+    pub delivery_timeout: Duration,
+    /// Deliveries in flight at once, across all hooks.
+    pub max_concurrent: usize,
+    /// Breaker window in seconds.
+    pub breaker_window_secs: u64,
+    /// Failed rows within the window that open the breaker.
+    pub breaker_threshold: u64,
+    /// Seconds after a failed attempt before the row is tried again.
+    pub retry_backoff_secs: u64,
+    /// Seconds a claim protects a row from other claimers, as configured.
+    pub claim_lease_secs: u64,
+    /// Candidate rows kept ready per instance; 0 = derive from concurrency.
+    pub batch_size: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            poll_interval: Duration::from_millis(1000),
+            delivery_timeout: Duration::from_secs(15),
+            max_concurrent: 8,
+            breaker_window_secs: 300,
+            breaker_threshold: 10,
+            retry_backoff_secs: 60,
+            claim_lease_secs: 30,
+            batch_size: 0,
+        }
+    }
+}
+
+/// Warnings about settings that do not do what they seem to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WindowWarning {
+    /// The lease was raised so a claim outlives the delivery it protects.
+    LeaseRaised {
+        /// As configured.
+        configured: u64,
+        /// As used.
+        effective: u64,
+    },
+    /// A retry backoff below the lease has no effect: a failed row's
+    /// write-back refreshes `dateModified`, so the lease governs.
+    BackoffBelowLease {
+        /// As configured.
+        backoff: u64,
+        /// The effective lease that wins.
+        lease: u64,
+    },
+}
+
+impl fmt::Display for WindowWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::LeaseRaised {
+                configured,
+                effective,
+            } => write!(
+                f,
+                "{} = {configured}s is shorter than a delivery can take; using {effective}s \
+                 ({} + 2s) so a claim outlives its delivery",
+                Setting::ClaimLease,
+                Setting::DeliveryTimeout
+            ),
+            Self::BackoffBelowLease { backoff, lease } => write!(
+                f,
+                "{} = {backoff}s has no effect below the claim lease: failed rows are retried \
+                 every {lease}s (the effective lease), because a failed attempt's write-back \
+                 refreshes dateModified as well as lastRequestEpoch",
+                Setting::RetryBackoff
+            ),
+        }
+    }
+}
+
+/// Both candidate cutoffs, from one reading of the clock (SPEC §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cutoffs {
+    /// The clock reading both cutoffs come from.
+    pub now: UnixTime,
+    /// Claimed rows with `dateModified <= lease_cutoff` may be taken over.
+    pub lease_cutoff: UnixTime,
+    /// Failed rows with `lastRequestEpoch <= retry_cutoff` may be retried.
+    pub retry_cutoff: UnixTime,
+}
+
+/// Validated settings with the effective windows worked out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Windows {
+    settings: Settings,
+    lease_secs: u64,
+}
+
+/// Margin added to the delivery timeout for the lease: one second because
+/// `dateModified` is truncated to whole seconds, one for the write-back.
+const LEASE_MARGIN_SECS: u64 = 2;
+
+impl Windows {
+    /// Validates `settings`; the error names the offending variable.
+    pub fn try_new(settings: Settings) -> Result<Self, ConfigError> {
+        check_range(
+            Setting::PollInterval,
+            millis(settings.poll_interval),
+            10,
+            3_600_000,
+            "ms",
+        )?;
+        check_range(
+            Setting::DeliveryTimeout,
+            settings.delivery_timeout.as_secs(),
+            1,
+            600,
+            "s",
+        )?;
+        if settings.delivery_timeout.subsec_nanos() != 0 {
+            return Err(ConfigError {
+                setting: Setting::DeliveryTimeout,
+                reason: "must be a whole number of seconds".into(),
+            });
+        }
+        check_range(
+            Setting::MaxConcurrent,
+            settings.max_concurrent as u64,
+            1,
+            1024,
+            "",
+        )?;
+        check_range(
+            Setting::BreakerWindow,
+            settings.breaker_window_secs,
+            1,
+            86_400,
+            "s",
+        )?;
+        check_range(
+            Setting::BreakerThreshold,
+            settings.breaker_threshold,
+            1,
+            1_000_000,
+            "",
+        )?;
+        check_range(
+            Setting::RetryBackoff,
+            settings.retry_backoff_secs,
+            0,
+            86_400,
+            "s",
+        )?;
+        check_range(
+            Setting::ClaimLease,
+            settings.claim_lease_secs,
+            1,
+            86_400,
+            "s",
+        )?;
+        check_range(
+            Setting::BatchSize,
+            settings.batch_size as u64,
+            0,
+            10_000,
+            "",
+        )?;
+        let lease_secs = settings
+            .claim_lease_secs
+            .max(settings.delivery_timeout.as_secs() + LEASE_MARGIN_SECS);
+        Ok(Self {
+            settings,
+            lease_secs,
+        })
+    }
+
+    /// The settings as configured.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Effective claim lease in seconds: the configured lease, raised to
+    /// cover a whole delivery.
+    pub fn lease_secs(&self) -> u64 {
+        self.lease_secs
+    }
+
+    /// How far apart attempts on one failed row really are:
+    /// `max(effective lease, retry backoff)`.
+    pub fn effective_retry_spacing_secs(&self) -> u64 {
+        self.lease_secs.max(self.settings.retry_backoff_secs)
+    }
+
+    /// Idle poll spacing.
+    pub fn poll_interval(&self) -> Duration {
+        self.settings.poll_interval
+    }
+
+    /// Deadline for one whole HTTP exchange.
+    pub fn delivery_timeout(&self) -> Duration {
+        self.settings.delivery_timeout
+    }
+
+    /// Deliveries in flight at once.
+    pub fn max_concurrent(&self) -> usize {
+        self.settings.max_concurrent
+    }
+
+    /// Candidate rows kept ready per instance.
+    pub fn batch_size(&self) -> usize {
+        match self.settings.batch_size {
+            0 => (self.settings.max_concurrent * 8).clamp(32, 1024),
+            n => n,
+        }
+    }
+
+    /// Both candidate cutoffs from one clock reading.
+    pub fn cutoffs(&self, now: UnixTime) -> Cutoffs {
+        Cutoffs {
+            now,
+            lease_cutoff: now.saturating_sub(self.lease_secs),
+            retry_cutoff: now.saturating_sub(self.settings.retry_backoff_secs),
+        }
+    }
+
+    /// The breaker rule for this configuration.
+    pub fn breaker(&self) -> Breaker {
+        Breaker {
+            window_secs: self.settings.breaker_window_secs,
+            threshold: self.settings.breaker_threshold,
+        }
+    }
+
+    /// Settings that do not do what they seem to, for startup logs and the
+    /// admin tool.
+    pub fn warnings(&self) -> Vec<WindowWarning> {
+        let mut warnings = Vec::new();
+        if self.lease_secs > self.settings.claim_lease_secs {
+            warnings.push(WindowWarning::LeaseRaised {
+                configured: self.settings.claim_lease_secs,
+                effective: self.lease_secs,
+            });
+        }
+        if self.settings.retry_backoff_secs < self.lease_secs {
+            warnings.push(WindowWarning::BackoffBelowLease {
+                backoff: self.settings.retry_backoff_secs,
+                lease: self.lease_secs,
+            });
+        }
+        warnings
+    }
+}
+
+/// The hook circuit breaker: at `threshold` or more rows of one hook that
+/// failed within the last `window_secs`, the hook is not called at all. It
+/// closes by itself as old failures slide out of the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Breaker {
+    /// Window length in seconds.
+    pub window_secs: u64,
+    /// Failed rows that open it.
+    pub threshold: u64,
+}
+
+impl Breaker {
+    /// Failures are counted from `lastRequestEpoch >= since(now)`.
+    pub fn since(&self, now: UnixTime) -> UnixTime {
+        now.saturating_sub(self.window_secs)
+    }
+
+    /// Whether `failed_rows` recent failures keep the hook from being called.
+    pub fn is_open(&self, failed_rows: u64) -> bool {
+        failed_rows >= self.threshold
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn check_range(
+    setting: Setting,
+    value: u64,
+    min: u64,
+    max: u64,
+    unit: &str,
+) -> Result<(), ConfigError> {
+    if (min..=max).contains(&value) {
+        Ok(())
+    } else {
+        Err(ConfigError {
+            setting,
+            reason: format!("must be between {min}{unit} and {max}{unit} (got {value}{unit})"),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_match_the_spec() {
+        let windows = Windows::try_new(Settings::default()).expect("defaults valid");
+        assert_eq!(windows.lease_secs(), 30);
+        assert_eq!(windows.effective_retry_spacing_secs(), 60);
+        assert_eq!(windows.breaker().threshold, 10);
+        assert_eq!(windows.breaker().window_secs, 300);
+        assert!(windows.warnings().is_empty());
+    }
+
+    #[test]
+    fn lease_is_raised_to_cover_a_delivery() {
+        let windows = Windows::try_new(Settings {
+            claim_lease_secs: 5,
+            delivery_timeout: Duration::from_secs(15),
+            ..Settings::default()
+        })
+        .expect("valid");
+        assert_eq!(windows.lease_secs(), 17);
+        assert!(windows.warnings().contains(&WindowWarning::LeaseRaised {
+            configured: 5,
+            effective: 17
+        }));
+    }
+
+    #[test]
+    fn backoff_below_lease_is_reported_with_the_real_spacing() {
+        let windows = Windows::try_new(Settings {
+            retry_backoff_secs: 10,
+            ..Settings::default()
+        })
+        .expect("valid");
+        assert_eq!(windows.effective_retry_spacing_secs(), 30);
+        let warnings = windows.warnings();
+        assert_eq!(
+            warnings,
+            vec![WindowWarning::BackoffBelowLease {
+                backoff: 10,
+                lease: 30
+            }]
+        );
+        assert!(warnings[0]
+            .to_string()
+            .contains("GORGE_WEBHOOK_RETRY_BACKOFF_SEC = 10s has no effect"));
+    }
+
+    #[test]
+    fn cutoffs_come_from_one_reading() {
+        let windows = Windows::try_new(Settings::default()).expect("valid");
+        let cutoffs = windows.cutoffs(1_000);
+        assert_eq!(cutoffs.now, 1_000);
+        assert_eq!(cutoffs.lease_cutoff, 970);
+        assert_eq!(cutoffs.retry_cutoff, 940);
+        let early = windows.cutoffs(5);
+        assert_eq!((early.lease_cutoff, early.retry_cutoff), (0, 0));
+    }
+
+    #[test]
+    fn breaker_opens_at_the_threshold() {
+        let breaker = Windows::try_new(Settings::default())
+            .expect("valid")
+            .breaker();
+        assert!(!breaker.is_open(9));
+        assert!(breaker.is_open(10));
+        assert_eq!(breaker.since(1_000), 700);
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        let cases = [
+            (
+                Settings {
+                    max_concurrent: 0,
+                    ..Settings::default()
+                },
+                "GORGE_WEBHOOK_MAX_CONCURRENT",
+            ),
+            (
+                Settings {
+                    poll_interval: Duration::ZERO,
+                    ..Settings::default()
+                },
+                "GORGE_WEBHOOK_POLL_INTERVAL_MS",
+            ),
+            (
+                Settings {
+                    delivery_timeout: Duration::ZERO,
+                    ..Settings::default()
+                },
+                "GORGE_WEBHOOK_DELIVERY_TIMEOUT",
+            ),
+            (
+                Settings {
+                    breaker_threshold: 0,
+                    ..Settings::default()
+                },
+                "GORGE_WEBHOOK_ERROR_THRESHOLD",
+            ),
+            (
+                Settings {
+                    breaker_window_secs: 0,
+                    ..Settings::default()
+                },
+                "GORGE_WEBHOOK_ERROR_BACKOFF_SEC",
+            ),
+            (
+                Settings {
+                    claim_lease_secs: 0,
+                    ..Settings::default()
+                },
+                "GORGE_WEBHOOK_CLAIM_LEASE_SEC",
+            ),
+        ];
+        for (settings, name) in cases {
+            let err = Windows::try_new(settings).expect_err(name);
+            assert!(err.to_string().starts_with(name), "{err}");
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! The `Store` on MySQL/MariaDB. Not written yet (issue 3).

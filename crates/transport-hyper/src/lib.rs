@@ -1,0 +1,1 @@
+//! The `Transport` on hyper + rustls. Not written yet (issue 4).

@@ -1,0 +1,3 @@
+//! `cargo xtask`: project chores.
+
+fn main() {}
