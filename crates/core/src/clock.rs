@@ -105,6 +105,16 @@ impl ManualClock {
         true
     }
 
+    /// Time until the earliest pending sleeper is due, if any.
+    pub fn next_sleeper_in(&self) -> Option<Duration> {
+        let inner = self.lock();
+        inner
+            .sleepers
+            .keys()
+            .next()
+            .map(|(deadline, _)| deadline.saturating_sub(inner.elapsed))
+    }
+
     /// Number of pending sleepers.
     pub fn sleepers(&self) -> usize {
         self.lock().sleepers.len()

@@ -60,6 +60,7 @@ cases!(
     two_claimers_of_one_version_one_wins,
     claim_needs_a_queued_row,
     write_result_sets_every_column,
+    write_in_the_claim_second_still_advances_the_version,
     guarded_write_lands_only_on_an_untouched_row,
     breaker_counts_failed_rows_in_the_window,
     hook_lookup_returns_the_row_or_nothing,
@@ -306,6 +307,27 @@ async fn write_result_sets_every_column(bed: &dyn TestBed) {
             before.date_created
         )
     );
+}
+
+async fn write_in_the_claim_second_still_advances_the_version(bed: &dyn TestBed) {
+    let now = bed.now().await;
+    let ahead = now + 1_000;
+    let id = bed.insert_request(&request(HOOK, ahead, ahead)).await;
+    assert_eq!(bed.store().claim(id, ahead).await.expect("claim"), Claim::Won);
+    let write = ResultWrite {
+        id,
+        expected_version: None,
+        status: RequestStatus::Queued,
+        last_request_result: LastResult::Fail,
+        last_request_epoch: ahead,
+        date_modified: ahead,
+        properties: r#"{"retry":"forever","errorType":"http","errorCode":500}"#.to_owned(),
+    };
+    bed.store().write_result(&write).await.expect("write");
+    let row = bed.row(id).await;
+    assert_eq!(row.date_modified, ahead + 2, "GREATEST(dateModified + 1, now)");
+    assert!(!row.is_fresh(), "a failed row must not look fresh");
+    assert_eq!(row.last_request_epoch, ahead);
 }
 
 async fn guarded_write_lands_only_on_an_untouched_row(bed: &dyn TestBed) {

@@ -10,6 +10,8 @@
 //! in through [`Store`], [`Transport`] and [`Clock`]. [`MemoryStore`] and
 //! [`ManualClock`] make the whole loop deterministic in tests.
 
+#![warn(missing_docs)]
+
 pub mod clock;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;

@@ -241,7 +241,7 @@ impl Store for MemoryStore {
         row.status = write.status;
         row.last_request_result = write.last_request_result;
         row.last_request_epoch = write.last_request_epoch;
-        row.date_modified = write.date_modified;
+        row.date_modified = (row.date_modified + 1).max(write.date_modified);
         row.properties.clone_from(&write.properties);
         Ok(Written::Yes)
     }

@@ -145,7 +145,10 @@ pub struct ResultWrite {
     pub last_request_result: LastResult,
     /// New lastRequestEpoch.
     pub last_request_epoch: UnixTime,
-    /// New dateModified (every save bumps it).
+    /// The write's time. The store sets `dateModified = GREATEST(dateModified
+    /// + 1, date_modified)`: a result written in the second of the claim (or
+    /// of the insert) must still advance the version, or a failed row would
+    /// look fresh (`dateModified = dateCreated`) and skip its retry spacing.
     pub date_modified: UnixTime,
     /// New properties column text.
     pub properties: String,

@@ -100,7 +100,8 @@ pub trait Store: Send + Sync {
     /// now)` where `id`, `status = 'queued'` and `dateModified = seen`.
     async fn claim(&self, id: u64, seen_version: UnixTime) -> Result<Claim, StoreError>;
 
-    /// One UPDATE with the result of a processing step. With
+    /// One UPDATE with the result of a processing step, setting
+    /// `dateModified = GREATEST(dateModified + 1, write.date_modified)`. With
     /// `expected_version`, only an untouched queued row is written.
     async fn write_result(&self, write: &ResultWrite) -> Result<Written, StoreError>;
 

@@ -1,0 +1,456 @@
+//! The dispatcher against SPEC §5, one behaviour per test, on a manual
+//! clock: nothing here sleeps for real.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use webhook_core::memory_store::StoreOp;
+use webhook_core::{
+    verify, Clock, DeliveryResult, LastResult, NewRequest, Payload, Properties, RequestStatus,
+    Settings, Store, TransportFailure,
+};
+
+use crate::support::{hook, Harness, Reply, KEY};
+
+const HOOK_A: &str = "PHID-HWBH-aaaaaaaaaaaaaaaaaaaa";
+const HOOK_B: &str = "PHID-HWBH-bbbbbbbbbbbbbbbbbbbb";
+const URI_A: &str = "http://receiver-a.test/hook";
+const URI_B: &str = "http://receiver-b.test/hook";
+const FOREVER: &str = r#"{"retry":"forever","triggerPHIDs":["PHID-HRUL-x"]}"#;
+const NEVER: &str = r#"{"retry":"never"}"#;
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+fn props_of(h: &Harness, id: u64) -> Value {
+    let row = h.store.row(id).expect("row");
+    serde_json::from_str(&row.properties).expect("properties stay JSON")
+}
+
+fn posts_for(h: &Harness, id: u64) -> usize {
+    let phid = h.store.row(id).expect("row").phid;
+    h.transport
+        .posts()
+        .iter()
+        .filter(|p| p.request_phid == phid)
+        .count()
+}
+
+#[test]
+fn a_fresh_row_is_delivered_once_with_signed_exact_bytes() {
+    let mut h = Harness::with_defaults();
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    let stored = r#"{"retry":"never","triggerPHIDs":{"3":"PHID-HRUL-x"},"custom":[1,{"k":"\/"}],"errorCode":"old"}"#;
+    let id = h.store.insert_request(NewRequest::queued(HOOK_A, stored));
+    h.start();
+
+    let posts = h.transport.posts();
+    assert_eq!(posts.len(), 1, "delivered at once, without waiting a tick");
+    let row = h.store.row(id).expect("row");
+    let expected = Payload::build(&row, &Properties::parse(stored).expect("parses"));
+    assert_eq!(posts[0].body, expected.as_bytes());
+    assert!(verify(KEY.as_bytes(), &posts[0].body, &posts[0].signature));
+
+    assert_eq!(row.status, RequestStatus::Sent);
+    assert_eq!(row.last_request_result, LastResult::Okay);
+    assert_eq!(row.last_request_epoch, h.clock.now());
+    assert_eq!(
+        row.properties,
+        r#"{"retry":"never","triggerPHIDs":{"3":"PHID-HRUL-x"},"custom":[1,{"k":"\/"}],"errorCode":200,"errorType":"http"}"#
+    );
+
+    h.run_for(secs(120));
+    assert_eq!(h.transport.posts().len(), 1, "never sent twice");
+    let metrics = h.dispatcher.metrics().snapshot();
+    assert_eq!((metrics.claims_won, metrics.delivered_ok), (1, 1));
+}
+
+#[test]
+fn a_failed_forever_row_waits_the_effective_spacing() {
+    for (backoff, spacing) in [(60, 60), (10, 30)] {
+        let mut h = Harness::new(Settings {
+            retry_backoff_secs: backoff,
+            ..Settings::default()
+        });
+        h.store.put_hook(hook(HOOK_A, URI_A));
+        h.transport.script(URI_A, [Reply::status(500), Reply::status(503)]);
+        let id = h.store.insert_request(NewRequest::queued(HOOK_A, FOREVER));
+        h.start();
+
+        let row = h.store.row(id).expect("row");
+        assert_eq!(
+            (row.status, row.last_request_result),
+            (RequestStatus::Queued, LastResult::Fail)
+        );
+        assert_eq!(props_of(&h, id)["errorCode"], 500);
+        assert_eq!(props_of(&h, id)["errorType"], "http");
+
+        h.run_for(secs(spacing - 1));
+        assert_eq!(posts_for(&h, id), 1, "backoff {backoff}: too early");
+        // Writes in the claim's second advance the version by one more
+        // second each (claim, then write-back), so a lease-governed retry
+        // comes up to two seconds after the lease.
+        h.run_for(secs(4));
+        assert_eq!(posts_for(&h, id), 2, "backoff {backoff}: retried after {spacing}s");
+        let posts = h.transport.posts();
+        let gap = posts[1].started - posts[0].started;
+        assert!(gap >= secs(spacing) && gap <= secs(spacing + 2), "{gap:?}");
+        assert_eq!(props_of(&h, id)["errorCode"], 503);
+        h.run_for(secs(spacing + 1));
+        assert_eq!(h.store.row(id).expect("row").status, RequestStatus::Sent);
+    }
+}
+
+#[test]
+fn a_failed_attempt_without_forever_ends_the_row() {
+    let mut h = Harness::with_defaults();
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    h.transport.always(URI_A, Reply::status(404));
+    let never = h.store.insert_request(NewRequest::queued(HOOK_A, NEVER));
+    let missing = h.store.insert_request(NewRequest::queued(HOOK_A, "{}"));
+    h.start();
+    h.run_for(secs(300));
+    for id in [never, missing] {
+        let row = h.store.row(id).expect("row");
+        assert_eq!(
+            (row.status, row.last_request_result),
+            (RequestStatus::Failed, LastResult::Fail)
+        );
+        assert_eq!(props_of(&h, id)["errorCode"], 404);
+        assert_eq!(posts_for(&h, id), 1);
+    }
+}
+
+#[test]
+fn timeouts_and_transport_errors_use_curl_numbers() {
+    let mut h = Harness::with_defaults();
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    h.transport.script(
+        URI_A,
+        [
+            Reply::status(200).after(secs(20)),
+            Reply {
+                latency: Duration::ZERO,
+                result: DeliveryResult::Failed(TransportFailure::Connect),
+            },
+        ],
+    );
+    let slow = h.store.insert_request(NewRequest::queued(HOOK_A, NEVER));
+    let refused = h.store.insert_request(NewRequest::queued(HOOK_A, NEVER));
+    h.start();
+    h.run_for(secs(16));
+    assert_eq!(props_of(&h, slow)["errorType"], "timeout");
+    assert_eq!(props_of(&h, slow)["errorCode"], 28);
+    assert_eq!(props_of(&h, refused)["errorType"], "http");
+    assert_eq!(props_of(&h, refused)["errorCode"], 7);
+}
+
+#[test]
+fn hook_configuration_errors_never_claim_or_post() {
+    let mut h = Harness::with_defaults();
+    let mut disabled = hook(HOOK_A, URI_A);
+    disabled.status = "disabled".into();
+    h.store.put_hook(disabled);
+    let denied = "PHID-HWBH-denieddddddddddddddd";
+    h.store.put_hook(hook(denied, "http://denied.test/"));
+    let unknown = "PHID-HWBH-nxdomainnnnnnnnnnnnn";
+    h.store.put_hook(hook(unknown, "http://nxdomain.test/"));
+    let malformed = "PHID-HWBH-malformedddddddddddd";
+    h.store.put_hook(hook(malformed, "ftp://x/"));
+    h.store.put_hook(hook(HOOK_B, URI_B));
+
+    let cases = [
+        (h.store.insert_request(NewRequest::queued(HOOK_A, FOREVER)), "disabled"),
+        (
+            h.store.insert_request(NewRequest::queued("PHID-HWBH-gonegonegonegonegone", FOREVER)),
+            "not-found",
+        ),
+        (h.store.insert_request(NewRequest::queued(denied, FOREVER)), "uri"),
+        (h.store.insert_request(NewRequest::queued(unknown, FOREVER)), "uri"),
+        (h.store.insert_request(NewRequest::queued(malformed, FOREVER)), "uri"),
+        (
+            h.store.insert_request(NewRequest::queued(HOOK_B, "{not json")),
+            "invalid-properties",
+        ),
+        (
+            h.store.insert_request(NewRequest::queued(HOOK_B, r#"{"triggerPHIDs":7}"#)),
+            "invalid-properties",
+        ),
+    ];
+    h.start();
+    h.run_for(secs(5));
+
+    assert!(h.transport.posts().is_empty());
+    assert_eq!(h.dispatcher.metrics().snapshot().claims_won, 0);
+    for (id, code) in cases {
+        let row = h.store.row(id).expect("row");
+        assert_eq!(row.status, RequestStatus::Failed, "{code}");
+        assert_eq!(row.last_request_result, LastResult::None, "{code}");
+        assert_eq!(row.last_request_epoch, 0, "{code}");
+        let props = props_of(&h, id);
+        assert_eq!(props["errorType"], "hook");
+        assert_eq!(props["errorCode"], code);
+    }
+    // Unparseable text is kept, verbatim.
+    let kept = props_of(&h, cases[5].0);
+    assert_eq!(kept["gorgeOriginalProperties"], "{not json");
+    // Configuration failures never feed the breaker.
+    let failures = futures::executor::block_on(h.store.breaker_failures(HOOK_A, 0));
+    assert_eq!(failures.expect("count"), 0);
+}
+
+#[test]
+fn a_resolver_failure_is_a_failed_attempt_not_a_permanent_error() {
+    let mut h = Harness::with_defaults();
+    let flaky = "PHID-HWBH-dnsfailllllllllllll";
+    h.store.put_hook(hook(flaky, "http://dnsfail.test/"));
+    let id = h.store.insert_request(NewRequest::queued(flaky, FOREVER));
+    h.start();
+    let row = h.store.row(id).expect("row");
+    assert_eq!(
+        (row.status, row.last_request_result),
+        (RequestStatus::Queued, LastResult::Fail)
+    );
+    assert_eq!(props_of(&h, id)["errorType"], "http");
+    assert_eq!(props_of(&h, id)["errorCode"], 6);
+    assert!(h.transport.posts().is_empty());
+    assert_eq!(h.dispatcher.metrics().snapshot().claims_won, 1);
+}
+
+#[test]
+fn the_breaker_trips_at_the_threshold_and_recovers_as_the_window_slides() {
+    let mut h = Harness::new(Settings {
+        breaker_threshold: 3,
+        breaker_window_secs: 100,
+        ..Settings::default()
+    });
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    h.store.put_hook(hook(HOOK_B, URI_B));
+    h.transport.always(URI_A, Reply::status(500));
+    let a_rows: Vec<u64> = (0..6)
+        .map(|_| h.store.insert_request(NewRequest::queued(HOOK_A, NEVER)))
+        .collect();
+    h.start();
+    h.run_for(secs(30));
+
+    // Three failed rows open the breaker; the rest are never claimed.
+    assert_eq!(h.transport.posts().len(), 3);
+    for id in &a_rows[3..] {
+        let row = h.store.row(*id).expect("row");
+        assert_eq!(row.status, RequestStatus::Queued);
+        assert!(row.is_fresh(), "skipped rows are not claimed");
+    }
+    // Other hooks keep flowing while A is open.
+    let b = h.store.insert_request(NewRequest::queued(HOOK_B, NEVER));
+    h.run_for(secs(2));
+    assert_eq!(h.store.row(b).expect("row").status, RequestStatus::Sent);
+    let snap = h.dispatcher.metrics().snapshot();
+    assert_eq!(snap.breaker_open_hooks, 1);
+    assert!(snap.breaker_skips >= 1);
+
+    // Once the failures slide out of the window, A is called again.
+    h.transport.always(URI_A, Reply::status(200));
+    h.run_for(secs(75));
+    for id in &a_rows[3..] {
+        assert_eq!(h.store.row(*id).expect("row").status, RequestStatus::Sent);
+    }
+    assert_eq!(h.dispatcher.metrics().snapshot().breaker_open_hooks, 0);
+}
+
+#[test]
+fn one_hook_gets_one_delivery_at_a_time_in_id_order() {
+    let mut h = Harness::new(Settings {
+        max_concurrent: 4,
+        ..Settings::default()
+    });
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    h.store.put_hook(hook(HOOK_B, URI_B));
+    h.transport.always(URI_A, Reply::status(200).after(Duration::from_millis(700)));
+    h.transport.always(URI_B, Reply::status(200).after(Duration::from_millis(300)));
+    let mut a_ids = Vec::new();
+    for i in 0..10 {
+        let hook = if i % 2 == 0 { HOOK_A } else { HOOK_B };
+        let id = h.store.insert_request(NewRequest::queued(hook, NEVER));
+        if hook == HOOK_A {
+            a_ids.push(id);
+        }
+    }
+    h.start();
+    h.run_for(secs(10));
+
+    assert_eq!(h.transport.posts().len(), 10);
+    assert_eq!(h.transport.max_concurrent_to(URI_A), 1);
+    assert_eq!(h.transport.max_concurrent_to(URI_B), 1);
+    assert_eq!(h.transport.max_concurrent_total(), 2, "hooks run side by side");
+    let a_order: Vec<String> = h
+        .transport
+        .posts()
+        .iter()
+        .filter(|p| p.uri == URI_A)
+        .map(|p| p.request_phid.clone())
+        .collect();
+    let expected: Vec<String> = a_ids
+        .iter()
+        .map(|id| h.store.row(*id).expect("row").phid)
+        .collect();
+    assert_eq!(a_order, expected);
+}
+
+#[test]
+fn the_global_limit_caps_deliveries_across_hooks() {
+    let mut h = Harness::new(Settings {
+        max_concurrent: 3,
+        ..Settings::default()
+    });
+    for i in 0..10 {
+        let phid = format!("PHID-HWBH-limit{i:015}");
+        let uri = format!("http://limit-{i}.test/");
+        h.store.put_hook(hook(&phid, &uri));
+        h.transport.always(&uri, Reply::status(200).after(secs(1)));
+        h.store.insert_request(NewRequest::queued(&phid, NEVER));
+    }
+    h.start();
+    h.run_for(secs(10));
+    assert_eq!(h.transport.posts().len(), 10);
+    assert_eq!(h.transport.max_concurrent_total(), 3);
+}
+
+#[test]
+fn a_full_poll_is_followed_at_once_so_the_interval_caps_nothing() {
+    let mut h = Harness::new(Settings {
+        batch_size: 16,
+        ..Settings::default()
+    });
+    for i in 0..40 {
+        let phid = format!("PHID-HWBH-drain{i:015}");
+        h.store.put_hook(hook(&phid, &format!("http://drain-{i}.test/")));
+        for _ in 0..10 {
+            h.store.insert_request(NewRequest::queued(&phid, NEVER));
+        }
+    }
+    h.start();
+    // Not one tick of the clock has passed: the backlog drained on polls
+    // that followed full ones immediately.
+    assert_eq!(h.transport.posts().len(), 400);
+    assert!(h
+        .store
+        .rows()
+        .iter()
+        .all(|r| r.status == RequestStatus::Sent));
+}
+
+#[test]
+fn a_lost_claim_sends_nothing() {
+    let mut h = Harness::with_defaults();
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    // Another deliverer holds the hook while it claims the row itself.
+    let lock = futures::executor::block_on(h.store.lock_hook(HOOK_A))
+        .expect("lock")
+        .expect("free");
+    let id = h.store.insert_request(NewRequest::queued(HOOK_A, NEVER));
+    h.start();
+    assert!(h.transport.posts().is_empty(), "lock busy: skipped");
+    assert_eq!(h.dispatcher.metrics().snapshot().lock_busy, 1);
+    let version = h.store.row(id).expect("row").date_modified;
+    let won = futures::executor::block_on(h.store.claim(id, version)).expect("claim");
+    assert_eq!(won, webhook_core::Claim::Won);
+    futures::executor::block_on(lock.release()).expect("release");
+
+    h.run_for(secs(5));
+    assert!(h.transport.posts().is_empty(), "claimed elsewhere: not sent");
+    h.run_for(secs(30));
+    assert_eq!(posts_for(&h, id), 1, "taken over once the lease expired");
+}
+
+#[test]
+fn a_stale_version_loses_the_claim() {
+    let mut h = Harness::with_defaults();
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    h.transport.always(URI_A, Reply::status(200).after(secs(2)));
+    let first = h.store.insert_request(NewRequest::queued(HOOK_A, NEVER));
+    let second = h.store.insert_request(NewRequest::queued(HOOK_A, NEVER));
+    h.start();
+    // While `first` is in flight, another deliverer claims `second`.
+    let version = h.store.row(second).expect("row").date_modified;
+    let claim = futures::executor::block_on(h.store.claim(second, version)).expect("claim");
+    assert_eq!(claim, webhook_core::Claim::Won);
+    h.run_for(secs(5));
+    assert_eq!(posts_for(&h, first), 1);
+    assert_eq!(posts_for(&h, second), 0);
+    assert_eq!(h.dispatcher.metrics().snapshot().claims_lost, 1);
+}
+
+#[test]
+fn a_failed_hook_lookup_writes_nothing_and_retries_next_poll() {
+    let mut h = Harness::with_defaults();
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    h.store.fail_next(StoreOp::Hook, 1);
+    let id = h.store.insert_request(NewRequest::queued(HOOK_A, NEVER));
+    h.start();
+    let row = h.store.row(id).expect("row");
+    assert!(row.is_fresh() && row.status == RequestStatus::Queued);
+    h.run_for(secs(2));
+    assert_eq!(h.store.row(id).expect("row").status, RequestStatus::Sent);
+}
+
+#[test]
+fn a_failed_write_back_is_retried_until_stored() {
+    let mut h = Harness::with_defaults();
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    h.store.fail_next(StoreOp::WriteResult, 3);
+    let id = h.store.insert_request(NewRequest::queued(HOOK_A, NEVER));
+    h.start();
+    h.run_for(secs(10));
+    assert_eq!(h.store.row(id).expect("row").status, RequestStatus::Sent);
+    assert_eq!(posts_for(&h, id), 1);
+    let snap = h.dispatcher.metrics().snapshot();
+    assert_eq!((snap.writeback_retries, snap.writeback_failures), (3, 0));
+}
+
+#[test]
+fn a_failed_poll_is_retried_on_the_next_tick() {
+    let mut h = Harness::with_defaults();
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    h.store.fail_next(StoreOp::Candidates, 2);
+    let id = h.store.insert_request(NewRequest::queued(HOOK_A, NEVER));
+    h.start();
+    assert_eq!(h.store.row(id).expect("row").status, RequestStatus::Queued);
+    h.run_for(secs(3));
+    assert_eq!(h.store.row(id).expect("row").status, RequestStatus::Sent);
+    assert_eq!(h.dispatcher.metrics().snapshot().poll_errors, 2);
+}
+
+#[test]
+fn stopping_finishes_in_flight_deliveries_and_claims_nothing_new() {
+    let mut h = Harness::new(Settings {
+        max_concurrent: 1,
+        ..Settings::default()
+    });
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    h.transport.always(URI_A, Reply::status(200).after(secs(5)));
+    let in_flight = h.store.insert_request(NewRequest::queued(HOOK_A, NEVER));
+    let waiting = h.store.insert_request(NewRequest::queued(HOOK_A, NEVER));
+    h.start();
+    h.run_for(secs(1));
+    assert_eq!(h.transport.posts().len(), 1);
+    h.stop();
+    assert_eq!(
+        h.store.row(in_flight).expect("row").status,
+        RequestStatus::Sent,
+        "in-flight result written before returning"
+    );
+    let untouched = h.store.row(waiting).expect("row");
+    assert!(untouched.is_fresh() && untouched.status == RequestStatus::Queued);
+    assert_eq!(h.transport.posts().len(), 1);
+    assert!(!h.store.is_hook_locked(HOOK_A), "lock released on stop");
+}
+
+#[test]
+fn an_idle_dispatcher_polls_once_per_interval() {
+    let mut h = Harness::with_defaults();
+    h.start();
+    h.run_for(secs(10));
+    let polls = h.dispatcher.metrics().snapshot().polls;
+    assert!((10..=11).contains(&polls), "{polls}");
+}

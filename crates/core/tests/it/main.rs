@@ -1,0 +1,7 @@
+//! Integration tests of webhook-core through its public API: the dispatcher
+//! driven by a `ManualClock` (no test sleeps), and the multi-dispatcher
+//! simulation over many seeds.
+
+mod dispatcher;
+mod simulation;
+mod support;

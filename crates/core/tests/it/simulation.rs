@@ -1,0 +1,485 @@
+//! A deterministic simulation of the claim protocol: several dispatchers
+//! share one `MemoryStore`, receivers answer with random latency and
+//! failures, dispatchers are killed mid-delivery and replaced, and rows
+//! keep arriving. Every seed is checked against the invariants in
+//! [`check`]; a failing seed is printed so `SIM_SEED=<n>` replays it.
+//! `SIM_SEEDS=<n>` runs more seeds.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::executor::{LocalPool, LocalSpawner};
+use futures::future::{abortable, AbortHandle};
+use futures::task::LocalSpawnExt;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde_json::Value;
+use webhook_core::{
+    Clock, DeliveryResult, Dispatcher, LastResult, ManualClock, MemoryStore, NewRequest,
+    OutboundRequest, RequestStatus, Resolution, Settings, Target, Transport, TransportFailure,
+    Windows,
+};
+
+use crate::support::{hook, START};
+
+const HOOKS: usize = 4;
+const ROWS: usize = 24;
+const DISPATCHERS: usize = 3;
+const KILLS: usize = 3;
+/// After this much virtual time receivers behave and nobody is killed, so
+/// every row must reach a final state.
+const CHAOS: Duration = Duration::from_secs(60);
+const HORIZON: Duration = Duration::from_secs(3_600);
+const DISABLED_HOOK: &str = "PHID-HWBH-simdisabledddddddddd";
+
+fn settings() -> Settings {
+    Settings {
+        poll_interval: Duration::from_millis(500),
+        delivery_timeout: Duration::from_secs(2),
+        max_concurrent: 2,
+        breaker_window_secs: 20,
+        breaker_threshold: 4,
+        retry_backoff_secs: 3,
+        claim_lease_secs: 5,
+        batch_size: 8,
+    }
+}
+
+/// One POST as a receiver saw it.
+#[derive(Debug, Clone)]
+struct Attempt {
+    request: String,
+    uri: String,
+    dispatcher: usize,
+    start: Duration,
+    /// When the receiver's answer reached the dispatcher.
+    end: Option<Duration>,
+    /// When the dispatcher died with the request in flight.
+    abandoned: Option<Duration>,
+    ok: bool,
+}
+
+impl Attempt {
+    fn stop(&self) -> Duration {
+        self.end.or(self.abandoned).unwrap_or(Duration::MAX)
+    }
+}
+
+struct World {
+    rng: ChaCha8Rng,
+    attempts: Vec<Attempt>,
+}
+
+#[derive(Clone)]
+struct Shared {
+    clock: ManualClock,
+    world: Arc<Mutex<World>>,
+}
+
+impl Shared {
+    fn world(&self) -> MutexGuard<'_, World> {
+        self.world.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+struct SimTransport {
+    id: usize,
+    shared: Shared,
+}
+
+/// Marks an attempt abandoned when its dispatcher is dropped mid-flight.
+struct InFlight {
+    shared: Shared,
+    index: usize,
+    done: bool,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if !self.done {
+            let now = self.shared.clock.monotonic();
+            self.shared.world().attempts[self.index].abandoned = Some(now);
+        }
+    }
+}
+
+#[async_trait]
+impl Transport for SimTransport {
+    async fn resolve(&self, uri: &str) -> Resolution {
+        Resolution::Ready(Target {
+            uri: uri.to_owned(),
+            addrs: Vec::new(),
+        })
+    }
+
+    async fn deliver(&self, request: OutboundRequest) -> DeliveryResult {
+        let now = self.shared.clock.monotonic();
+        let (index, latency, result) = {
+            let mut world = self.shared.world();
+            let (latency, result) = if now >= CHAOS {
+                (Duration::from_millis(world.rng.random_range(0..200)), ok())
+            } else {
+                let latency = Duration::from_millis(world.rng.random_range(0..3_000));
+                let result = match world.rng.random_range(0..100) {
+                    0..=69 => ok(),
+                    70..=84 => DeliveryResult::Response { status: 500 },
+                    _ => DeliveryResult::Failed(TransportFailure::Connect),
+                };
+                (latency, result)
+            };
+            world.attempts.push(Attempt {
+                request: request.request_phid.clone(),
+                uri: request.target.uri.clone(),
+                dispatcher: self.id,
+                start: now,
+                end: None,
+                abandoned: None,
+                ok: false,
+            });
+            (world.attempts.len() - 1, latency, result)
+        };
+        let mut guard = InFlight {
+            shared: self.shared.clone(),
+            index,
+            done: false,
+        };
+        let (latency, result) = if latency > request.timeout {
+            (request.timeout, DeliveryResult::Timeout)
+        } else {
+            (latency, result)
+        };
+        self.shared.clock.sleep(latency).await;
+        guard.done = true;
+        let mut world = self.shared.world();
+        let attempt = &mut world.attempts[index];
+        attempt.end = Some(self.shared.clock.monotonic());
+        attempt.ok = result.is_success();
+        result
+    }
+}
+
+fn ok() -> DeliveryResult {
+    DeliveryResult::Response { status: 200 }
+}
+
+/// Starts dispatchers on the pool and remembers how to kill them.
+#[derive(Clone)]
+struct Fleet {
+    spawner: LocalSpawner,
+    shared: Shared,
+    store: MemoryStore,
+    live: Arc<Mutex<Vec<AbortHandle>>>,
+    started: Arc<Mutex<usize>>,
+}
+
+impl Fleet {
+    fn spawn(&self) {
+        let id = {
+            let mut started = self.started.lock().unwrap_or_else(|e| e.into_inner());
+            *started += 1;
+            *started
+        };
+        let dispatcher = Dispatcher::new(
+            Arc::new(self.store.clone()),
+            Arc::new(SimTransport {
+                id,
+                shared: self.shared.clone(),
+            }),
+            Arc::new(self.shared.clock.clone()),
+            Windows::try_new(settings()).expect("valid"),
+        );
+        let (run, handle) = abortable(async move { dispatcher.run(futures::future::pending()).await });
+        self.live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(handle);
+        self.spawner
+            .spawn_local(async move {
+                let _ = run.await;
+            })
+            .expect("spawn");
+    }
+
+    /// Drops a live dispatcher's future, as `kill -9` would end its process.
+    fn kill(&self, victim: usize) {
+        let handle = {
+            let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+            let index = victim % live.len();
+            live.remove(index)
+        };
+        handle.abort();
+    }
+}
+
+struct Sim {
+    shared: Shared,
+    store: MemoryStore,
+    pool: LocalPool,
+    fleet: Fleet,
+}
+
+impl Sim {
+    fn new(seed: u64) -> Self {
+        let clock = ManualClock::new(START);
+        let shared = Shared {
+            clock: clock.clone(),
+            world: Arc::new(Mutex::new(World {
+                rng: ChaCha8Rng::seed_from_u64(seed),
+                attempts: Vec::new(),
+            })),
+        };
+        let store = MemoryStore::new(Arc::new(clock));
+        for i in 0..HOOKS {
+            store.put_hook(hook(&hook_phid(i), &hook_uri(i)));
+        }
+        let mut disabled = hook(DISABLED_HOOK, "http://sim-disabled.test/");
+        disabled.status = "disabled".into();
+        store.put_hook(disabled);
+        let pool = LocalPool::new();
+        let fleet = Fleet {
+            spawner: pool.spawner(),
+            shared: shared.clone(),
+            store: store.clone(),
+            live: Arc::default(),
+            started: Arc::default(),
+        };
+        Self {
+            shared,
+            store,
+            pool,
+            fleet,
+        }
+    }
+
+    fn start(&mut self) {
+        for _ in 0..DISPATCHERS {
+            self.fleet.spawn();
+        }
+        self.spawn_producer();
+        self.spawn_chaos();
+    }
+
+    /// Inserts rows at random moments during the first 30 s.
+    fn spawn_producer(&self) {
+        let shared = self.shared.clone();
+        let store = self.store.clone();
+        self.pool
+            .spawner()
+            .spawn_local(async move {
+                for n in 0..ROWS {
+                    let (pause, hook, forever) = {
+                        let mut world = shared.world();
+                        (
+                            Duration::from_millis(world.rng.random_range(0..2_500)),
+                            world.rng.random_range(0..HOOKS),
+                            world.rng.random_range(0..100) < 80,
+                        )
+                    };
+                    shared.clock.sleep(pause).await;
+                    let hook_phid = if n % 12 == 11 {
+                        DISABLED_HOOK.to_owned()
+                    } else {
+                        hook_phid(hook)
+                    };
+                    let retry = if forever { "forever" } else { "never" };
+                    store.insert_request(NewRequest::queued(
+                        &hook_phid,
+                        &format!(r#"{{"retry":"{retry}","triggerPHIDs":["PHID-HRUL-sim"]}}"#),
+                    ));
+                }
+            })
+            .expect("spawn");
+    }
+
+    /// Kills random dispatchers mid-run and starts replacements.
+    fn spawn_chaos(&self) {
+        let shared = self.shared.clone();
+        let fleet = self.fleet.clone();
+        self.pool
+            .spawner()
+            .spawn_local(async move {
+                for _ in 0..KILLS {
+                    let (pause, victim, restart_after) = {
+                        let mut world = shared.world();
+                        (
+                            Duration::from_millis(world.rng.random_range(1_000..15_000)),
+                            world.rng.random_range(0..DISPATCHERS),
+                            Duration::from_millis(world.rng.random_range(0..5_000)),
+                        )
+                    };
+                    shared.clock.sleep(pause).await;
+                    fleet.kill(victim);
+                    shared.clock.sleep(restart_after).await;
+                    fleet.spawn();
+                }
+            })
+            .expect("spawn");
+    }
+
+    fn all_final(&self) -> bool {
+        let rows = self.store.rows();
+        rows.len() == ROWS && rows.iter().all(|r| r.status != RequestStatus::Queued)
+    }
+
+    /// Runs until every row is final or the horizon passes.
+    fn run(&mut self) -> bool {
+        loop {
+            self.pool.run_until_stalled();
+            if self.all_final() {
+                return true;
+            }
+            if self.shared.clock.monotonic() > HORIZON || !self.shared.clock.advance_to_next_sleeper()
+            {
+                return false;
+            }
+        }
+    }
+}
+
+fn hook_phid(i: usize) -> String {
+    format!("PHID-HWBH-sim{i:017}")
+}
+
+fn hook_uri(i: usize) -> String {
+    format!("http://sim-{i}.test/")
+}
+
+fn secs_at(t: Duration) -> u64 {
+    START + t.as_secs()
+}
+
+/// The invariants, stated once.
+fn check(sim: &Sim, finished: bool) -> Result<(), String> {
+    let lease = Windows::try_new(settings()).expect("valid").lease_secs();
+    let world = sim.shared.world();
+    let rows = sim.store.rows();
+    if !finished {
+        let stuck: Vec<_> = rows
+            .iter()
+            .filter(|r| r.status == RequestStatus::Queued)
+            .map(|r| r.id)
+            .collect();
+        return Err(format!("rows never reached a final state: {stuck:?}"));
+    }
+
+    let mut by_request: HashMap<&str, Vec<&Attempt>> = HashMap::new();
+    let mut by_uri: HashMap<&str, Vec<&Attempt>> = HashMap::new();
+    for attempt in &world.attempts {
+        by_request.entry(&attempt.request).or_default().push(attempt);
+        by_uri.entry(&attempt.uri).or_default().push(attempt);
+    }
+
+    // 1. A row is POSTed again only after the previous attempt ended, and
+    //    after a dead claimer's lease; never after a stored success.
+    for (request, attempts) in &by_request {
+        for pair in attempts.windows(2) {
+            let (a, b) = (pair[0], pair[1]);
+            if a.ok && a.abandoned.is_none() {
+                return Err(format!("{request}: sent again after a stored 2xx: {a:?} then {b:?}"));
+            }
+            if b.start < a.stop() {
+                return Err(format!("{request}: overlapping POSTs {a:?} and {b:?}"));
+            }
+            if a.abandoned.is_some() && secs_at(b.start) < secs_at(a.start) + lease {
+                return Err(format!(
+                    "{request}: taken over inside the dead claimer's lease: {a:?} then {b:?}"
+                ));
+            }
+        }
+    }
+
+    // 2. One delivery per hook at a time, across all dispatchers.
+    for (uri, attempts) in &by_uri {
+        let mut spans: Vec<(Duration, Duration, usize)> =
+            attempts.iter().map(|a| (a.start, a.stop(), a.dispatcher)).collect();
+        spans.sort();
+        for pair in spans.windows(2) {
+            if pair[1].0 < pair[0].1 {
+                return Err(format!("{uri}: concurrent deliveries {pair:?}"));
+            }
+        }
+    }
+
+    // 3. Every row ends in a state Phorge allows, consistent with what the
+    //    receivers saw.
+    for row in &rows {
+        let props: Value = serde_json::from_str(&row.properties)
+            .map_err(|e| format!("row {}: properties not JSON: {e}", row.id))?;
+        let seen = by_request.get(row.phid.as_str()).map_or(&[][..], |v| v.as_slice());
+        match (row.status, row.last_request_result) {
+            (RequestStatus::Sent, LastResult::Okay) => {
+                if props["errorType"] != "http" || props["errorCode"] != 200 {
+                    return Err(format!("row {}: sent with {props}", row.id));
+                }
+                if !seen.iter().any(|a| a.ok) {
+                    return Err(format!("row {}: sent without a 2xx", row.id));
+                }
+            }
+            (RequestStatus::Failed, LastResult::Fail) => {
+                if props["retry"] == "forever" {
+                    return Err(format!("row {}: retry=forever row failed", row.id));
+                }
+            }
+            (RequestStatus::Failed, LastResult::None) => {
+                if row.webhook_phid != DISABLED_HOOK
+                    || props["errorCode"] != "disabled"
+                    || row.last_request_epoch != 0
+                    || !seen.is_empty()
+                {
+                    return Err(format!("row {}: unexpected hook error {props}", row.id));
+                }
+            }
+            other => return Err(format!("row {}: state {other:?} not allowed", row.id)),
+        }
+    }
+    Ok(())
+}
+
+fn run_seed(seed: u64) -> Result<usize, String> {
+    let mut sim = Sim::new(seed);
+    sim.start();
+    let finished = sim.run();
+    check(&sim, finished)?;
+    let attempts = sim.shared.world().attempts.len();
+    Ok(attempts)
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+#[test]
+fn many_dispatchers_never_double_send_and_lose_nothing() {
+    let seeds: Vec<u64> = match env_u64("SIM_SEED") {
+        Some(seed) => vec![seed],
+        None => (0..env_u64("SIM_SEEDS").unwrap_or(1_000)).collect(),
+    };
+    let mut attempts = 0;
+    for seed in &seeds {
+        match run_seed(*seed) {
+            Ok(n) => attempts += n,
+            Err(why) => panic!("simulation seed {seed} failed (replay with SIM_SEED={seed}): {why}"),
+        }
+    }
+    // Failures and takeovers mean more POSTs than rows.
+    assert!(attempts > seeds.len() * ROWS, "{attempts} attempts");
+}
+
+#[test]
+fn the_simulation_exercises_kills_retries_and_breakers() {
+    // Guards against a simulation that silently stopped testing anything.
+    let mut abandoned = 0;
+    let mut failures = 0;
+    for seed in 0..50 {
+        let mut sim = Sim::new(seed);
+        sim.start();
+        assert!(sim.run(), "seed {seed} did not finish");
+        let world = sim.shared.world();
+        abandoned += world.attempts.iter().filter(|a| a.abandoned.is_some()).count();
+        failures += world.attempts.iter().filter(|a| a.end.is_some() && !a.ok).count();
+    }
+    assert!(abandoned > 0, "no delivery was ever cut by a kill");
+    assert!(failures > 50, "receivers hardly failed: {failures}");
+}

@@ -1,0 +1,282 @@
+//! Test doubles: a scripted `Transport` that records every POST on the
+//! manual clock, and a harness that drives one dispatcher deterministically.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::channel::oneshot;
+use futures::executor::LocalPool;
+use futures::task::LocalSpawnExt;
+use futures::FutureExt;
+use webhook_core::{
+    Clock, DeliveryResult, Dispatcher, Hook, ManualClock, MemoryStore, OutboundRequest,
+    Resolution, Settings, Target, Transport, TransportFailure, UriRefusal, Windows,
+};
+
+pub const START: u64 = 1_700_000_000;
+pub const KEY: &str = "abcdefghijklmnopqrstuvwxyz234567";
+
+/// What a receiver URI does.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub latency: Duration,
+    pub result: DeliveryResult,
+}
+
+impl Reply {
+    pub fn status(status: u16) -> Self {
+        Self {
+            latency: Duration::ZERO,
+            result: DeliveryResult::Response { status },
+        }
+    }
+
+    pub fn after(mut self, latency: Duration) -> Self {
+        self.latency = latency;
+        self
+    }
+}
+
+/// One POST as the receiver saw it.
+#[derive(Debug, Clone)]
+pub struct Post {
+    pub uri: String,
+    pub request_phid: String,
+    pub body: Vec<u8>,
+    pub signature: String,
+    pub started: Duration,
+    pub finished: Option<Duration>,
+}
+
+#[derive(Default)]
+struct Recorder {
+    posts: Vec<Post>,
+    scripts: HashMap<String, VecDeque<Reply>>,
+    defaults: HashMap<String, Reply>,
+    active: HashMap<String, usize>,
+    max_active_per_uri: HashMap<String, usize>,
+    max_active_total: usize,
+}
+
+/// A `Transport` whose receivers are scripted per URI. URIs starting with
+/// `http://denied`, `http://nxdomain` or `http://dnsfail`, or without
+/// `http`, exercise the outbound check.
+#[derive(Clone)]
+pub struct FakeTransport {
+    clock: ManualClock,
+    recorder: Arc<Mutex<Recorder>>,
+}
+
+impl FakeTransport {
+    pub fn new(clock: ManualClock) -> Self {
+        Self {
+            clock,
+            recorder: Arc::default(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Recorder> {
+        self.recorder.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every later POST to `uri` gets `reply` (after any scripted ones).
+    pub fn always(&self, uri: &str, reply: Reply) {
+        self.lock().defaults.insert(uri.to_owned(), reply);
+    }
+
+    /// The next POSTs to `uri` get these replies, in order.
+    pub fn script(&self, uri: &str, replies: impl IntoIterator<Item = Reply>) {
+        self.lock()
+            .scripts
+            .entry(uri.to_owned())
+            .or_default()
+            .extend(replies);
+    }
+
+    pub fn posts(&self) -> Vec<Post> {
+        self.lock().posts.clone()
+    }
+
+    pub fn max_concurrent_to(&self, uri: &str) -> usize {
+        self.lock()
+            .max_active_per_uri
+            .get(uri)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    pub fn max_concurrent_total(&self) -> usize {
+        self.lock().max_active_total
+    }
+}
+
+#[async_trait]
+impl Transport for FakeTransport {
+    async fn resolve(&self, uri: &str) -> Resolution {
+        if !uri.starts_with("http") {
+            return Resolution::Refused(UriRefusal::Malformed("no http(s) scheme".into()));
+        }
+        if uri.starts_with("http://denied") {
+            return Resolution::Refused(UriRefusal::DeniedAddress([10, 0, 0, 1].into()));
+        }
+        if uri.starts_with("http://nxdomain") {
+            return Resolution::Refused(UriRefusal::UnknownHost);
+        }
+        if uri.starts_with("http://dnsfail") {
+            return Resolution::Failed(TransportFailure::Resolve);
+        }
+        Resolution::Ready(Target {
+            uri: uri.to_owned(),
+            addrs: Vec::new(),
+        })
+    }
+
+    async fn deliver(&self, request: OutboundRequest) -> DeliveryResult {
+        let uri = request.target.uri.clone();
+        let (index, reply) = {
+            let mut rec = self.lock();
+            let reply = rec
+                .scripts
+                .get_mut(&uri)
+                .and_then(VecDeque::pop_front)
+                .or_else(|| rec.defaults.get(&uri).cloned())
+                .unwrap_or_else(|| Reply::status(200));
+            rec.posts.push(Post {
+                uri: uri.clone(),
+                request_phid: request.request_phid.clone(),
+                body: request.body.clone(),
+                signature: request.signature.clone(),
+                started: self.clock.monotonic(),
+                finished: None,
+            });
+            let active = rec.active.entry(uri.clone()).or_default();
+            *active += 1;
+            let now_active = *active;
+            let max = rec.max_active_per_uri.entry(uri.clone()).or_default();
+            *max = (*max).max(now_active);
+            let total: usize = rec.active.values().sum();
+            rec.max_active_total = rec.max_active_total.max(total);
+            (rec.posts.len() - 1, reply)
+        };
+        let (latency, result) = if reply.latency > request.timeout {
+            (request.timeout, DeliveryResult::Timeout)
+        } else {
+            (reply.latency, reply.result)
+        };
+        if !latency.is_zero() {
+            self.clock.sleep(latency).await;
+        }
+        let mut rec = self.lock();
+        rec.posts[index].finished = Some(self.clock.monotonic());
+        if let Some(active) = rec.active.get_mut(&uri) {
+            *active -= 1;
+        }
+        result
+    }
+}
+
+pub fn hook(phid: &str, uri: &str) -> Hook {
+    Hook {
+        phid: phid.to_owned(),
+        name: format!("hook {phid}"),
+        uri: uri.to_owned(),
+        status: "enabled".to_owned(),
+        hmac_key: KEY.to_owned(),
+    }
+}
+
+/// One dispatcher on a `MemoryStore`, a `FakeTransport` and a `ManualClock`,
+/// run on a single-threaded executor.
+pub struct Harness {
+    pub clock: ManualClock,
+    pub store: MemoryStore,
+    pub transport: FakeTransport,
+    pub dispatcher: Arc<Dispatcher>,
+    pool: LocalPool,
+    shutdown: Option<oneshot::Sender<()>>,
+    finished: Arc<Mutex<bool>>,
+}
+
+impl Harness {
+    pub fn new(settings: Settings) -> Self {
+        let clock = ManualClock::new(START);
+        let store = MemoryStore::new(Arc::new(clock.clone()));
+        let transport = FakeTransport::new(clock.clone());
+        let windows = Windows::try_new(settings).expect("valid settings");
+        let dispatcher = Arc::new(Dispatcher::new(
+            Arc::new(store.clone()),
+            Arc::new(transport.clone()),
+            Arc::new(clock.clone()),
+            windows,
+        ));
+        Self {
+            clock,
+            store,
+            transport,
+            dispatcher,
+            pool: LocalPool::new(),
+            shutdown: None,
+            finished: Arc::default(),
+        }
+    }
+
+    pub fn with_defaults() -> Self {
+        Self::new(Settings::default())
+    }
+
+    /// Starts the dispatcher and lets it run until it waits on the clock.
+    pub fn start(&mut self) {
+        let (tx, rx) = oneshot::channel::<()>();
+        self.shutdown = Some(tx);
+        let dispatcher = Arc::clone(&self.dispatcher);
+        let finished = Arc::clone(&self.finished);
+        self.pool
+            .spawner()
+            .spawn_local(async move {
+                dispatcher.run(rx.map(|_| ())).await;
+                *finished.lock().unwrap_or_else(|e| e.into_inner()) = true;
+            })
+            .expect("spawn");
+        self.pool.run_until_stalled();
+    }
+
+    /// Lets `by` pass on the clock, waking sleepers in deadline order.
+    pub fn run_for(&mut self, by: Duration) {
+        let target = self.clock.monotonic() + by;
+        loop {
+            self.pool.run_until_stalled();
+            let now = self.clock.monotonic();
+            match self.clock.next_sleeper_in() {
+                Some(step) if now + step <= target => self.clock.advance(step),
+                _ => {
+                    self.clock.advance(target.saturating_sub(now));
+                    self.pool.run_until_stalled();
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Asks the dispatcher to stop and runs until it returns (bounded).
+    pub fn stop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        for _ in 0..10_000 {
+            self.pool.run_until_stalled();
+            if self.is_finished() {
+                return;
+            }
+            if !self.clock.advance_to_next_sleeper() {
+                break;
+            }
+        }
+        assert!(self.is_finished(), "dispatcher did not stop");
+    }
+
+    pub fn is_finished(&self) -> bool {
+        *self.finished.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
