@@ -313,7 +313,10 @@ async fn write_in_the_claim_second_still_advances_the_version(bed: &dyn TestBed)
     let now = bed.now().await;
     let ahead = now + 1_000;
     let id = bed.insert_request(&request(HOOK, ahead, ahead)).await;
-    assert_eq!(bed.store().claim(id, ahead).await.expect("claim"), Claim::Won);
+    assert_eq!(
+        bed.store().claim(id, ahead).await.expect("claim"),
+        Claim::Won
+    );
     let write = ResultWrite {
         id,
         expected_version: None,
@@ -325,7 +328,11 @@ async fn write_in_the_claim_second_still_advances_the_version(bed: &dyn TestBed)
     };
     bed.store().write_result(&write).await.expect("write");
     let row = bed.row(id).await;
-    assert_eq!(row.date_modified, ahead + 2, "GREATEST(dateModified + 1, now)");
+    assert_eq!(
+        row.date_modified,
+        ahead + 2,
+        "GREATEST(dateModified + 1, now)"
+    );
     assert!(!row.is_fresh(), "a failed row must not look fresh");
     assert_eq!(row.last_request_epoch, ahead);
 }

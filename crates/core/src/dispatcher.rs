@@ -326,6 +326,14 @@ impl Dispatcher {
 
     /// SPEC §5 for one row, in order.
     async fn process(&self, run: &mut HookRun, row: &RequestRow) -> Step {
+        if let Some(defect) = &row.defect {
+            warn!(event = "row_invalid", request_id = row.id, hook = %row.webhook_phid,
+                  defect = %defect, "failed without delivery");
+            let kept = Properties::parse(&row.properties)
+                .unwrap_or_else(|_| Properties::preserving_unparseable(&row.properties));
+            self.fail_hook(row, &kept, HookError::InvalidRow).await;
+            return Step::Next;
+        }
         let properties = match Properties::parse(&row.properties) {
             Ok(properties) => properties,
             Err(err) => {

@@ -30,6 +30,10 @@ pub enum StoreOp {
     BreakerFailures,
     /// [`Store::lock_hook`]
     LockHook,
+    /// [`Store::stats`]
+    Stats,
+    /// [`Store::hook_count`]
+    HookCount,
 }
 
 /// A request to insert, as Phorge would (fields not given take Phorge's
@@ -152,6 +156,7 @@ impl MemoryStore {
                 last_request_epoch: new.last_request_epoch,
                 date_created,
                 date_modified: new.date_modified.unwrap_or(date_created),
+                defect: None,
             },
         );
         id
@@ -165,6 +170,14 @@ impl MemoryStore {
     /// Every row, in id order.
     pub fn rows(&self) -> Vec<RequestRow> {
         self.lock().rows.values().cloned().collect()
+    }
+
+    /// Marks a row as a store would one whose stored values lie outside
+    /// Phorge's domain (see [`RequestRow::defect`]).
+    pub fn mark_defective(&self, id: u64, defect: &str) {
+        if let Some(row) = self.lock().rows.get_mut(&id) {
+            row.defect = Some(defect.to_owned());
+        }
     }
 
     /// Makes the next `times` calls of `op` fail with `Unavailable`.
@@ -280,7 +293,8 @@ impl Store for MemoryStore {
     }
 
     async fn stats(&self) -> Result<QueueStats, StoreError> {
-        let inner = self.lock();
+        let mut inner = self.lock();
+        Self::check_fault(&mut inner, StoreOp::Stats)?;
         let mut stats = QueueStats::default();
         for row in inner.rows.values() {
             match row.status {
@@ -294,7 +308,9 @@ impl Store for MemoryStore {
     }
 
     async fn hook_count(&self) -> Result<u64, StoreError> {
-        Ok(self.lock().hooks.len() as u64)
+        let mut inner = self.lock();
+        Self::check_fault(&mut inner, StoreOp::HookCount)?;
+        Ok(inner.hooks.len() as u64)
     }
 }
 

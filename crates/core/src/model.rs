@@ -129,6 +129,12 @@ pub struct RequestRow {
     pub date_created: UnixTime,
     /// Bumped on every save: the claim version.
     pub date_modified: UnixTime,
+    /// Set by a store when a stored value lies outside Phorge's domain (a
+    /// PHID that is not UTF-8, an unknown `lastRequestResult`); the text
+    /// fields then hold a lossy reading. The dispatcher fails such a row as
+    /// hook error `invalid-row` without claiming it, so one bad row cannot
+    /// stall the queue.
+    pub defect: Option<String>,
 }
 
 impl RequestRow {

@@ -117,6 +117,8 @@ pub enum HookError {
     Disabled,
     /// The hook's URI is malformed, unknown or denied.
     Uri,
+    /// The row itself holds values outside Phorge's domain.
+    InvalidRow,
 }
 
 impl HookError {
@@ -127,6 +129,7 @@ impl HookError {
             Self::NotFound => "not-found",
             Self::Disabled => "disabled",
             Self::Uri => "uri",
+            Self::InvalidRow => "invalid-row",
         }
     }
 }
@@ -326,6 +329,7 @@ mod tests {
             HookError::NotFound,
             HookError::Disabled,
             HookError::Uri,
+            HookError::InvalidRow,
         ] {
             let write = hook_error_write(3, Some(99), &props("{}"), error, 100);
             assert_eq!(write.status, RequestStatus::Failed);

@@ -113,6 +113,7 @@ mod tests {
             last_request_epoch: 0,
             date_created,
             date_modified: date_created,
+            defect: None,
         }
     }
 

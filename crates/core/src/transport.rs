@@ -10,7 +10,8 @@ use async_trait::async_trait;
 use crate::outcome::{DeliveryResult, TransportFailure, UriRefusal};
 
 /// A URI that passed the outbound check, with the addresses that were
-/// checked: the first hop must connect only to these.
+/// checked. A transport may resolve again when it connects, but must then
+/// check again: whatever it connects to must have passed the check.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
     /// The hook's URI.

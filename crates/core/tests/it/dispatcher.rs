@@ -74,7 +74,8 @@ fn a_failed_forever_row_waits_the_effective_spacing() {
             ..Settings::default()
         });
         h.store.put_hook(hook(HOOK_A, URI_A));
-        h.transport.script(URI_A, [Reply::status(500), Reply::status(503)]);
+        h.transport
+            .script(URI_A, [Reply::status(500), Reply::status(503)]);
         let id = h.store.insert_request(NewRequest::queued(HOOK_A, FOREVER));
         h.start();
 
@@ -92,7 +93,11 @@ fn a_failed_forever_row_waits_the_effective_spacing() {
         // second each (claim, then write-back), so a lease-governed retry
         // comes up to two seconds after the lease.
         h.run_for(secs(4));
-        assert_eq!(posts_for(&h, id), 2, "backoff {backoff}: retried after {spacing}s");
+        assert_eq!(
+            posts_for(&h, id),
+            2,
+            "backoff {backoff}: retried after {spacing}s"
+        );
         let posts = h.transport.posts();
         let gap = posts[1].started - posts[0].started;
         assert!(gap >= secs(spacing) && gap <= secs(spacing + 2), "{gap:?}");
@@ -161,20 +166,38 @@ fn hook_configuration_errors_never_claim_or_post() {
     h.store.put_hook(hook(HOOK_B, URI_B));
 
     let cases = [
-        (h.store.insert_request(NewRequest::queued(HOOK_A, FOREVER)), "disabled"),
         (
-            h.store.insert_request(NewRequest::queued("PHID-HWBH-gonegonegonegonegone", FOREVER)),
+            h.store.insert_request(NewRequest::queued(HOOK_A, FOREVER)),
+            "disabled",
+        ),
+        (
+            h.store.insert_request(NewRequest::queued(
+                "PHID-HWBH-gonegonegonegonegone",
+                FOREVER,
+            )),
             "not-found",
         ),
-        (h.store.insert_request(NewRequest::queued(denied, FOREVER)), "uri"),
-        (h.store.insert_request(NewRequest::queued(unknown, FOREVER)), "uri"),
-        (h.store.insert_request(NewRequest::queued(malformed, FOREVER)), "uri"),
         (
-            h.store.insert_request(NewRequest::queued(HOOK_B, "{not json")),
+            h.store.insert_request(NewRequest::queued(denied, FOREVER)),
+            "uri",
+        ),
+        (
+            h.store.insert_request(NewRequest::queued(unknown, FOREVER)),
+            "uri",
+        ),
+        (
+            h.store
+                .insert_request(NewRequest::queued(malformed, FOREVER)),
+            "uri",
+        ),
+        (
+            h.store
+                .insert_request(NewRequest::queued(HOOK_B, "{not json")),
             "invalid-properties",
         ),
         (
-            h.store.insert_request(NewRequest::queued(HOOK_B, r#"{"triggerPHIDs":7}"#)),
+            h.store
+                .insert_request(NewRequest::queued(HOOK_B, r#"{"triggerPHIDs":7}"#)),
             "invalid-properties",
         ),
     ];
@@ -198,6 +221,26 @@ fn hook_configuration_errors_never_claim_or_post() {
     // Configuration failures never feed the breaker.
     let failures = futures::executor::block_on(h.store.breaker_failures(HOOK_A, 0));
     assert_eq!(failures.expect("count"), 0);
+}
+
+#[test]
+fn a_defective_row_fails_alone_and_the_queue_flows_on() {
+    let mut h = Harness::with_defaults();
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    let bad = h.store.insert_request(NewRequest::queued(HOOK_A, FOREVER));
+    h.store
+        .mark_defective(bad, "column objectPHID is not valid UTF-8 (at byte 4)");
+    let good = h.store.insert_request(NewRequest::queued(HOOK_A, NEVER));
+    h.start();
+    let row = h.store.row(bad).expect("row");
+    assert_eq!(
+        (row.status, row.last_request_result, row.last_request_epoch),
+        (RequestStatus::Failed, LastResult::None, 0)
+    );
+    assert_eq!(props_of(&h, bad)["errorCode"], "invalid-row");
+    assert_eq!(props_of(&h, bad)["retry"], "forever", "properties kept");
+    assert_eq!(posts_for(&h, bad), 0);
+    assert_eq!(h.store.row(good).expect("row").status, RequestStatus::Sent);
 }
 
 #[test]
@@ -266,8 +309,10 @@ fn one_hook_gets_one_delivery_at_a_time_in_id_order() {
     });
     h.store.put_hook(hook(HOOK_A, URI_A));
     h.store.put_hook(hook(HOOK_B, URI_B));
-    h.transport.always(URI_A, Reply::status(200).after(Duration::from_millis(700)));
-    h.transport.always(URI_B, Reply::status(200).after(Duration::from_millis(300)));
+    h.transport
+        .always(URI_A, Reply::status(200).after(Duration::from_millis(700)));
+    h.transport
+        .always(URI_B, Reply::status(200).after(Duration::from_millis(300)));
     let mut a_ids = Vec::new();
     for i in 0..10 {
         let hook = if i % 2 == 0 { HOOK_A } else { HOOK_B };
@@ -282,7 +327,11 @@ fn one_hook_gets_one_delivery_at_a_time_in_id_order() {
     assert_eq!(h.transport.posts().len(), 10);
     assert_eq!(h.transport.max_concurrent_to(URI_A), 1);
     assert_eq!(h.transport.max_concurrent_to(URI_B), 1);
-    assert_eq!(h.transport.max_concurrent_total(), 2, "hooks run side by side");
+    assert_eq!(
+        h.transport.max_concurrent_total(),
+        2,
+        "hooks run side by side"
+    );
     let a_order: Vec<String> = h
         .transport
         .posts()
@@ -324,7 +373,8 @@ fn a_full_poll_is_followed_at_once_so_the_interval_caps_nothing() {
     });
     for i in 0..40 {
         let phid = format!("PHID-HWBH-drain{i:015}");
-        h.store.put_hook(hook(&phid, &format!("http://drain-{i}.test/")));
+        h.store
+            .put_hook(hook(&phid, &format!("http://drain-{i}.test/")));
         for _ in 0..10 {
             h.store.insert_request(NewRequest::queued(&phid, NEVER));
         }
@@ -358,7 +408,10 @@ fn a_lost_claim_sends_nothing() {
     futures::executor::block_on(lock.release()).expect("release");
 
     h.run_for(secs(5));
-    assert!(h.transport.posts().is_empty(), "claimed elsewhere: not sent");
+    assert!(
+        h.transport.posts().is_empty(),
+        "claimed elsewhere: not sent"
+    );
     h.run_for(secs(30));
     assert_eq!(posts_for(&h, id), 1, "taken over once the lease expired");
 }

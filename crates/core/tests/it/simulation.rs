@@ -190,7 +190,8 @@ impl Fleet {
             Arc::new(self.shared.clock.clone()),
             Windows::try_new(settings()).expect("valid"),
         );
-        let (run, handle) = abortable(async move { dispatcher.run(futures::future::pending()).await });
+        let (run, handle) =
+            abortable(async move { dispatcher.run(futures::future::pending()).await });
         self.live
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -330,7 +331,8 @@ impl Sim {
             if self.all_final() {
                 return true;
             }
-            if self.shared.clock.monotonic() > HORIZON || !self.shared.clock.advance_to_next_sleeper()
+            if self.shared.clock.monotonic() > HORIZON
+                || !self.shared.clock.advance_to_next_sleeper()
             {
                 return false;
             }
@@ -367,7 +369,10 @@ fn check(sim: &Sim, finished: bool) -> Result<(), String> {
     let mut by_request: HashMap<&str, Vec<&Attempt>> = HashMap::new();
     let mut by_uri: HashMap<&str, Vec<&Attempt>> = HashMap::new();
     for attempt in &world.attempts {
-        by_request.entry(&attempt.request).or_default().push(attempt);
+        by_request
+            .entry(&attempt.request)
+            .or_default()
+            .push(attempt);
         by_uri.entry(&attempt.uri).or_default().push(attempt);
     }
 
@@ -377,7 +382,9 @@ fn check(sim: &Sim, finished: bool) -> Result<(), String> {
         for pair in attempts.windows(2) {
             let (a, b) = (pair[0], pair[1]);
             if a.ok && a.abandoned.is_none() {
-                return Err(format!("{request}: sent again after a stored 2xx: {a:?} then {b:?}"));
+                return Err(format!(
+                    "{request}: sent again after a stored 2xx: {a:?} then {b:?}"
+                ));
             }
             if b.start < a.stop() {
                 return Err(format!("{request}: overlapping POSTs {a:?} and {b:?}"));
@@ -392,8 +399,10 @@ fn check(sim: &Sim, finished: bool) -> Result<(), String> {
 
     // 2. One delivery per hook at a time, across all dispatchers.
     for (uri, attempts) in &by_uri {
-        let mut spans: Vec<(Duration, Duration, usize)> =
-            attempts.iter().map(|a| (a.start, a.stop(), a.dispatcher)).collect();
+        let mut spans: Vec<(Duration, Duration, usize)> = attempts
+            .iter()
+            .map(|a| (a.start, a.stop(), a.dispatcher))
+            .collect();
         spans.sort();
         for pair in spans.windows(2) {
             if pair[1].0 < pair[0].1 {
@@ -407,7 +416,9 @@ fn check(sim: &Sim, finished: bool) -> Result<(), String> {
     for row in &rows {
         let props: Value = serde_json::from_str(&row.properties)
             .map_err(|e| format!("row {}: properties not JSON: {e}", row.id))?;
-        let seen = by_request.get(row.phid.as_str()).map_or(&[][..], |v| v.as_slice());
+        let seen = by_request
+            .get(row.phid.as_str())
+            .map_or(&[][..], |v| v.as_slice());
         match (row.status, row.last_request_result) {
             (RequestStatus::Sent, LastResult::Okay) => {
                 if props["errorType"] != "http" || props["errorCode"] != 200 {
@@ -460,7 +471,9 @@ fn many_dispatchers_never_double_send_and_lose_nothing() {
     for seed in &seeds {
         match run_seed(*seed) {
             Ok(n) => attempts += n,
-            Err(why) => panic!("simulation seed {seed} failed (replay with SIM_SEED={seed}): {why}"),
+            Err(why) => {
+                panic!("simulation seed {seed} failed (replay with SIM_SEED={seed}): {why}")
+            }
         }
     }
     // Failures and takeovers mean more POSTs than rows.
@@ -477,8 +490,16 @@ fn the_simulation_exercises_kills_retries_and_breakers() {
         sim.start();
         assert!(sim.run(), "seed {seed} did not finish");
         let world = sim.shared.world();
-        abandoned += world.attempts.iter().filter(|a| a.abandoned.is_some()).count();
-        failures += world.attempts.iter().filter(|a| a.end.is_some() && !a.ok).count();
+        abandoned += world
+            .attempts
+            .iter()
+            .filter(|a| a.abandoned.is_some())
+            .count();
+        failures += world
+            .attempts
+            .iter()
+            .filter(|a| a.end.is_some() && !a.ok)
+            .count();
     }
     assert!(abandoned > 0, "no delivery was ever cut by a kill");
     assert!(failures > 50, "receivers hardly failed: {failures}");

@@ -11,8 +11,8 @@ use futures::executor::LocalPool;
 use futures::task::LocalSpawnExt;
 use futures::FutureExt;
 use webhook_core::{
-    Clock, DeliveryResult, Dispatcher, Hook, ManualClock, MemoryStore, OutboundRequest,
-    Resolution, Settings, Target, Transport, TransportFailure, UriRefusal, Windows,
+    Clock, DeliveryResult, Dispatcher, Hook, ManualClock, MemoryStore, OutboundRequest, Resolution,
+    Settings, Target, Transport, TransportFailure, UriRefusal, Windows,
 };
 
 pub const START: u64 = 1_700_000_000;
