@@ -1,0 +1,350 @@
+//! Connection settings and their validation, and the `mysql_async` options
+//! built from them. Reading the environment is the binary's job, not ours;
+//! nothing here touches the network.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use mysql_async::{OptsBuilder, PoolConstraints, PoolOpts, SslOpts};
+
+use crate::error::MysqlError;
+
+/// Pool size when none is configured.
+pub const DEFAULT_POOL_MAX: usize = 16;
+
+/// How long to wait for a connection (TCP connect, handshake, or a free
+/// pool slot) before calling the database unavailable.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Idle connections are kept this long, so the per-connection prepared
+/// statement cache survives between poll ticks.
+const IDLE_CONNECTION_TTL: Duration = Duration::from_secs(60);
+
+/// MySQL's limit on a database name; `_herald` takes seven of it.
+const MAX_DATABASE_NAME: usize = 64;
+const DATABASE_SUFFIX: &str = "_herald";
+
+/// Where Phorge's herald database lives and how to reach it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct MysqlConfig {
+    /// Server host name or IP address.
+    pub host: String,
+    /// Server TCP port.
+    pub port: u16,
+    /// Account name.
+    pub user: String,
+    /// Account password; empty means none.
+    pub password: String,
+    /// Phorge's `storage.default-namespace`; the database is
+    /// `{namespace}_herald` and the hook lock names derive from it.
+    pub namespace: String,
+    /// Most connections open at once. Every held hook lock pins one, so
+    /// this must exceed the number of concurrent deliveries.
+    pub pool_max: usize,
+    /// Require TLS to the server.
+    pub tls: bool,
+    /// A PEM file of CA certificates to trust instead of the built-in
+    /// web roots (only with `tls`).
+    pub tls_ca_file: Option<PathBuf>,
+    /// See [`DEFAULT_CONNECT_TIMEOUT`].
+    pub connect_timeout: Duration,
+}
+
+impl Default for MysqlConfig {
+    /// SPEC §9's defaults: `phorge@127.0.0.1:3306`, no password, namespace
+    /// `phorge`, no TLS.
+    fn default() -> Self {
+        Self {
+            host: "127.0.0.1".to_owned(),
+            port: 3306,
+            user: "phorge".to_owned(),
+            password: String::new(),
+            namespace: "phorge".to_owned(),
+            pool_max: DEFAULT_POOL_MAX,
+            tls: false,
+            tls_ca_file: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+}
+
+// Hand-written so the password never reaches a log through `{:?}`.
+impl fmt::Debug for MysqlConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MysqlConfig")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("user", &self.user)
+            .field(
+                "password",
+                &if self.password.is_empty() {
+                    "<empty>"
+                } else {
+                    "<redacted>"
+                },
+            )
+            .field("namespace", &self.namespace)
+            .field("pool_max", &self.pool_max)
+            .field("tls", &self.tls)
+            .field("tls_ca_file", &self.tls_ca_file)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
+impl MysqlConfig {
+    /// The herald database: `{namespace}_herald`.
+    pub fn database(&self) -> String {
+        format!("{}{DATABASE_SUFFIX}", self.namespace)
+    }
+
+    /// Checks every setting without connecting; the error names the setting.
+    pub fn validate(&self) -> Result<(), MysqlError> {
+        let invalid = |setting: &'static str, reason: String| {
+            Err(MysqlError::InvalidConfig { setting, reason })
+        };
+        if self.host.trim().is_empty() {
+            return invalid("host", "must not be empty".to_owned());
+        }
+        if self.port == 0 {
+            return invalid("port", "must not be 0".to_owned());
+        }
+        if self.user.is_empty() {
+            return invalid("user", "must not be empty".to_owned());
+        }
+        if let Err(reason) = check_namespace(&self.namespace) {
+            return invalid("namespace", reason);
+        }
+        if self.pool_max == 0 {
+            return invalid("pool_max", "must be at least 1".to_owned());
+        }
+        if self.connect_timeout.is_zero() {
+            return invalid("connect_timeout", "must be longer than 0".to_owned());
+        }
+        match (&self.tls_ca_file, self.tls) {
+            (Some(_), false) => {
+                return invalid(
+                    "tls_ca_file",
+                    "is set but TLS is off; enable TLS or drop the CA file".to_owned(),
+                );
+            }
+            (Some(path), true) => {
+                // Only a local file check: a typo would otherwise surface as
+                // a database that never becomes ready.
+                if let Err(err) = std::fs::metadata(path) {
+                    return invalid("tls_ca_file", format!("{}: {err}", path.display()));
+                }
+            }
+            (None, _) => {}
+        }
+        Ok(())
+    }
+
+    /// The driver options. Assumes [`validate`](Self::validate) passed.
+    pub(crate) fn opts(&self) -> OptsBuilder {
+        // `max(1)` keeps the constraint valid even unvalidated; `validate`
+        // already rejects 0.
+        let constraints = PoolConstraints::new(0, self.pool_max.max(1)).unwrap_or_default();
+        let pool = PoolOpts::default()
+            .with_constraints(constraints)
+            .with_inactive_connection_ttl(IDLE_CONNECTION_TTL)
+            // We keep no session state but hook locks, and those are
+            // released explicitly (or by a per-connection reset that
+            // `MysqlHookLock` turns on); resetting every connection on
+            // return would also empty its prepared statement cache.
+            .with_reset_connection(false);
+        let ssl = self.tls.then(|| {
+            let opts = SslOpts::default();
+            match &self.tls_ca_file {
+                Some(path) => opts
+                    .with_root_certs(vec![path.clone().into()])
+                    .with_disable_built_in_roots(true),
+                None => opts,
+            }
+        });
+        OptsBuilder::default()
+            .ip_or_hostname(self.host.clone())
+            .tcp_port(self.port)
+            .user(Some(self.user.clone()))
+            .pass((!self.password.is_empty()).then(|| self.password.clone()))
+            .db_name(Some(self.database()))
+            // The configured address is the contract: no silent switch to
+            // the local socket the server advertises.
+            .prefer_socket(false)
+            // "Affected" must mean "matched": a guarded write that happens
+            // to store identical values still landed.
+            .client_found_rows(true)
+            .pool_opts(pool)
+            .ssl_opts(ssl)
+    }
+}
+
+fn check_namespace(namespace: &str) -> Result<(), String> {
+    if namespace.is_empty() {
+        return Err("must not be empty".to_owned());
+    }
+    let max = MAX_DATABASE_NAME - DATABASE_SUFFIX.len();
+    if namespace.len() > max {
+        return Err(format!(
+            "must be at most {max} bytes so `{{namespace}}{DATABASE_SUFFIX}` is a valid database name"
+        ));
+    }
+    // Phorge's lock names are built from the namespace's bytes; ASCII keeps
+    // ours byte-identical (and Phorge's own database names are ASCII).
+    if !namespace.is_ascii() {
+        return Err("must be ASCII".to_owned());
+    }
+    if let Some(bad) = namespace
+        .chars()
+        .find(|c| matches!(c, '/' | '\\' | '.' | '`') || c.is_control())
+    {
+        return Err(format!("must not contain {bad:?}"));
+    }
+    if namespace.ends_with(' ') {
+        return Err("must not end with a space".to_owned());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setting(config: &MysqlConfig) -> Option<&'static str> {
+        match config.validate() {
+            Ok(()) => None,
+            Err(MysqlError::InvalidConfig { setting, .. }) => Some(setting),
+            Err(other) => panic!("unexpected error {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_are_valid_and_name_the_herald_database() {
+        let config = MysqlConfig::default();
+        assert_eq!(setting(&config), None);
+        assert_eq!(config.database(), "phorge_herald");
+        assert_eq!(config.pool_max, 16);
+    }
+
+    #[test]
+    fn each_bad_setting_is_named() {
+        let base = MysqlConfig::default();
+        let cases = [
+            (
+                MysqlConfig {
+                    host: " ".into(),
+                    ..base.clone()
+                },
+                "host",
+            ),
+            (
+                MysqlConfig {
+                    port: 0,
+                    ..base.clone()
+                },
+                "port",
+            ),
+            (
+                MysqlConfig {
+                    user: String::new(),
+                    ..base.clone()
+                },
+                "user",
+            ),
+            (
+                MysqlConfig {
+                    namespace: String::new(),
+                    ..base.clone()
+                },
+                "namespace",
+            ),
+            (
+                MysqlConfig {
+                    namespace: "a".repeat(58),
+                    ..base.clone()
+                },
+                "namespace",
+            ),
+            (
+                MysqlConfig {
+                    namespace: "a.b".into(),
+                    ..base.clone()
+                },
+                "namespace",
+            ),
+            (
+                MysqlConfig {
+                    pool_max: 0,
+                    ..base.clone()
+                },
+                "pool_max",
+            ),
+            (
+                MysqlConfig {
+                    connect_timeout: Duration::ZERO,
+                    ..base.clone()
+                },
+                "connect_timeout",
+            ),
+            (
+                MysqlConfig {
+                    tls_ca_file: Some("/nonexistent/ca.pem".into()),
+                    ..base.clone()
+                },
+                "tls_ca_file",
+            ),
+            (
+                MysqlConfig {
+                    tls: true,
+                    tls_ca_file: Some("/nonexistent/ca.pem".into()),
+                    ..base.clone()
+                },
+                "tls_ca_file",
+            ),
+        ];
+        for (config, expected) in cases {
+            assert_eq!(setting(&config), Some(expected), "{config:?}");
+        }
+        let longest = MysqlConfig {
+            namespace: "a".repeat(57),
+            ..base
+        };
+        assert_eq!(setting(&longest), None);
+        assert_eq!(longest.database().len(), 64);
+    }
+
+    #[test]
+    fn debug_hides_the_password() {
+        let config = MysqlConfig {
+            password: "hunter2".into(),
+            ..MysqlConfig::default()
+        };
+        let text = format!("{config:?}");
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(text.contains("<redacted>"));
+    }
+
+    #[test]
+    fn options_carry_the_contract() {
+        let opts = mysql_async::Opts::from(
+            MysqlConfig {
+                password: "pw".into(),
+                pool_max: 3,
+                namespace: "ns".into(),
+                ..MysqlConfig::default()
+            }
+            .opts(),
+        );
+        assert!(opts.client_found_rows());
+        assert!(!opts.prefer_socket());
+        assert_eq!(opts.db_name(), Some("ns_herald"));
+        assert_eq!(opts.pass(), Some("pw"));
+        assert_eq!(opts.pool_opts().constraints().max(), 3);
+        assert_eq!(opts.pool_opts().constraints().min(), 0);
+        assert!(!opts.pool_opts().reset_connection());
+        assert!(opts.ssl_opts().is_none());
+        let empty = mysql_async::Opts::from(MysqlConfig::default().opts());
+        assert_eq!(empty.pass(), None);
+    }
+}

@@ -1,0 +1,277 @@
+//! The crate's typed error ([`MysqlError`]), the readiness verdict
+//! ([`NotReady`]), and the one place driver errors are classified into
+//! `webhook_core::StoreError` kinds. Driver text stays in `source()` chains,
+//! never in a `Display` an HTTP body could echo.
+
+use std::time::Duration;
+
+use mysql_async::{DriverError, Error as DriverFailure};
+use webhook_core::store::BoxError;
+use webhook_core::StoreError;
+
+/// MySQL's "Unknown database" (ER_BAD_DB_ERROR): Phorge has not run its
+/// storage upgrade yet.
+pub(crate) const ER_BAD_DB_ERROR: u16 = 1049;
+
+/// Server error codes that mean the session is gone or cannot start, as
+/// opposed to a statement the server rejected.
+const CONNECTION_SERVER_CODES: &[u16] = &[
+    1040, // ER_CON_COUNT_ERROR: too many connections
+    1053, // ER_SERVER_SHUTDOWN
+    1152, // ER_ABORTING_CONNECTION
+    1158, // ER_NET_READ_ERROR
+    1159, // ER_NET_READ_INTERRUPTED
+    1160, // ER_NET_ERROR_ON_WRITE
+    1161, // ER_NET_WRITE_INTERRUPTED
+    1927, // ER_CONNECTION_KILLED (MariaDB)
+    4031, // ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8)
+];
+
+/// Everything this crate reports: bad settings, readiness, schema problems,
+/// and the sources behind `StoreError`s.
+#[derive(Debug, thiserror::Error)]
+pub enum MysqlError {
+    /// A setting cannot work; names the setting.
+    #[error("invalid MySQL setting {setting}: {reason}")]
+    InvalidConfig {
+        /// The setting's field name in [`crate::MysqlConfig`].
+        setting: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The database cannot serve yet (see [`NotReady`]).
+    #[error(transparent)]
+    NotReady(#[from] NotReady),
+    /// Opening a connection failed (TCP, TLS, handshake or login).
+    #[error("cannot connect to the database server")]
+    Connect(#[source] DriverFailure),
+    /// No connection within the connect timeout (server silent, or every
+    /// pool slot busy).
+    #[error("no database connection within {0:?}")]
+    ConnectTimeout(Duration),
+    /// A statement failed on an open connection.
+    #[error("database statement failed")]
+    Statement(#[source] DriverFailure),
+    /// A statement returned something its contract rules out.
+    #[error("unexpected result from {statement}: {detail}")]
+    UnexpectedResult {
+        /// Which statement.
+        statement: &'static str,
+        /// What came back instead.
+        detail: String,
+    },
+    /// `RELEASE_LOCK` said this connection did not hold the hook lock, so
+    /// mutual exclusion was lost at some point (e.g. the session was reset).
+    #[error("hook lock {name} was no longer held at release")]
+    LockNotHeld {
+        /// The `GET_LOCK` name.
+        name: String,
+    },
+    /// One of Phorge's tables is absent.
+    #[error("table {database}.{table} does not exist")]
+    MissingTable {
+        /// The herald database.
+        database: String,
+        /// The absent table.
+        table: &'static str,
+    },
+    /// Columns the daemon reads or writes are absent.
+    #[error("table {database}.{table} lacks column(s) {}", columns.join(", "))]
+    MissingColumns {
+        /// The herald database.
+        database: String,
+        /// The table.
+        table: &'static str,
+        /// Every expected column that is absent.
+        columns: Vec<&'static str>,
+    },
+}
+
+/// Why the store cannot serve yet: the `/readyz` verdict. `Display` is the
+/// reason to report; the driver's detail is only in `source()`.
+#[derive(Debug, thiserror::Error)]
+pub enum NotReady {
+    /// Nothing answers at the configured address (refused, no route, TLS
+    /// failure, timeout).
+    #[error("database server unreachable")]
+    Unreachable(#[source] BoxError),
+    /// The server answers but `{namespace}_herald` does not exist: Phorge
+    /// has not run its storage upgrade yet.
+    #[error("database `{database}` does not exist yet")]
+    MissingDatabase {
+        /// The herald database.
+        database: String,
+    },
+    /// The server answers but refuses the session (credentials, grants,
+    /// too many connections).
+    #[error("database server rejected the connection")]
+    Rejected(#[source] BoxError),
+    /// Connected, but the probe itself failed.
+    #[error("database server did not answer the readiness probe")]
+    ProbeFailed(#[source] BoxError),
+}
+
+fn server_code(err: &DriverFailure) -> Option<u16> {
+    match err {
+        DriverFailure::Server(server) => Some(server.code),
+        _ => None,
+    }
+}
+
+/// Whether a failed statement means the connection itself is gone.
+fn is_connection_loss(err: &DriverFailure) -> bool {
+    match err {
+        DriverFailure::Io(_) => true,
+        DriverFailure::Driver(driver) => matches!(
+            driver,
+            DriverError::ConnectionClosed
+                | DriverError::PoolDisconnected
+                | DriverError::PacketOutOfOrder
+                | DriverError::UnexpectedPacket { .. }
+        ),
+        DriverFailure::Server(server) => CONNECTION_SERVER_CODES.contains(&server.code),
+        DriverFailure::Other(_) | DriverFailure::Url(_) => false,
+    }
+}
+
+impl MysqlError {
+    /// The `StoreError` kind for this failure: `MissingDatabase` for 1049,
+    /// `Unavailable` when no usable connection exists, `Query` otherwise.
+    pub(crate) fn into_store_error(self, database: &str) -> StoreError {
+        match &self {
+            Self::Connect(err) | Self::Statement(err)
+                if server_code(err) == Some(ER_BAD_DB_ERROR) =>
+            {
+                StoreError::MissingDatabase(database.to_owned())
+            }
+            Self::NotReady(NotReady::MissingDatabase { database }) => {
+                StoreError::MissingDatabase(database.clone())
+            }
+            Self::Connect(_) | Self::ConnectTimeout(_) | Self::NotReady(_) => {
+                StoreError::Unavailable(Box::new(self))
+            }
+            Self::Statement(err) if is_connection_loss(err) => {
+                StoreError::Unavailable(Box::new(self))
+            }
+            _ => StoreError::Query(Box::new(self)),
+        }
+    }
+
+    /// The readiness verdict for a failure to connect.
+    pub(crate) fn into_not_ready(self, database: &str) -> NotReady {
+        if let Self::NotReady(not_ready) = self {
+            return not_ready;
+        }
+        match &self {
+            Self::Connect(err) | Self::Statement(err)
+                if server_code(err) == Some(ER_BAD_DB_ERROR) =>
+            {
+                NotReady::MissingDatabase {
+                    database: database.to_owned(),
+                }
+            }
+            Self::Connect(DriverFailure::Server(_)) => NotReady::Rejected(Box::new(self)),
+            Self::Connect(_) | Self::ConnectTimeout(_) => NotReady::Unreachable(Box::new(self)),
+            Self::Statement(err) if is_connection_loss(err) => {
+                NotReady::Unreachable(Box::new(self))
+            }
+            _ => NotReady::ProbeFailed(Box::new(self)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mysql_async::{IoError, ServerError};
+
+    fn server(code: u16) -> DriverFailure {
+        DriverFailure::Server(ServerError {
+            code,
+            message: "m".into(),
+            state: "HY000".into(),
+        })
+    }
+
+    fn io() -> DriverFailure {
+        DriverFailure::Io(IoError::Io(std::io::Error::from(
+            std::io::ErrorKind::ConnectionRefused,
+        )))
+    }
+
+    #[test]
+    fn store_error_kinds() {
+        let db = "x_herald";
+        assert!(matches!(
+            MysqlError::Connect(server(ER_BAD_DB_ERROR)).into_store_error(db),
+            StoreError::MissingDatabase(name) if name == db
+        ));
+        assert!(matches!(
+            MysqlError::Connect(io()).into_store_error(db),
+            StoreError::Unavailable(_)
+        ));
+        assert!(matches!(
+            MysqlError::Connect(server(1045)).into_store_error(db),
+            StoreError::Unavailable(_)
+        ));
+        assert!(matches!(
+            MysqlError::ConnectTimeout(Duration::from_secs(1)).into_store_error(db),
+            StoreError::Unavailable(_)
+        ));
+        assert!(matches!(
+            MysqlError::Statement(io()).into_store_error(db),
+            StoreError::Unavailable(_)
+        ));
+        assert!(matches!(
+            MysqlError::Statement(server(1927)).into_store_error(db),
+            StoreError::Unavailable(_)
+        ));
+        assert!(matches!(
+            MysqlError::Statement(DriverFailure::Driver(DriverError::ConnectionClosed))
+                .into_store_error(db),
+            StoreError::Unavailable(_)
+        ));
+        assert!(matches!(
+            MysqlError::Statement(server(1146)).into_store_error(db),
+            StoreError::Query(_)
+        ));
+    }
+
+    #[test]
+    fn readiness_reasons() {
+        let db = "x_herald";
+        let reason = |e: MysqlError| e.into_not_ready(db).to_string();
+        assert_eq!(
+            reason(MysqlError::Connect(server(ER_BAD_DB_ERROR))),
+            "database `x_herald` does not exist yet"
+        );
+        assert_eq!(
+            reason(MysqlError::Connect(io())),
+            "database server unreachable"
+        );
+        assert_eq!(
+            reason(MysqlError::ConnectTimeout(Duration::from_secs(1))),
+            "database server unreachable"
+        );
+        assert_eq!(
+            reason(MysqlError::Connect(server(1045))),
+            "database server rejected the connection"
+        );
+        assert_eq!(
+            reason(MysqlError::Statement(server(1146))),
+            "database server did not answer the readiness probe"
+        );
+    }
+
+    #[test]
+    fn display_keeps_driver_text_out() {
+        let err = MysqlError::Connect(DriverFailure::Server(ServerError {
+            code: 1045,
+            message: "Access denied for user 'secret'@'10.1.2.3'".into(),
+            state: "28000".into(),
+        }));
+        assert!(!err.to_string().contains("secret"));
+        let not_ready = err.into_not_ready("x_herald");
+        assert!(!not_ready.to_string().contains("secret"));
+    }
+}

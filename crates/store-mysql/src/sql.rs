@@ -1,0 +1,135 @@
+//! The exact statement texts the store prepares (SPEC §4 and §8). Public so
+//! tests and the admin tool can `EXPLAIN` precisely what runs; nothing else
+//! in the crate writes SQL against Phorge's tables.
+//!
+//! Every value is a `?` placeholder; the only text ever assembled at run
+//! time is the number of placeholders in the hook exclusion list.
+
+/// The columns of a request row, in the order the row mapping reads them.
+pub const REQUEST_SELECT_LIST: &str = "id, phid, webhookPHID, objectPHID, status, properties, \
+     lastRequestResult, lastRequestEpoch, dateCreated, dateModified";
+
+/// The candidate query for a given number of excluded hooks. Parameters:
+/// `lease_cutoff`, `retry_cutoff`, then one hook PHID per exclusion, then
+/// the limit.
+///
+/// `dateModified = dateCreated` lets a fresh row through at once;
+/// `key_status (status, id)` serves both the filter and the order.
+pub fn candidate_sql(excluded_hooks: usize) -> String {
+    let exclusion = if excluded_hooks == 0 {
+        String::new()
+    } else {
+        let marks = vec!["?"; excluded_hooks].join(", ");
+        format!("\n   AND webhookPHID NOT IN ({marks})")
+    };
+    format!(
+        "SELECT {REQUEST_SELECT_LIST}\n  FROM herald_webhookrequest\n WHERE status = 'queued'\n   \
+         AND (dateModified = dateCreated OR dateModified <= ?)\n   \
+         AND (lastRequestResult <> 'fail' OR lastRequestEpoch <= ?){exclusion}\n \
+         ORDER BY id ASC\n LIMIT ?"
+    )
+}
+
+/// The compare-and-set claim. Parameters: `id`, the version seen.
+///
+/// `+ 1` is load-bearing: `dateModified` has one-second resolution, so a
+/// claim in the insert's (or a previous claim's) second would otherwise
+/// leave the version unchanged and let a second claimer win too.
+pub const CLAIM: &str = "UPDATE herald_webhookrequest \
+     SET dateModified = GREATEST(dateModified + 1, UNIX_TIMESTAMP()) \
+     WHERE id = ? AND status = 'queued' AND dateModified = ?";
+
+/// The write-back of a processing step. Parameters: status,
+/// lastRequestResult, lastRequestEpoch, the write's time, properties, id.
+///
+/// `GREATEST(dateModified + 1, ?)`: a result written in the claim's second
+/// must still move the version, or a failed row would look fresh again.
+pub const WRITE_RESULT: &str = "UPDATE herald_webhookrequest \
+     SET status = ?, lastRequestResult = ?, lastRequestEpoch = ?, \
+     dateModified = GREATEST(dateModified + 1, ?), properties = ? \
+     WHERE id = ?";
+
+/// [`WRITE_RESULT`] for a write made without a claim: lands only on a row
+/// still queued at the version the decision was based on. One extra
+/// parameter: that version.
+pub const WRITE_RESULT_GUARDED: &str = "UPDATE herald_webhookrequest \
+     SET status = ?, lastRequestResult = ?, lastRequestEpoch = ?, \
+     dateModified = GREATEST(dateModified + 1, ?), properties = ? \
+     WHERE id = ? AND status = 'queued' AND dateModified = ?";
+
+/// One hook by PHID.
+pub const HOOK: &str = "SELECT id, phid, name, webhookURI, status, hmacKey \
+     FROM herald_webhook WHERE phid = ?";
+
+/// The circuit breaker's count: failed rows (not attempts) of one hook in
+/// the window, served by `key_ratelimit`. Parameters: hook PHID, window start.
+pub const BREAKER_FAILURES: &str = "SELECT COUNT(*) FROM herald_webhookrequest \
+     WHERE webhookPHID = ? AND lastRequestResult = 'fail' AND lastRequestEpoch >= ?";
+
+/// Row counts by status and hooks not `disabled`, in one round trip; each
+/// status count is an index range count on `key_status`.
+pub const STATS: &str = "SELECT \
+     (SELECT COUNT(*) FROM herald_webhookrequest WHERE status = 'queued'), \
+     (SELECT COUNT(*) FROM herald_webhookrequest WHERE status = 'sent'), \
+     (SELECT COUNT(*) FROM herald_webhookrequest WHERE status = 'failed'), \
+     (SELECT COUNT(*) FROM herald_webhook WHERE status <> 'disabled')";
+
+/// Every hook, disabled ones included.
+pub const HOOK_COUNT: &str = "SELECT COUNT(*) FROM herald_webhook";
+
+/// Takes the per-hook lock without waiting: 1 taken, 0 held elsewhere,
+/// NULL on a server error. Parameter: the lock name.
+pub const GET_LOCK: &str = "SELECT GET_LOCK(?, 0)";
+
+/// Frees the per-hook lock: 1 freed, 0 held by another session, NULL not
+/// held at all. Parameter: the lock name.
+pub const RELEASE_LOCK: &str = "SELECT RELEASE_LOCK(?)";
+
+/// Columns of the two tables. Parameter: the database.
+pub const SCHEMA_COLUMNS: &str = "SELECT TABLE_NAME, COLUMN_NAME FROM information_schema.COLUMNS \
+     WHERE TABLE_SCHEMA = ? AND TABLE_NAME IN ('herald_webhookrequest', 'herald_webhook')";
+
+/// The columns of `key_status`, in index order. Parameter: the database.
+pub const STATUS_INDEX_COLUMNS: &str = "SELECT COLUMN_NAME FROM information_schema.STATISTICS \
+     WHERE TABLE_SCHEMA = ? AND TABLE_NAME = 'herald_webhookrequest' \
+     AND INDEX_NAME = 'key_status' ORDER BY SEQ_IN_INDEX";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn candidate_query_is_the_spec_statement() {
+        assert_eq!(
+            candidate_sql(0),
+            "SELECT id, phid, webhookPHID, objectPHID, status, properties, \
+             lastRequestResult, lastRequestEpoch, dateCreated, dateModified\n  \
+             FROM herald_webhookrequest\n \
+             WHERE status = 'queued'\n   \
+             AND (dateModified = dateCreated OR dateModified <= ?)\n   \
+             AND (lastRequestResult <> 'fail' OR lastRequestEpoch <= ?)\n \
+             ORDER BY id ASC\n \
+             LIMIT ?"
+        );
+    }
+
+    #[test]
+    fn exclusions_add_one_placeholder_per_hook() {
+        let sql = candidate_sql(3);
+        assert!(
+            sql.contains("\n   AND webhookPHID NOT IN (?, ?, ?)\n ORDER BY id ASC"),
+            "{sql}"
+        );
+        assert_eq!(sql.matches('?').count(), 6);
+        assert_eq!(candidate_sql(0).matches('?').count(), 3);
+    }
+
+    #[test]
+    fn placeholder_counts_match_the_documented_parameters() {
+        assert_eq!(CLAIM.matches('?').count(), 2);
+        assert_eq!(WRITE_RESULT.matches('?').count(), 6);
+        assert_eq!(WRITE_RESULT_GUARDED.matches('?').count(), 7);
+        assert!(WRITE_RESULT_GUARDED.starts_with(WRITE_RESULT));
+        assert_eq!(BREAKER_FAILURES.matches('?').count(), 2);
+    }
+}

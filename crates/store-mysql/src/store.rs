@@ -1,0 +1,252 @@
+//! `MysqlStore`: the pool, the `Store` implementation over the statements
+//! in [`crate::sql`], the readiness probe and the schema check.
+//!
+//! Each operation borrows one pooled connection for one statement (the
+//! hook lock keeps its connection until released); no transactions, no
+//! session variables, so connections stay interchangeable.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Pool, Row, Value};
+use webhook_core::{
+    CandidateQuery, Claim, Hook, HookLock, QueueStats, RequestRow, ResultWrite, Store, StoreError,
+    UnixTime, Written,
+};
+
+use crate::config::MysqlConfig;
+use crate::error::{MysqlError, NotReady};
+use crate::lock::MysqlHookLock;
+use crate::rows;
+use crate::schema::{self, SchemaWarning};
+use crate::sql;
+
+/// Phorge's herald tables on MySQL/MariaDB.
+#[derive(Clone)]
+pub struct MysqlStore {
+    pool: Pool,
+    namespace: String,
+    database: String,
+    pool_max: usize,
+    connect_timeout: Duration,
+}
+
+// Hand-written: the pool's options hold the password.
+impl fmt::Debug for MysqlStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MysqlStore")
+            .field("database", &self.database)
+            .field("pool_max", &self.pool_max)
+            .finish()
+    }
+}
+
+impl MysqlStore {
+    /// Validates `config` and builds the pool. Does not connect: the first
+    /// statement (or [`ready`](Self::ready)) opens the first connection.
+    pub fn new(config: &MysqlConfig) -> Result<Self, MysqlError> {
+        config.validate()?;
+        Ok(Self {
+            pool: Pool::new(config.opts()),
+            namespace: config.namespace.clone(),
+            database: config.database(),
+            pool_max: config.pool_max,
+            connect_timeout: config.connect_timeout,
+        })
+    }
+
+    /// The herald database, `{namespace}_herald`.
+    pub fn database(&self) -> &str {
+        &self.database
+    }
+
+    /// Phorge's namespace.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The `GET_LOCK` name guarding deliveries to `hook_phid`.
+    pub fn hook_lock_name(&self, hook_phid: &str) -> String {
+        webhook_core::hook_lock_name(&self.namespace, hook_phid)
+    }
+
+    async fn connect(&self) -> Result<Conn, MysqlError> {
+        match tokio::time::timeout(self.connect_timeout, self.pool.get_conn()).await {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(err)) => Err(MysqlError::Connect(err)),
+            Err(_elapsed) => Err(MysqlError::ConnectTimeout(self.connect_timeout)),
+        }
+    }
+
+    async fn conn(&self) -> Result<Conn, StoreError> {
+        self.connect()
+            .await
+            .map_err(|err| err.into_store_error(&self.database))
+    }
+
+    fn statement_error(&self, err: mysql_async::Error) -> StoreError {
+        MysqlError::Statement(err).into_store_error(&self.database)
+    }
+
+    fn unexpected(&self, statement: &'static str, detail: &str) -> StoreError {
+        MysqlError::UnexpectedResult {
+            statement,
+            detail: detail.to_owned(),
+        }
+        .into_store_error(&self.database)
+    }
+
+    /// The `/readyz` probe: a connection to the herald database and a
+    /// `COM_PING` on it. Creates nothing.
+    pub async fn ready(&self) -> Result<(), NotReady> {
+        let mut conn = self
+            .connect()
+            .await
+            .map_err(|err| err.into_not_ready(&self.database))?;
+        conn.ping()
+            .await
+            .map_err(|err| MysqlError::Statement(err).into_not_ready(&self.database))
+    }
+
+    /// The startup schema check: an error naming a missing table or its
+    /// missing columns; warnings for what only costs performance (the
+    /// `key_status` index). Never runs DDL.
+    pub async fn check_schema(&self) -> Result<Vec<SchemaWarning>, MysqlError> {
+        let mut conn = self
+            .connect()
+            .await
+            .map_err(|err| MysqlError::NotReady(err.into_not_ready(&self.database)))?;
+        schema::check(&mut conn, &self.database).await
+    }
+
+    /// [`Store::lock_hook`] with the concrete lock type (its name and
+    /// holding session are visible, for diagnostics and tests).
+    pub async fn try_lock_hook(
+        &self,
+        hook_phid: &str,
+    ) -> Result<Option<MysqlHookLock>, StoreError> {
+        let conn = self.conn().await?;
+        MysqlHookLock::acquire(conn, self.hook_lock_name(hook_phid), &self.database).await
+    }
+
+    /// Closes the pool once every borrowed connection is back (shutdown).
+    pub async fn disconnect(&self) -> Result<(), StoreError> {
+        self.pool
+            .clone()
+            .disconnect()
+            .await
+            .map_err(|err| self.statement_error(err))
+    }
+
+    /// A single-row `COUNT(*)`-style answer.
+    async fn count(&self, statement: &'static str, params: Vec<Value>) -> Result<u64, StoreError> {
+        let mut conn = self.conn().await?;
+        let row: Option<Row> = conn
+            .exec_first(statement, params)
+            .await
+            .map_err(|err| self.statement_error(err))?;
+        let mut row = row.ok_or_else(|| self.unexpected(statement, "no row"))?;
+        rows::unsigned(&mut row, 0, "COUNT(*)", 0)
+    }
+}
+
+#[async_trait]
+impl Store for MysqlStore {
+    async fn candidates(&self, query: &CandidateQuery) -> Result<Vec<RequestRow>, StoreError> {
+        let cutoffs = query.cutoffs;
+        let mut params: Vec<Value> = Vec::with_capacity(query.exclude_hooks.len() + 3);
+        params.push(cutoffs.lease_cutoff.into());
+        params.push(cutoffs.retry_cutoff.into());
+        params.extend(query.exclude_hooks.iter().map(|h| Value::from(h.as_str())));
+        params.push(u64::try_from(query.limit).unwrap_or(u64::MAX).into());
+        let mut conn = self.conn().await?;
+        let found: Vec<Row> = conn
+            .exec(sql::candidate_sql(query.exclude_hooks.len()), params)
+            .await
+            .map_err(|err| self.statement_error(err))?;
+        found.into_iter().map(rows::request_row).collect()
+    }
+
+    async fn claim(&self, id: u64, seen_version: UnixTime) -> Result<Claim, StoreError> {
+        let mut conn = self.conn().await?;
+        conn.exec_drop(sql::CLAIM, (id, seen_version))
+            .await
+            .map_err(|err| self.statement_error(err))?;
+        // CLIENT_FOUND_ROWS: matched rows; the id is the primary key, so
+        // this is 0 or 1.
+        Ok(if conn.affected_rows() == 1 {
+            Claim::Won
+        } else {
+            Claim::Lost
+        })
+    }
+
+    async fn write_result(&self, write: &ResultWrite) -> Result<Written, StoreError> {
+        let mut params: Vec<Value> = vec![
+            write.status.as_str().into(),
+            write.last_request_result.as_str().into(),
+            write.last_request_epoch.into(),
+            write.date_modified.into(),
+            write.properties.as_str().into(),
+            write.id.into(),
+        ];
+        let statement = match write.expected_version {
+            Some(version) => {
+                params.push(version.into());
+                sql::WRITE_RESULT_GUARDED
+            }
+            None => sql::WRITE_RESULT,
+        };
+        let mut conn = self.conn().await?;
+        conn.exec_drop(statement, params)
+            .await
+            .map_err(|err| self.statement_error(err))?;
+        Ok(if conn.affected_rows() == 0 {
+            Written::Skipped
+        } else {
+            Written::Yes
+        })
+    }
+
+    async fn hook(&self, phid: &str) -> Result<Option<Hook>, StoreError> {
+        let mut conn = self.conn().await?;
+        let row: Option<Row> = conn
+            .exec_first(sql::HOOK, (phid,))
+            .await
+            .map_err(|err| self.statement_error(err))?;
+        row.map(rows::hook).transpose()
+    }
+
+    async fn breaker_failures(&self, hook_phid: &str, since: UnixTime) -> Result<u64, StoreError> {
+        self.count(sql::BREAKER_FAILURES, vec![hook_phid.into(), since.into()])
+            .await
+    }
+
+    async fn lock_hook(&self, hook_phid: &str) -> Result<Option<Box<dyn HookLock>>, StoreError> {
+        Ok(self
+            .try_lock_hook(hook_phid)
+            .await?
+            .map(|lock| Box::new(lock) as Box<dyn HookLock>))
+    }
+
+    async fn stats(&self) -> Result<QueueStats, StoreError> {
+        let mut conn = self.conn().await?;
+        let row: Option<Row> = conn
+            .exec_first(sql::STATS, ())
+            .await
+            .map_err(|err| self.statement_error(err))?;
+        let mut row = row.ok_or_else(|| self.unexpected("stats", "no row"))?;
+        Ok(QueueStats {
+            queued: rows::unsigned(&mut row, 0, "queued count", 0)?,
+            sent: rows::unsigned(&mut row, 1, "sent count", 0)?,
+            failed: rows::unsigned(&mut row, 2, "failed count", 0)?,
+            active_hooks: rows::unsigned(&mut row, 3, "active hook count", 0)?,
+        })
+    }
+
+    async fn hook_count(&self) -> Result<u64, StoreError> {
+        self.count(sql::HOOK_COUNT, Vec::new()).await
+    }
+}

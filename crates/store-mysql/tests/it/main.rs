@@ -1,0 +1,13 @@
+//! Integration tests of `webhook-store-mysql` against the real local
+//! MariaDB (127.0.0.1:3306, root, no password). No mocks: every test gets
+//! its own freshly created database, so tests run in parallel safely.
+
+mod claims;
+mod conformance;
+mod fixture;
+mod indexes;
+mod locks;
+mod properties;
+mod readiness;
+mod rows;
+mod schema;
