@@ -1,1 +1,75 @@
-//! The `Transport` on hyper + rustls. Not written yet (issue 4).
+//! The `webhook_core::Transport` on hyper + rustls: the only crate that
+//! speaks HTTP to receivers.
+//!
+//! - **Client.** hyper 1.x through hyper-util's pooled client; rustls with
+//!   the ring provider and compiled-in webpki roots (plus configured extra
+//!   roots); HTTP/1.1, or HTTP/2 when ALPN picks it; keep-alive connections
+//!   per host, dropped after an idle timeout. No OpenSSL, no aws-lc.
+//! - **Request (SPEC §6).** `POST`, the payload bytes unchanged,
+//!   `Content-Type: application/json`, every configured signature header,
+//!   `User-Agent`, optionally a request-id header. No compression.
+//! - **Outbound check.** [`Transport::resolve`](webhook_core::Transport::resolve)
+//!   refuses URIs that are not `http`/`https` with a host, names that do not
+//!   exist, and names with any address in the deny list (unless the allow
+//!   list covers it). Connections are made only to addresses checked when
+//!   the connection is set up, on every hop: IP literals are checked
+//!   directly and names go through a resolver that yields only checked
+//!   addresses. A refused hop ends the delivery with
+//!   [`DeliveryResult::Refused`](webhook_core::DeliveryResult::Refused).
+//! - **Deadline.** `OutboundRequest::timeout` bounds the whole exchange,
+//!   redirects and the bounded body read included.
+//! - **Redirects**, as PHP's cURL follows them: 301/302/303 become a GET
+//!   without body (and without `Content-Type`), 307/308 repeat the POST, up
+//!   to `max_redirects`; a relative `Location` is resolved against the URI
+//!   that answered. `max_redirects = 0` means "never follow": the 3xx is the
+//!   final status (cURL with `CURLOPT_MAXREDIRS = 0` would report error 47).
+//! - **Stale pooled connections.** As cURL does, a request that dies without
+//!   a byte of answer on an HTTP/1 connection reused from the pool is sent
+//!   once more (the receiver closed the idle connection as it went out).
+//!   A fresh connection is never retried.
+//!
+//! How an exchange ends, as implemented (cURL numbers in brackets):
+//!
+//! | what happened | result |
+//! |---|---|
+//! | a final response (after redirects), body read up to the limit | `Response { status }` |
+//! | the delivery deadline passed, at any stage | `Timeout` (28) |
+//! | connection setup (lookup + TCP + TLS) exceeded the connect timeout, or TCP connect timed out | `Timeout` (28), as cURL reports its connect timeout |
+//! | a hop's URI is not http(s) with a host, its host does not exist, or has a denied address | `Refused(..)` (a permanent hook error `uri`) |
+//! | the resolver failed temporarily while connecting | `Failed(Resolve)` (6) |
+//! | TCP connect refused / unreachable | `Failed(Connect)` (7) |
+//! | the response is not HTTP | `Failed(Protocol)` (8) |
+//! | TLS handshake or certificate failure, or the peer hung up mid-handshake | `Failed(Tls)` (35) |
+//! | more redirects than `max_redirects` | `Failed(TooManyRedirects)` (47) |
+//! | the connection closed before a complete response head | `Failed(EmptyReply)` (52) |
+//! | writing the request failed, or the connection broke while a write was waiting | `Failed(Send)` (55) |
+//! | reset or other failure while receiving, a truncated body | `Failed(Receive)` (56) |
+//!
+//! Known differences from PHP's cURL:
+//!
+//! - `Target::addrs` from `resolve` is informational: each new connection
+//!   looks the name up again and checks every address again, so what is
+//!   connected to is always what was checked, but it may differ from the
+//!   addresses `resolve` reported.
+//! - Credentials in a URI (`https://user:pass@host/`) are not sent as Basic
+//!   authentication.
+//! - Names are resolved with `getaddrinfo`; a host name that is not ASCII
+//!   (IDN) is refused as malformed rather than converted to punycode.
+//! - `EAI_FAIL` and other resolver errors except "no such name" / "no
+//!   data" are treated as temporary (`http`/6), never as an unknown host.
+
+mod classify;
+mod config;
+mod connector;
+mod lookup;
+mod policy;
+mod transport;
+mod uri;
+
+pub use config::{
+    parse_cidr_list, parse_list, TransportConfig, TransportConfigError, TransportSetting,
+    DEFAULT_SIGNATURE_HEADER,
+};
+pub use lookup::{LookupError, NameLookup, SystemLookup};
+pub use policy::{phorge_deny_list, OutboundPolicy, PHORGE_DENY_LIST};
+pub use transport::HyperTransport;

@@ -1,0 +1,482 @@
+//! [`HyperTransport`]: the `webhook_core::Transport` that speaks HTTP to
+//! receivers. It owns the pooled client, builds the request of SPEC §6,
+//! follows redirects the way PHP's cURL does, bounds everything by the
+//! delivery deadline, and reads (a bounded part of) the response body only
+//! to discard it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use http::header::{HeaderValue, CONTENT_TYPE, LOCATION, USER_AGENT};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::capture_connection;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use rustls::RootCertStore;
+use tracing::debug;
+use webhook_core::{
+    DeliveryResult, OutboundRequest, Resolution, Target, Transport, TransportFailure, UriRefusal,
+};
+
+use crate::classify::{classify, Stage};
+use crate::config::{TransportConfig, TransportConfigError, TransportSetting};
+use crate::connector::{
+    resolve_checked, ConnectionUsage, GuardedConnector, HopError, TcpConnector,
+};
+use crate::lookup::{NameLookup, SystemLookup};
+use crate::policy::OutboundPolicy;
+use crate::uri::HookUri;
+
+/// Request bodies: the payload, or nothing after a 301/302/303.
+type RequestBody = http_body_util::Either<Full<Bytes>, Empty<Bytes>>;
+
+/// The hyper + rustls transport. Cheap to share behind an `Arc`; one
+/// instance keeps one connection pool.
+#[derive(Debug)]
+pub struct HyperTransport {
+    client: Client<GuardedConnector, RequestBody>,
+    lookup: Arc<dyn NameLookup>,
+    policy: Arc<OutboundPolicy>,
+    headers: FixedHeaders,
+    max_redirects: u32,
+    response_body_limit: usize,
+    resolve_timeout: Duration,
+}
+
+/// Headers that are the same on every request.
+#[derive(Debug)]
+struct FixedHeaders {
+    signature: Vec<http::HeaderName>,
+    user_agent: HeaderValue,
+    request_id: Option<http::HeaderName>,
+}
+
+/// What one hop of a delivery sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HopMethod {
+    /// POST with the payload and `Content-Type`.
+    PostPayload,
+    /// GET without a body (after 301/302/303).
+    GetEmpty,
+}
+
+/// What to do with a response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Its status is the delivery's result.
+    Final,
+    /// Follow `location` with this method.
+    Follow {
+        /// The raw `Location` value.
+        location: String,
+        /// The next hop's method.
+        method: HopMethod,
+    },
+}
+
+/// cURL's default redirect rules for a POST (no `CURLOPT_POSTREDIR`):
+/// 301/302/303 turn into a GET without body, 307/308 repeat the POST. Any
+/// other status, or a redirect without a usable `Location`, is final.
+pub(crate) fn next_step(
+    status: StatusCode,
+    location: Option<&HeaderValue>,
+    current: HopMethod,
+) -> Next {
+    let method = match status.as_u16() {
+        301..=303 => HopMethod::GetEmpty,
+        307 | 308 => current,
+        _ => return Next::Final,
+    };
+    match location.map(|value| encode_location(value.as_bytes())) {
+        Some(location) if !location.is_empty() => Next::Follow { location, method },
+        _ => Next::Final,
+    }
+}
+
+/// A `Location` value as a URI reference: surrounding whitespace trimmed,
+/// and spaces, control and 8-bit bytes and the characters a URI may not
+/// hold percent-encoded, as cURL does before following it.
+pub(crate) fn encode_location(raw: &[u8]) -> String {
+    let trimmed = raw.trim_ascii();
+    let mut out = String::with_capacity(trimmed.len());
+    for &byte in trimmed {
+        if byte <= b' ' || byte >= 0x7f || b"\"<>\\^`{|}".contains(&byte) {
+            out.push_str(&format!("%{byte:02X}"));
+        } else {
+            out.push(char::from(byte));
+        }
+    }
+    out
+}
+
+impl HyperTransport {
+    /// Validates `config` and builds the client, resolving names with the
+    /// system resolver (`getaddrinfo`).
+    pub fn new(config: TransportConfig) -> Result<Self, TransportConfigError> {
+        Self::with_lookup(config, Arc::new(SystemLookup))
+    }
+
+    /// Like [`HyperTransport::new`], resolving names with `lookup`.
+    pub fn with_lookup(
+        config: TransportConfig,
+        lookup: Arc<dyn NameLookup>,
+    ) -> Result<Self, TransportConfigError> {
+        let valid = config.validate()?;
+        let policy = Arc::new(OutboundPolicy::new(
+            config.outbound_deny.clone(),
+            config.outbound_allow.clone(),
+        ));
+
+        let mut roots = RootCertStore::empty();
+        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        for cert in valid.extra_roots {
+            roots.add(cert).map_err(|err| TransportConfigError {
+                setting: TransportSetting::ExtraRootCertificates,
+                reason: format!("certificate not usable as a root: {err}"),
+            })?;
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|err| TransportConfigError {
+                setting: TransportSetting::ExtraRootCertificates,
+                reason: format!("TLS setup failed: {err}"),
+            })?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+
+        let tcp = TcpConnector::new(
+            Arc::clone(&lookup),
+            Arc::clone(&policy),
+            config.connect_timeout,
+        );
+        // ALPN offers h2 and http/1.1; plain http:// stays HTTP/1.1.
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .enable_http2()
+            .wrap_connector(tcp);
+        let connector = GuardedConnector::new(https, config.connect_timeout);
+        let client = Client::builder(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(config.pool_idle_timeout)
+            .build(connector);
+
+        Ok(Self {
+            client,
+            lookup,
+            policy,
+            headers: FixedHeaders {
+                signature: valid.signature_headers,
+                user_agent: valid.user_agent,
+                request_id: valid.request_id_header,
+            },
+            max_redirects: config.max_redirects,
+            response_body_limit: config.response_body_limit,
+            resolve_timeout: config.resolve_timeout,
+        })
+    }
+
+    fn build_request(
+        &self,
+        uri: &HookUri,
+        method: HopMethod,
+        request: &OutboundRequest,
+        body: &Bytes,
+    ) -> Result<Request<RequestBody>, http::Error> {
+        let (verb, payload) = match method {
+            HopMethod::PostPayload => (Method::POST, RequestBody::Left(Full::new(body.clone()))),
+            HopMethod::GetEmpty => (Method::GET, RequestBody::Right(Empty::new())),
+        };
+        let mut builder = Request::builder()
+            .method(verb)
+            .uri(uri.uri().clone())
+            .header(USER_AGENT, self.headers.user_agent.clone());
+        if method == HopMethod::PostPayload {
+            builder = builder.header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        }
+        // cURL keeps custom headers on every hop, so the signature does too.
+        for name in &self.headers.signature {
+            builder = builder.header(name, request.signature.as_str());
+        }
+        if let Some(name) = &self.headers.request_id {
+            builder = builder.header(name, request.request_phid.as_str());
+        }
+        builder.body(payload)
+    }
+
+    /// The whole exchange, without the deadline (the caller applies it).
+    async fn exchange(&self, request: &OutboundRequest) -> DeliveryResult {
+        let mut uri = match HookUri::parse(&request.target.uri) {
+            Ok(uri) => uri,
+            Err(why) => return DeliveryResult::Refused(UriRefusal::Malformed(why)),
+        };
+        let body = Bytes::copy_from_slice(&request.body);
+        let mut method = HopMethod::PostPayload;
+        let mut followed = 0u32;
+        loop {
+            let response = match self.send_hop(&uri, method, request, &body).await {
+                Ok(response) => response,
+                Err(result) => return result,
+            };
+            let status = response.status();
+            let next = if self.max_redirects == 0 {
+                Next::Final
+            } else {
+                next_step(status, response.headers().get(LOCATION), method)
+            };
+            match next {
+                Next::Final => {
+                    return match drain(response.into_body(), self.response_body_limit).await {
+                        Ok(()) => DeliveryResult::Response {
+                            status: status.as_u16(),
+                        },
+                        Err(err) => {
+                            let result = classify(&err, Stage::Body);
+                            debug!(event = "response_body_failed", request = %request.request_phid,
+                                   status = status.as_u16(), result = ?result, error = %chain(&err));
+                            result
+                        }
+                    };
+                }
+                Next::Follow {
+                    location,
+                    method: next_method,
+                } => {
+                    if followed == self.max_redirects {
+                        return DeliveryResult::Failed(TransportFailure::TooManyRedirects);
+                    }
+                    let next_uri = match uri.join(&location) {
+                        Ok(next_uri) => next_uri,
+                        Err(why) => return DeliveryResult::Refused(UriRefusal::Malformed(why)),
+                    };
+                    // Reading the redirect's body lets its connection be
+                    // reused; its errors do not decide anything.
+                    let _ = drain(response.into_body(), self.response_body_limit).await;
+                    followed += 1;
+                    debug!(event = "redirect_followed", request = %request.request_phid,
+                           status = status.as_u16(), hop = followed, location = %next_uri.uri());
+                    uri = next_uri;
+                    method = next_method;
+                }
+            }
+        }
+    }
+
+    /// Sends one hop and returns the response head. Like cURL, a request
+    /// that dies without a byte of answer on a connection reused from the
+    /// pool is sent once more: the receiver most likely closed that idle
+    /// connection as the request went out.
+    async fn send_hop(
+        &self,
+        uri: &HookUri,
+        method: HopMethod,
+        request: &OutboundRequest,
+        body: &Bytes,
+    ) -> Result<Response<Incoming>, DeliveryResult> {
+        let mut retried = false;
+        loop {
+            let mut outgoing = self
+                .build_request(uri, method, request, body)
+                // Only a header value that cannot be sent (e.g. a control
+                // character in a PHID) gets here.
+                .map_err(|_| DeliveryResult::Failed(TransportFailure::Send))?;
+            let connection = capture_connection(&mut outgoing);
+            match self.client.request(outgoing).await {
+                Ok(response) => {
+                    if let Some(usage) = response.extensions().get::<ConnectionUsage>() {
+                        usage.count_response();
+                    }
+                    return Ok(response);
+                }
+                Err(err) => {
+                    let result = classify(&err, Stage::Head);
+                    let stale = connection
+                        .connection_metadata()
+                        .as_ref()
+                        .filter(|connected| !connected.is_negotiated_h2())
+                        .and_then(ConnectionUsage::of)
+                        .is_some_and(|usage| usage.was_reused() && usage.received_nothing());
+                    let retryable = matches!(
+                        result,
+                        DeliveryResult::Failed(
+                            TransportFailure::EmptyReply
+                                | TransportFailure::Receive
+                                | TransportFailure::Send
+                        )
+                    );
+                    debug!(event = "request_failed", request = %request.request_phid,
+                           result = ?result, reused_connection = stale, error = %chain(&err));
+                    if retryable && stale && !retried {
+                        retried = true;
+                        continue;
+                    }
+                    return Err(result);
+                }
+            }
+        }
+    }
+}
+
+/// Reads and drops the body until its end or until `limit` bytes were
+/// read; nothing is kept. Stopping early drops the connection instead of
+/// returning it to the pool.
+async fn drain(mut body: Incoming, limit: usize) -> Result<(), hyper::Error> {
+    let mut read = 0usize;
+    while read < limit {
+        match body.frame().await {
+            Some(Ok(frame)) => {
+                read = read.saturating_add(frame.data_ref().map_or(0, Bytes::len));
+            }
+            Some(Err(err)) => return Err(err),
+            None => return Ok(()),
+        }
+    }
+    Ok(())
+}
+
+/// An error and its causes on one line, for debug logs.
+fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[async_trait]
+impl Transport for HyperTransport {
+    async fn resolve(&self, uri: &str) -> Resolution {
+        let hook = match HookUri::parse(uri) {
+            Ok(hook) => hook,
+            Err(why) => return Resolution::Refused(UriRefusal::Malformed(why)),
+        };
+        let ips = match hook.ip_literal() {
+            Some(ip) => match self.policy.first_denied([ip]) {
+                Some(denied) => return Resolution::Refused(UriRefusal::DeniedAddress(denied)),
+                None => vec![ip],
+            },
+            None => {
+                let lookup = resolve_checked(self.lookup.as_ref(), &self.policy, hook.host());
+                match tokio::time::timeout(self.resolve_timeout, lookup).await {
+                    Ok(Ok(ips)) => ips,
+                    Ok(Err(HopError::Refused(why))) => return Resolution::Refused(why),
+                    Ok(Err(_)) | Err(_) => return Resolution::Failed(TransportFailure::Resolve),
+                }
+            }
+        };
+        let port = hook.port();
+        Resolution::Ready(Target {
+            uri: uri.to_owned(),
+            addrs: ips
+                .into_iter()
+                .map(|ip| std::net::SocketAddr::new(ip, port))
+                .collect(),
+        })
+    }
+
+    async fn deliver(&self, request: OutboundRequest) -> DeliveryResult {
+        // One deadline for everything: connect, TLS, send, response, body,
+        // every redirect hop. Dropping the exchange drops its connection,
+        // so a stalled receiver holds nothing past it.
+        match tokio::time::timeout(request.timeout, self.exchange(&request)).await {
+            Ok(result) => result,
+            Err(_) => DeliveryResult::Timeout,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn location(value: &'static str) -> HeaderValue {
+        HeaderValue::from_static(value)
+    }
+
+    #[test]
+    fn redirect_rules_follow_curl_for_a_post() {
+        let loc = location("/next");
+        for (code, expected) in [
+            (301, HopMethod::GetEmpty),
+            (302, HopMethod::GetEmpty),
+            (303, HopMethod::GetEmpty),
+            (307, HopMethod::PostPayload),
+            (308, HopMethod::PostPayload),
+        ] {
+            let status = StatusCode::from_u16(code).expect("status");
+            assert_eq!(
+                next_step(status, Some(&loc), HopMethod::PostPayload),
+                Next::Follow {
+                    location: "/next".into(),
+                    method: expected
+                },
+                "{code}"
+            );
+        }
+        // A 307 after a 303 repeats the GET.
+        assert_eq!(
+            next_step(
+                StatusCode::TEMPORARY_REDIRECT,
+                Some(&loc),
+                HopMethod::GetEmpty
+            ),
+            Next::Follow {
+                location: "/next".into(),
+                method: HopMethod::GetEmpty
+            }
+        );
+    }
+
+    #[test]
+    fn other_statuses_and_missing_locations_are_final() {
+        let loc = location("/next");
+        for code in [200, 204, 300, 304, 305, 400, 500] {
+            let status = StatusCode::from_u16(code).expect("status");
+            assert_eq!(
+                next_step(status, Some(&loc), HopMethod::PostPayload),
+                Next::Final,
+                "{code}"
+            );
+        }
+        assert_eq!(
+            next_step(StatusCode::FOUND, None, HopMethod::PostPayload),
+            Next::Final
+        );
+        assert_eq!(
+            next_step(
+                StatusCode::FOUND,
+                Some(&location("  ")),
+                HopMethod::PostPayload
+            ),
+            Next::Final
+        );
+    }
+
+    #[test]
+    fn locations_are_encoded_like_curl_does() {
+        assert_eq!(encode_location(b"  /plain?q=1  "), "/plain?q=1");
+        assert_eq!(
+            encode_location("/a b/\u{fc}\"x\"".as_bytes()),
+            "/a%20b/%C3%BC%22x%22"
+        );
+        assert_eq!(encode_location(b"/\xff{}|"), "/%FF%7B%7D%7C");
+        let raw = HeaderValue::from_bytes("/caf\u{e9}".as_bytes()).expect("8-bit value");
+        assert_eq!(
+            next_step(StatusCode::FOUND, Some(&raw), HopMethod::PostPayload),
+            Next::Follow {
+                location: "/caf%C3%A9".into(),
+                method: HopMethod::GetEmpty
+            }
+        );
+    }
+}

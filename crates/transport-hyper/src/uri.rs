@@ -1,0 +1,268 @@
+//! Hook and redirect URIs: what counts as callable (an absolute `http` or
+//! `https` URI with a host, SPEC §5 step 5) and how a `Location` header is
+//! resolved against the URI that answered (RFC 3986 §5.2, as cURL does).
+//!
+//! Pure string work; it never resolves names.
+
+use std::net::IpAddr;
+
+use http::uri::{Scheme, Uri};
+
+/// A URI the transport may try to call: absolute, `http`/`https`, with a
+/// host. Cheap to clone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HookUri {
+    uri: Uri,
+}
+
+impl HookUri {
+    /// Parses and checks a hook URI; the error says why it is malformed.
+    pub(crate) fn parse(text: &str) -> Result<Self, String> {
+        let uri: Uri = text
+            .parse()
+            .map_err(|err| format!("cannot parse {text:?}: {err}"))?;
+        Self::check(uri)
+    }
+
+    fn check(uri: Uri) -> Result<Self, String> {
+        match uri.scheme() {
+            Some(scheme) if *scheme == Scheme::HTTP || *scheme == Scheme::HTTPS => {}
+            Some(scheme) => return Err(format!("scheme {scheme:?} is not http or https")),
+            None => return Err("no scheme (not an absolute URI)".to_owned()),
+        }
+        match uri.host() {
+            Some(host) if !host.is_empty() && host != "[]" => {}
+            _ => return Err("no host".to_owned()),
+        }
+        Ok(Self { uri })
+    }
+
+    /// The parsed URI.
+    pub(crate) fn uri(&self) -> &Uri {
+        &self.uri
+    }
+
+    /// The host without IPv6 brackets.
+    pub(crate) fn host(&self) -> &str {
+        let host = self.uri.host().unwrap_or_default();
+        host.strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host)
+    }
+
+    /// The host as an address when it is an IP literal.
+    pub(crate) fn ip_literal(&self) -> Option<IpAddr> {
+        self.host().parse().ok()
+    }
+
+    /// The explicit port, or the scheme's default.
+    pub(crate) fn port(&self) -> u16 {
+        self.uri.port_u16().unwrap_or_else(|| {
+            if self.uri.scheme() == Some(&Scheme::HTTPS) {
+                443
+            } else {
+                80
+            }
+        })
+    }
+
+    /// Resolves a `Location` value against this URI (RFC 3986 §5.2.2) and
+    /// checks the result like a hook URI. The fragment is dropped: it never
+    /// goes on the wire.
+    pub(crate) fn join(&self, location: &str) -> Result<Self, String> {
+        let reference = location.split('#').next().unwrap_or_default().trim();
+        let base_scheme = self.uri.scheme_str().unwrap_or("http");
+        let base_authority = self.uri.authority().map(|a| a.as_str()).unwrap_or_default();
+        let target = if has_scheme(reference) {
+            reference.to_owned()
+        } else if let Some(rest) = reference.strip_prefix("//") {
+            format!("{base_scheme}://{rest}")
+        } else {
+            let (ref_path, ref_query) = split_query(reference);
+            let base_path = self.uri.path();
+            let (path, query) = if ref_path.is_empty() {
+                let query = ref_query.or(self.uri.query());
+                (base_path.to_owned(), query)
+            } else if ref_path.starts_with('/') {
+                (remove_dot_segments(ref_path), ref_query)
+            } else {
+                (remove_dot_segments(&merge(base_path, ref_path)), ref_query)
+            };
+            match query {
+                Some(query) => format!("{base_scheme}://{base_authority}{path}?{query}"),
+                None => format!("{base_scheme}://{base_authority}{path}"),
+            }
+        };
+        Self::parse(&target)
+    }
+}
+
+/// RFC 3986 `scheme ":"` at the start of a reference.
+fn has_scheme(reference: &str) -> bool {
+    let Some((scheme, _)) = reference.split_once(':') else {
+        return false;
+    };
+    let mut chars = scheme.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+}
+
+fn split_query(reference: &str) -> (&str, Option<&str>) {
+    match reference.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (reference, None),
+    }
+}
+
+/// RFC 3986 §5.2.3 for a base with an authority.
+fn merge(base_path: &str, reference_path: &str) -> String {
+    if base_path.is_empty() {
+        return format!("/{reference_path}");
+    }
+    match base_path.rfind('/') {
+        Some(slash) => format!("{}{reference_path}", &base_path[..=slash]),
+        None => format!("/{reference_path}"),
+    }
+}
+
+/// RFC 3986 §5.2.4.
+fn remove_dot_segments(path: &str) -> String {
+    let mut input = path;
+    let mut output: Vec<&str> = Vec::new();
+    while !input.is_empty() {
+        if let Some(rest) = input.strip_prefix("../") {
+            input = rest;
+        } else if let Some(rest) = input.strip_prefix("./") {
+            input = rest;
+        } else if input.starts_with("/./") {
+            input = &input[2..];
+        } else if input == "/." {
+            input = "/";
+        } else if input.starts_with("/../") {
+            input = &input[3..];
+            output.pop();
+        } else if input == "/.." {
+            input = "/";
+            output.pop();
+        } else if input == "." || input == ".." {
+            input = "";
+        } else {
+            // Move the first segment (with its leading "/", if any).
+            let start = usize::from(input.starts_with('/'));
+            let end = input[start..].find('/').map_or(input.len(), |i| i + start);
+            output.push(&input[..end]);
+            input = &input[end..];
+        }
+    }
+    let joined = output.concat();
+    if joined.is_empty() {
+        "/".to_owned()
+    } else {
+        joined
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_absolute_http_and_https_with_host() {
+        for ok in [
+            "http://example.com",
+            "https://example.com/hook?x=1",
+            "http://127.0.0.1:8080/",
+            "http://[::1]:9/x",
+        ] {
+            assert!(HookUri::parse(ok).is_ok(), "{ok}");
+        }
+    }
+
+    #[test]
+    fn refuses_what_is_not_an_http_uri_with_a_host() {
+        for bad in [
+            "",
+            "http://",
+            "http:///path",
+            "ftp://example.com/",
+            "file:///etc/passwd",
+            "gopher://example.com",
+            "/relative/path",
+            "relative",
+            "example.com/hook",
+            "http://exa mple.com/",
+        ] {
+            assert!(HookUri::parse(bad).is_err(), "{bad:?} must be refused");
+        }
+    }
+
+    #[test]
+    fn host_port_and_ip_literal() {
+        let v6 = HookUri::parse("https://[::ffff:127.0.0.1]/").expect("v6");
+        assert_eq!(v6.host(), "::ffff:127.0.0.1");
+        assert_eq!(v6.port(), 443);
+        assert_eq!(
+            v6.ip_literal(),
+            Some("::ffff:127.0.0.1".parse().expect("ip"))
+        );
+        let name = HookUri::parse("http://example.com:8080/x").expect("name");
+        assert_eq!(name.host(), "example.com");
+        assert_eq!(name.port(), 8080);
+        assert_eq!(name.ip_literal(), None);
+        assert_eq!(HookUri::parse("http://h/").expect("h").port(), 80);
+    }
+
+    #[test]
+    fn joins_references_as_rfc3986_section_5_4_examples() {
+        // RFC 3986 §5.4.1 and §5.4.2, base "http://a/b/c/d;p?q" (the
+        // fragment-only and scheme-relative-to-other-scheme cases aside).
+        let base = HookUri::parse("http://a/b/c/d;p?q").expect("base");
+        let cases = [
+            ("g", "http://a/b/c/g"),
+            ("./g", "http://a/b/c/g"),
+            ("g/", "http://a/b/c/g/"),
+            ("/g", "http://a/g"),
+            ("//g", "http://g/"),
+            ("?y", "http://a/b/c/d;p?y"),
+            ("g?y", "http://a/b/c/g?y"),
+            ("#s", "http://a/b/c/d;p?q"),
+            ("g#s", "http://a/b/c/g"),
+            (";x", "http://a/b/c/;x"),
+            ("", "http://a/b/c/d;p?q"),
+            (".", "http://a/b/c/"),
+            ("./", "http://a/b/c/"),
+            ("..", "http://a/b/"),
+            ("../", "http://a/b/"),
+            ("../g", "http://a/b/g"),
+            ("../..", "http://a/"),
+            ("../../g", "http://a/g"),
+            ("../../../g", "http://a/g"),
+            ("/./g", "http://a/g"),
+            ("/../g", "http://a/g"),
+            ("g.", "http://a/b/c/g."),
+            ("..g", "http://a/b/c/..g"),
+            ("./../g", "http://a/b/g"),
+            ("g/./h", "http://a/b/c/g/h"),
+            ("g/../h", "http://a/b/c/h"),
+            ("https://other:8443/x?y", "https://other:8443/x?y"),
+        ];
+        for (reference, expected) in cases {
+            let joined = base.join(reference).expect(reference);
+            assert_eq!(joined.uri().to_string(), expected, "{reference:?}");
+        }
+    }
+
+    #[test]
+    fn joined_location_must_still_be_http() {
+        let base = HookUri::parse("https://a/b").expect("base");
+        assert!(base.join("ftp://a/b").is_err());
+        assert!(base.join("mailto:x@y").is_err());
+        assert_eq!(
+            base.join("//c/d")
+                .expect("scheme-relative")
+                .uri()
+                .to_string(),
+            "https://c/d"
+        );
+    }
+}

@@ -1,0 +1,272 @@
+//! Receivers that fail or stall: every transport failure of SPEC §5's
+//! table, and the deadline that bounds them all.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpListener;
+use webhook_core::{DeliveryResult, TransportFailure};
+use webhook_transport_hyper::TransportConfig;
+
+use crate::support::*;
+
+#[tokio::test]
+async fn a_receiver_that_never_answers_times_out() {
+    let server = raw_server(|mut socket| async move {
+        read_request(&mut socket).await;
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        drop(socket);
+    })
+    .await;
+    let transport = transport(local_config());
+    let result = deliver(&transport, outbound(&server.url("/"), SHORT)).await;
+    assert_eq!(result, DeliveryResult::Timeout);
+}
+
+#[tokio::test]
+async fn a_receiver_that_never_reads_times_out() {
+    let server = raw_server(|socket| async move {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        drop(socket);
+    })
+    .await;
+    let transport = transport(local_config());
+    let result = deliver(&transport, outbound(&server.url("/"), SHORT)).await;
+    assert_eq!(result, DeliveryResult::Timeout);
+}
+
+#[tokio::test]
+async fn hanging_after_the_headers_times_out() {
+    let server = raw_server(|mut socket| async move {
+        read_request(&mut socket).await;
+        write_all(
+            &mut socket,
+            b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n",
+        )
+        .await;
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        drop(socket);
+    })
+    .await;
+    let transport = transport(local_config());
+    let result = deliver(&transport, outbound(&server.url("/"), SHORT)).await;
+    assert_eq!(result, DeliveryResult::Timeout);
+}
+
+#[tokio::test]
+async fn a_slow_trickle_cannot_outlast_the_deadline() {
+    let server = raw_server(|mut socket| async move {
+        read_request(&mut socket).await;
+        write_all(
+            &mut socket,
+            b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n",
+        )
+        .await;
+        for _ in 0..100_000 {
+            write_all(&mut socket, b"x").await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let transport = transport(local_config());
+    let result = deliver(&transport, outbound(&server.url("/"), SHORT)).await;
+    assert_eq!(result, DeliveryResult::Timeout);
+}
+
+#[tokio::test]
+async fn a_slow_loris_head_cannot_outlast_the_deadline() {
+    let server = raw_server(|mut socket| async move {
+        read_request(&mut socket).await;
+        write_all(&mut socket, b"HTTP/1.1 200 OK\r\n").await;
+        for i in 0..100_000 {
+            write_all(&mut socket, format!("X-Slow-{i}: y\r\n").as_bytes()).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let transport = transport(local_config());
+    let result = deliver(&transport, outbound(&server.url("/"), SHORT)).await;
+    assert_eq!(result, DeliveryResult::Timeout);
+}
+
+#[tokio::test]
+async fn a_closed_port_is_a_connect_failure() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    drop(listener);
+    let transport = transport(local_config());
+    let result = deliver(&transport, outbound(&format!("http://{addr}/"), GUARD)).await;
+    assert_eq!(result, DeliveryResult::Failed(TransportFailure::Connect));
+}
+
+#[tokio::test]
+async fn a_stalled_connection_setup_is_a_timeout_at_the_connect_timeout() {
+    // TCP connects, but the TLS handshake never gets an answer.
+    let server = raw_server(|mut socket| async move {
+        let mut buf = [0u8; 1024];
+        let _ = socket.read(&mut buf).await;
+        tokio::time::sleep(Duration::from_secs(60)).await;
+    })
+    .await;
+    let transport = transport(TransportConfig {
+        connect_timeout: Duration::from_millis(200),
+        ..local_config()
+    });
+    let url = format!("https://{}/", server.addr);
+    // The delivery deadline is far away; only the connect timeout can end
+    // this within the guard.
+    let result = tokio::time::timeout(
+        Duration::from_secs(10),
+        transport_deliver(&transport, outbound(&url, Duration::from_secs(60))),
+    )
+    .await
+    .expect("the connect timeout ended the delivery");
+    assert_eq!(result, DeliveryResult::Timeout);
+}
+
+async fn transport_deliver(
+    transport: &webhook_transport_hyper::HyperTransport,
+    request: webhook_core::OutboundRequest,
+) -> DeliveryResult {
+    use webhook_core::Transport;
+    transport.deliver(request).await
+}
+
+#[tokio::test]
+async fn a_reset_after_the_request_is_a_receive_failure() {
+    let server = raw_server(|mut socket| async move {
+        read_request(&mut socket).await;
+        socket.set_zero_linger().expect("linger");
+        drop(socket);
+    })
+    .await;
+    let transport = transport(local_config());
+    let result = deliver(&transport, outbound(&server.url("/"), GUARD)).await;
+    assert_eq!(result, DeliveryResult::Failed(TransportFailure::Receive));
+}
+
+#[tokio::test]
+async fn a_reset_while_sending_is_a_send_failure() {
+    let server = raw_server(|mut socket| async move {
+        let mut head = [0u8; 512];
+        let _ = socket.read(&mut head).await;
+        socket.set_zero_linger().expect("linger");
+        drop(socket);
+    })
+    .await;
+    let transport = transport(local_config());
+    let body = vec![b'x'; 32 * 1024 * 1024];
+    let result = deliver(&transport, outbound_with(&server.url("/"), &body, GUARD)).await;
+    assert_eq!(result, DeliveryResult::Failed(TransportFailure::Send));
+}
+
+#[tokio::test]
+async fn closing_without_a_reply_is_an_empty_reply() {
+    let server = raw_server(|mut socket| async move {
+        read_request(&mut socket).await;
+        drop(socket);
+    })
+    .await;
+    let transport = transport(local_config());
+    let result = deliver(&transport, outbound(&server.url("/"), GUARD)).await;
+    assert_eq!(result, DeliveryResult::Failed(TransportFailure::EmptyReply));
+    // A fresh connection is never retried: the receiver may have acted.
+    assert_eq!(server.accepts(), 1);
+}
+
+/// A receiver whose first connection answers once, then takes the next
+/// request and either hangs up (`partial` empty) or sends `partial` and
+/// hangs up; later connections answer normally.
+async fn closes_reused_connection(partial: &'static [u8]) -> (Server, Arc<AtomicUsize>) {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let connections = Arc::new(AtomicUsize::new(0));
+    let server = {
+        let seen = Arc::clone(&seen);
+        raw_server(move |mut socket| {
+            let seen = Arc::clone(&seen);
+            let first = connections.fetch_add(1, Ordering::SeqCst) == 0;
+            async move {
+                const OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                if !read_request(&mut socket).await.is_empty() {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                    write_all(&mut socket, OK).await;
+                }
+                if first {
+                    if !read_request(&mut socket).await.is_empty() {
+                        seen.fetch_add(1, Ordering::SeqCst);
+                        write_all(&mut socket, partial).await;
+                    }
+                    return;
+                }
+                while !read_request(&mut socket).await.is_empty() {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                    write_all(&mut socket, OK).await;
+                }
+            }
+        })
+        .await
+    };
+    (server, seen)
+}
+
+#[tokio::test]
+async fn a_pooled_connection_closed_by_the_receiver_is_retried_once() {
+    let (server, seen) = closes_reused_connection(b"").await;
+    let transport = transport(local_config());
+    let first = deliver(&transport, outbound(&server.url("/"), GUARD)).await;
+    assert_eq!(first, DeliveryResult::Response { status: 200 });
+    let second = deliver(&transport, outbound(&server.url("/"), GUARD)).await;
+    assert_eq!(second, DeliveryResult::Response { status: 200 });
+    assert_eq!(server.accepts(), 2);
+    // As with cURL, the request that went out on the dying connection is
+    // sent again.
+    assert_eq!(seen.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn a_reused_connection_that_answered_something_is_not_retried() {
+    let (server, seen) = closes_reused_connection(b"HTTP/1.1 20").await;
+    let transport = transport(local_config());
+    let first = deliver(&transport, outbound(&server.url("/"), GUARD)).await;
+    assert_eq!(first, DeliveryResult::Response { status: 200 });
+    let second = deliver(&transport, outbound(&server.url("/"), GUARD)).await;
+    assert_eq!(second, DeliveryResult::Failed(TransportFailure::EmptyReply));
+    assert_eq!(server.accepts(), 1);
+    assert_eq!(seen.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_reply_that_is_not_http_is_a_protocol_failure() {
+    let server = raw_server(|mut socket| async move {
+        read_request(&mut socket).await;
+        write_all(
+            &mut socket,
+            b"SSH-2.0-OpenSSH_9.6\r\nthis is not http\r\n\r\n",
+        )
+        .await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    })
+    .await;
+    let transport = transport(local_config());
+    let result = deliver(&transport, outbound(&server.url("/"), GUARD)).await;
+    assert_eq!(result, DeliveryResult::Failed(TransportFailure::Protocol));
+}
+
+#[tokio::test]
+async fn a_truncated_body_is_a_receive_failure() {
+    let server = raw_server(|mut socket| async move {
+        read_request(&mut socket).await;
+        write_all(
+            &mut socket,
+            b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly ten..",
+        )
+        .await;
+        drop(socket);
+    })
+    .await;
+    let transport = transport(local_config());
+    let result = deliver(&transport, outbound(&server.url("/"), GUARD)).await;
+    assert_eq!(result, DeliveryResult::Failed(TransportFailure::Receive));
+}

@@ -1,0 +1,9 @@
+//! Integration tests of `HyperTransport` against real loopback servers: one
+//! binary, one module per concern.
+
+mod exchange;
+mod failures;
+mod outbound;
+mod redirects;
+mod support;
+mod tls;
