@@ -67,7 +67,12 @@ const RULES: &[Rule] = &[
     Rule {
         package: "webhook-store-mysql",
         why: "only transport-hyper speaks HTTP to receivers",
-        bans: &[ban("hyper"), ban("hyper-util"), ban("hyper-rustls"), ban("h2")],
+        bans: &[
+            ban("hyper"),
+            ban("hyper-util"),
+            ban("hyper-rustls"),
+            ban("h2"),
+        ],
     },
     Rule {
         package: "webhook-transport-hyper",

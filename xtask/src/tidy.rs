@@ -48,13 +48,20 @@ fn every_module_has_a_header() {
             !text.trim_start().starts_with("//!")
         })
         .collect();
-    assert!(missing.is_empty(), "files without a //! header: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "files without a //! header: {missing:?}"
+    );
 }
 
 #[test]
 fn no_stray_todo_markers() {
     // Split so this file does not flag itself.
-    let markers = [concat!("TO", "DO"), concat!("FIX", "ME"), concat!("XX", "X:")];
+    let markers = [
+        concat!("TO", "DO"),
+        concat!("FIX", "ME"),
+        concat!("XX", "X:"),
+    ];
     let mut found = Vec::new();
     for path in source_files() {
         let text = fs::read_to_string(&path).unwrap_or_default();

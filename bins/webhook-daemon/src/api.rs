@@ -1,0 +1,430 @@
+//! The read-only diagnostics API (SPEC §8) as a pure request → response
+//! function over the `Store`: routes, token check, envelopes and error
+//! codes. The socket side lives in `server`.
+//!
+//! No response ever carries a hook URI, an HMAC key, SQL, a host or a port:
+//! store failures become an opaque `ERR_INTERNAL` and are logged instead.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, StatusCode};
+use ring::hmac;
+use serde_json::{json, Value};
+use tracing::warn;
+use webhook_core::{Metrics, Store};
+
+use crate::metrics_text::{self, Scrape};
+
+/// Whether the daemon can do its work: the `/readyz` verdict.
+#[async_trait]
+pub trait Readiness: Send + Sync {
+    /// `Err(reason)` when not ready; the reason is shown to callers, so it
+    /// names no host, port or credentials.
+    async fn check(&self) -> Result<(), String>;
+}
+
+/// The service token, kept only as an HMAC tag so comparing a presented
+/// token takes the same time whatever it is.
+pub struct ServiceToken {
+    key: hmac::Key,
+    tag: Option<hmac::Tag>,
+}
+
+impl ServiceToken {
+    /// An empty token turns authentication off.
+    pub fn new(token: &str) -> Self {
+        let mut seed = [0u8; 32];
+        // The key only has to be unknown to callers; it never leaves memory.
+        let rng = ring::rand::SystemRandom::new();
+        let _ = ring::rand::SecureRandom::fill(&rng, &mut seed);
+        let key = hmac::Key::new(hmac::HMAC_SHA256, &seed);
+        let tag = (!token.is_empty()).then(|| hmac::sign(&key, token.as_bytes()));
+        Self { key, tag }
+    }
+
+    fn admits(&self, presented: Option<&[u8]>) -> bool {
+        match (&self.tag, presented) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(tag), Some(presented)) => {
+                hmac::verify(&self.key, presented, tag.as_ref()).is_ok()
+            }
+        }
+    }
+}
+
+/// A response: status, content type and body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// `Content-Type` value.
+    pub content_type: &'static str,
+    /// Body bytes.
+    pub body: Bytes,
+    /// `Allow` header for 405s.
+    pub allow: Option<&'static str>,
+}
+
+impl Reply {
+    fn json(status: StatusCode, value: &Value) -> Self {
+        let mut body = value.to_string().into_bytes();
+        body.push(b'\n');
+        Self {
+            status,
+            content_type: "application/json",
+            body: Bytes::from(body),
+            allow: None,
+        }
+    }
+
+    fn error(status: StatusCode, code: &str, message: &str) -> Self {
+        Self::json(
+            status,
+            &json!({"error": {"code": code, "message": message}}),
+        )
+    }
+}
+
+/// Routes a request.
+pub struct Api {
+    store: Arc<dyn Store>,
+    readiness: Arc<dyn Readiness>,
+    metrics: Arc<Metrics>,
+    token: ServiceToken,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Health,
+    Ready,
+    Stats,
+    Hooks,
+    Metrics,
+}
+
+impl Route {
+    fn find(path: &str) -> Option<Self> {
+        match path {
+            "/" | "/healthz" => Some(Self::Health),
+            "/readyz" => Some(Self::Ready),
+            "/api/webhook/stats" => Some(Self::Stats),
+            "/api/webhook/hooks" => Some(Self::Hooks),
+            "/metrics" => Some(Self::Metrics),
+            _ => None,
+        }
+    }
+
+    fn needs_token(self) -> bool {
+        matches!(self, Self::Stats | Self::Hooks | Self::Metrics)
+    }
+}
+
+impl Api {
+    /// The API over these parts.
+    pub fn new(
+        store: Arc<dyn Store>,
+        readiness: Arc<dyn Readiness>,
+        metrics: Arc<Metrics>,
+        token: ServiceToken,
+    ) -> Self {
+        Self {
+            store,
+            readiness,
+            metrics,
+            token,
+        }
+    }
+
+    /// Answers one request.
+    pub async fn handle(
+        &self,
+        method: &Method,
+        path: &str,
+        query: Option<&str>,
+        headers: &HeaderMap,
+    ) -> Reply {
+        let Some(route) = Route::find(path) else {
+            return Reply::error(StatusCode::NOT_FOUND, "ERR_NOT_FOUND", "not found");
+        };
+        if method != Method::GET && method != Method::HEAD {
+            let mut reply = Reply::error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "ERR_METHOD_NOT_ALLOWED",
+                "method not allowed; this API is read-only",
+            );
+            reply.allow = Some("GET, HEAD");
+            return reply;
+        }
+        if route.needs_token()
+            && !self
+                .token
+                .admits(presented_token(headers, query).as_deref())
+        {
+            return Reply::error(
+                StatusCode::UNAUTHORIZED,
+                "ERR_UNAUTHORIZED",
+                "missing or invalid service token",
+            );
+        }
+        match route {
+            Route::Health => Reply::json(StatusCode::OK, &json!({"status": "ok"})),
+            Route::Ready => self.ready().await,
+            Route::Stats => self.stats().await,
+            Route::Hooks => self.hooks().await,
+            Route::Metrics => self.metrics().await,
+        }
+    }
+
+    async fn ready(&self) -> Reply {
+        match self.readiness.check().await {
+            Ok(()) => Reply::json(StatusCode::OK, &json!({"status": "ok"})),
+            Err(reason) => Reply::json(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &json!({"status": "unavailable", "reason": reason}),
+            ),
+        }
+    }
+
+    async fn stats(&self) -> Reply {
+        match self.store.stats().await {
+            Ok(s) => Reply::json(
+                StatusCode::OK,
+                &json!({"data": {
+                    "queuedCount": s.queued,
+                    "sentCount": s.sent,
+                    "failedCount": s.failed,
+                    "activeWebhooks": s.active_hooks,
+                }}),
+            ),
+            Err(err) => internal("stats", &err),
+        }
+    }
+
+    async fn hooks(&self) -> Reply {
+        match self.store.hook_count().await {
+            Ok(total) => Reply::json(StatusCode::OK, &json!({"data": {"total": total}})),
+            Err(err) => internal("hooks", &err),
+        }
+    }
+
+    async fn metrics(&self) -> Reply {
+        let queue = match self.store.stats().await {
+            Ok(stats) => Some(stats),
+            Err(err) => {
+                warn!(event = "metrics_queue_unavailable", error = %err);
+                None
+            }
+        };
+        let scrape = Scrape {
+            dispatcher: self.metrics.snapshot(),
+            queue,
+        };
+        match metrics_text::render(scrape) {
+            Ok(text) => Reply {
+                status: StatusCode::OK,
+                content_type: "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                body: Bytes::from(text),
+                allow: None,
+            },
+            Err(_) => Reply::error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "ERR_INTERNAL",
+                "internal server error",
+            ),
+        }
+    }
+}
+
+/// `X-Service-Token` wins; the `token` query parameter is the fallback.
+fn presented_token(headers: &HeaderMap, query: Option<&str>) -> Option<Vec<u8>> {
+    if let Some(value) = headers.get("x-service-token") {
+        return Some(HeaderValue::as_bytes(value).to_vec());
+    }
+    let query = query?;
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(key, _)| key == "token")
+        .map(|(_, value)| value.into_owned().into_bytes())
+}
+
+fn internal(route: &str, err: &webhook_core::StoreError) -> Reply {
+    // The detail (driver text, host) goes to the log, never to the caller.
+    let detail = std::error::Error::source(err).map(ToString::to_string);
+    warn!(event = "api_store_error", route, error = %err, detail = ?detail);
+    Reply::error(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "ERR_INTERNAL",
+        "internal server error",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use webhook_core::memory_store::StoreOp;
+    use webhook_core::{Hook, ManualClock, MemoryStore, NewRequest};
+
+    struct Fixed(Result<(), String>);
+
+    #[async_trait]
+    impl Readiness for Fixed {
+        async fn check(&self) -> Result<(), String> {
+            self.0.clone()
+        }
+    }
+
+    fn api(token: &str, ready: Result<(), String>) -> (Api, MemoryStore) {
+        let store = MemoryStore::new(Arc::new(ManualClock::new(1_700_000_000)));
+        store.put_hook(Hook {
+            phid: "PHID-HWBH-a".into(),
+            name: "a".into(),
+            uri: "https://secret.example/hook".into(),
+            status: "disabled".into(),
+            hmac_key: "abcdefghijklmnopqrstuvwxyz234567".into(),
+        });
+        store.insert_request(NewRequest::queued("PHID-HWBH-a", "{}"));
+        let api = Api::new(
+            Arc::new(store.clone()),
+            Arc::new(Fixed(ready)),
+            Arc::new(Metrics::default()),
+            ServiceToken::new(token),
+        );
+        (api, store)
+    }
+
+    async fn get(api: &Api, path: &str, query: Option<&str>, token: Option<&str>) -> (u16, Value) {
+        let mut headers = HeaderMap::new();
+        if let Some(token) = token {
+            headers.insert(
+                "x-service-token",
+                HeaderValue::from_str(token).expect("header"),
+            );
+        }
+        let reply = api.handle(&Method::GET, path, query, &headers).await;
+        let value = serde_json::from_slice(&reply.body).unwrap_or(Value::Null);
+        (reply.status.as_u16(), value)
+    }
+
+    #[tokio::test]
+    async fn routes_and_envelopes() {
+        let (api, _) = api("", Ok(()));
+        assert_eq!(
+            get(&api, "/healthz", None, None).await,
+            (200, json!({"status": "ok"}))
+        );
+        assert_eq!(get(&api, "/", None, None).await.0, 200);
+        assert_eq!(
+            get(&api, "/readyz", None, None).await,
+            (200, json!({"status": "ok"}))
+        );
+        assert_eq!(
+            get(&api, "/api/webhook/stats", None, None).await,
+            (
+                200,
+                json!({"data": {"queuedCount": 1, "sentCount": 0, "failedCount": 0, "activeWebhooks": 0}})
+            )
+        );
+        assert_eq!(
+            get(&api, "/api/webhook/hooks", None, None).await,
+            (200, json!({"data": {"total": 1}}))
+        );
+        let (status, body) = get(&api, "/nope", None, None).await;
+        assert_eq!(
+            (status, &body["error"]["code"]),
+            (404, &json!("ERR_NOT_FOUND"))
+        );
+        for method in [Method::POST, Method::PUT, Method::DELETE, Method::PATCH] {
+            let reply = api
+                .handle(&method, "/api/webhook/stats", None, &HeaderMap::new())
+                .await;
+            assert_eq!(reply.status, StatusCode::METHOD_NOT_ALLOWED, "{method}");
+        }
+    }
+
+    #[tokio::test]
+    async fn token_by_header_then_query() {
+        let (api, _) = api("s3cret", Ok(()));
+        let unauthorized = json!({"error": {"code": "ERR_UNAUTHORIZED", "message": "missing or invalid service token"}});
+        assert_eq!(
+            get(&api, "/api/webhook/stats", None, None).await,
+            (401, unauthorized.clone())
+        );
+        assert_eq!(
+            get(&api, "/api/webhook/stats", None, Some("wrong")).await.0,
+            401
+        );
+        assert_eq!(
+            get(&api, "/api/webhook/stats", None, Some("s3cret"))
+                .await
+                .0,
+            200
+        );
+        assert_eq!(
+            get(&api, "/api/webhook/hooks", Some("token=s3cret"), None)
+                .await
+                .0,
+            200
+        );
+        assert_eq!(
+            get(&api, "/api/webhook/hooks", Some("a=1&token=s3cre%74"), None)
+                .await
+                .0,
+            200
+        );
+        // The header wins over the query.
+        assert_eq!(
+            get(
+                &api,
+                "/api/webhook/hooks",
+                Some("token=s3cret"),
+                Some("wrong")
+            )
+            .await
+            .0,
+            401
+        );
+        assert_eq!(get(&api, "/metrics", None, None).await.0, 401);
+        // Probes need no token.
+        assert_eq!(get(&api, "/healthz", None, None).await.0, 200);
+        assert_eq!(get(&api, "/readyz", None, None).await.0, 200);
+    }
+
+    #[tokio::test]
+    async fn store_failures_are_opaque() {
+        let (api, store) = api("", Err("database server unreachable".into()));
+        store.fail_next(StoreOp::Stats, 1);
+        store.fail_next(StoreOp::HookCount, 1);
+        let internal =
+            json!({"error": {"code": "ERR_INTERNAL", "message": "internal server error"}});
+        assert_eq!(
+            get(&api, "/api/webhook/stats", None, None).await,
+            (500, internal.clone())
+        );
+        assert_eq!(
+            get(&api, "/api/webhook/hooks", None, None).await,
+            (500, internal)
+        );
+        let (status, body) = get(&api, "/readyz", None, None).await;
+        assert_eq!(
+            (status, body),
+            (
+                503,
+                json!({"status": "unavailable", "reason": "database server unreachable"})
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn metrics_never_show_secrets() {
+        let (api, _) = api("", Ok(()));
+        let reply = api
+            .handle(&Method::GET, "/metrics", None, &HeaderMap::new())
+            .await;
+        let text = String::from_utf8(reply.body.to_vec()).expect("utf-8");
+        assert!(text.contains("gorge_webhook_queue_rows{status=\"queued\"} 1"));
+        assert!(!text.contains("secret.example"));
+        assert!(!text.contains("abcdefghij"));
+    }
+}

@@ -1,0 +1,178 @@
+//! Wiring: the MySQL store, the hyper transport and the core dispatcher,
+//! the diagnostics listener, and the shutdown sequence (SPEC §10). Holds no
+//! delivery logic of its own.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tracing::{error, info, warn};
+use webhook_core::{Dispatcher, Store, Windows};
+use webhook_store_mysql::MysqlStore;
+use webhook_transport_hyper::HyperTransport;
+
+use crate::api::{Api, Readiness, ServiceToken};
+use crate::clock::SystemClock;
+use crate::config::DaemonConfig;
+use crate::server;
+
+/// How often the startup schema check retries while the database is not
+/// there yet.
+const SCHEMA_RETRY: Duration = Duration::from_secs(10);
+
+/// Why the daemon could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The store could not be configured.
+    #[error("database settings: {0}")]
+    Store(#[from] webhook_store_mysql::MysqlError),
+    /// The transport could not be configured.
+    #[error("transport settings: {0}")]
+    Transport(#[from] webhook_transport_hyper::TransportConfigError),
+    /// The diagnostics address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+struct MysqlReadiness(Arc<MysqlStore>);
+
+#[async_trait]
+impl Readiness for MysqlReadiness {
+    async fn check(&self) -> Result<(), String> {
+        self.0.ready().await.map_err(|e| e.to_string())
+    }
+}
+
+/// Logs the windows in force once, with a warning for every setting that
+/// does not do what it seems to.
+pub fn log_windows(windows: &Windows) {
+    let s = windows.settings();
+    let breaker = windows.breaker();
+    info!(
+        event = "windows",
+        claim_lease_secs = windows.lease_secs(),
+        retry_spacing_secs = windows.effective_retry_spacing_secs(),
+        breaker_threshold = breaker.threshold,
+        breaker_window_secs = breaker.window_secs,
+        delivery_timeout_secs = s.delivery_timeout.as_secs(),
+        poll_interval_ms = s.poll_interval.as_millis() as u64,
+        max_concurrent = s.max_concurrent,
+        batch_size = windows.batch_size(),
+        "effective delivery windows"
+    );
+    for warning in windows.warnings() {
+        warn!(event = "setting_overridden", "{warning}");
+    }
+}
+
+/// Runs until SIGTERM/SIGINT, then stops claiming, waits (up to the grace
+/// period) for in-flight deliveries to finish and write their results, and
+/// closes the pool.
+pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
+    let store = Arc::new(MysqlStore::new(&config.mysql)?);
+    let transport = Arc::new(HyperTransport::new(config.transport.clone())?);
+    log_windows(&config.windows);
+    let dispatcher = Arc::new(Dispatcher::new(
+        Arc::clone(&store) as Arc<dyn Store>,
+        transport,
+        Arc::new(SystemClock::new()),
+        config.windows.clone(),
+    ));
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| StartError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+    info!(event = "listening", addr = %config.listen, database = %store.database(),
+          auth = !config.service_token.is_empty());
+
+    let api = Arc::new(Api::new(
+        Arc::clone(&store) as Arc<dyn Store>,
+        Arc::new(MysqlReadiness(Arc::clone(&store))),
+        dispatcher.metrics(),
+        ServiceToken::new(&config.service_token),
+    ));
+    let (stop, stopped) = watch::channel(false);
+    let server = tokio::spawn(server::serve(listener, api, signalled(stopped.clone())));
+    let schema = tokio::spawn(check_schema_when_ready(Arc::clone(&store)));
+    let delivering = {
+        let dispatcher = Arc::clone(&dispatcher);
+        tokio::spawn(async move { dispatcher.run(signalled(stopped)).await })
+    };
+
+    shutdown_signal().await;
+    info!(
+        event = "shutdown_requested",
+        grace_secs = config.shutdown_grace.as_secs()
+    );
+    let _ = stop.send(true);
+    schema.abort();
+    match tokio::time::timeout(config.shutdown_grace, delivering).await {
+        Ok(_) => info!(event = "deliveries_drained"),
+        Err(_) => warn!(
+            event = "shutdown_grace_exceeded",
+            in_flight = dispatcher.metrics().snapshot().in_flight,
+            "in-flight deliveries abandoned; their rows are delivered again after the lease"
+        ),
+    }
+    let _ = server.await;
+    if let Err(err) = store.disconnect().await {
+        warn!(event = "pool_close_failed", error = %err);
+    }
+    info!(event = "stopped");
+    Ok(())
+}
+
+/// Completes once the watch flips to true (or its sender is gone).
+async fn signalled(mut stopped: watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|stop| *stop).await;
+}
+
+/// Waits for the database, then checks Phorge's schema once: missing
+/// columns are an error in the log; a missing `key_status` a warning.
+async fn check_schema_when_ready(store: Arc<MysqlStore>) {
+    loop {
+        match store.ready().await {
+            Ok(()) => break,
+            Err(reason) => {
+                info!(event = "database_not_ready", reason = %reason, "delivery starts when it is");
+                tokio::time::sleep(SCHEMA_RETRY).await;
+            }
+        }
+    }
+    match store.check_schema().await {
+        Ok(warnings) => {
+            for warning in warnings {
+                warn!(event = "schema_warning", "{warning}");
+            }
+        }
+        Err(err) => error!(event = "schema_mismatch", error = %err),
+    }
+}
+
+/// SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(err) => {
+                error!(event = "signal_handler_failed", error = %err);
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        () = terminate => {},
+    }
+}

@@ -1,0 +1,504 @@
+//! The daemon's configuration, read from `GORGE_*` variables with the Go
+//! service's names and defaults, so it replaces that binary without edits.
+//! Every bad value stops startup with a message naming the variable.
+//!
+//! Parsing takes a lookup function, never the process environment itself,
+//! so tests feed it tables.
+
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tracing_subscriber::EnvFilter;
+use webhook_core::{Settings, Windows};
+use webhook_store_mysql::MysqlConfig;
+use webhook_transport_hyper::TransportConfig;
+
+/// One documented variable, for `--help`.
+#[derive(Debug, Clone, Copy)]
+pub struct Variable {
+    /// Its name.
+    pub name: &'static str,
+    /// Its default, as text.
+    pub default: &'static str,
+    /// What it sets.
+    pub help: &'static str,
+}
+
+const fn var(name: &'static str, default: &'static str, help: &'static str) -> Variable {
+    Variable {
+        name,
+        default,
+        help,
+    }
+}
+
+/// Every variable the daemon reads, with its default.
+pub const VARIABLES: &[Variable] = &[
+    var(
+        "GORGE_LISTEN_ADDR",
+        ":8160",
+        "diagnostics HTTP address ([host]:port)",
+    ),
+    var(
+        "GORGE_SERVICE_TOKEN",
+        "",
+        "token for /api and /metrics; empty = no auth",
+    ),
+    var(
+        "GORGE_WEBHOOK_MYSQL_HOST",
+        "127.0.0.1",
+        "MySQL/MariaDB host",
+    ),
+    var("GORGE_WEBHOOK_MYSQL_PORT", "3306", "MySQL/MariaDB port"),
+    var("GORGE_WEBHOOK_MYSQL_USER", "phorge", "MySQL user"),
+    var("GORGE_WEBHOOK_MYSQL_PASS", "", "MySQL password"),
+    var(
+        "GORGE_WEBHOOK_MYSQL_TLS",
+        "false",
+        "require TLS to the database (rustls)",
+    ),
+    var(
+        "GORGE_WEBHOOK_MYSQL_TLS_CA",
+        "",
+        "PEM file of CAs for the database's certificate",
+    ),
+    var(
+        "GORGE_WEBHOOK_MYSQL_POOL_MAX",
+        "0",
+        "database connections at most; 0 = 2 x MAX_CONCURRENT + 4",
+    ),
+    var(
+        "GORGE_WEBHOOK_NAMESPACE",
+        "phorge",
+        "Phorge storage namespace; the database is {namespace}_herald",
+    ),
+    var(
+        "GORGE_WEBHOOK_POLL_INTERVAL_MS",
+        "1000",
+        "idle poll spacing (a full batch is followed at once)",
+    ),
+    var(
+        "GORGE_WEBHOOK_DELIVERY_TIMEOUT",
+        "15",
+        "seconds for one whole HTTP exchange",
+    ),
+    var(
+        "GORGE_WEBHOOK_MAX_CONCURRENT",
+        "8",
+        "deliveries in flight at once, across hooks",
+    ),
+    var(
+        "GORGE_WEBHOOK_ERROR_BACKOFF_SEC",
+        "300",
+        "breaker window in seconds",
+    ),
+    var(
+        "GORGE_WEBHOOK_ERROR_THRESHOLD",
+        "10",
+        "failed rows in the window that open a hook's breaker",
+    ),
+    var(
+        "GORGE_WEBHOOK_RETRY_BACKOFF_SEC",
+        "60",
+        "seconds after a failed attempt before a retry",
+    ),
+    var(
+        "GORGE_WEBHOOK_CLAIM_LEASE_SEC",
+        "30",
+        "claim lease in seconds (raised to delivery timeout + 2)",
+    ),
+    var(
+        "GORGE_WEBHOOK_BATCH_SIZE",
+        "0",
+        "candidate rows kept ready; 0 = 8 x MAX_CONCURRENT (32..1024)",
+    ),
+    var(
+        "GORGE_WEBHOOK_SHUTDOWN_GRACE_SEC",
+        "30",
+        "how long SIGTERM waits for in-flight deliveries",
+    ),
+    var(
+        "GORGE_LOG_LEVEL",
+        "info",
+        "error|warn|info|debug|trace, or a tracing filter",
+    ),
+    var("GORGE_LOG_FORMAT", "text", "text|json"),
+    var(
+        "GORGE_WEBHOOK_SIGNATURE_HEADERS",
+        "X-Phabricator-Webhook-Signature",
+        "comma-separated signature header names",
+    ),
+    var(
+        "GORGE_WEBHOOK_USER_AGENT",
+        "gorge-webhook/<version>",
+        "User-Agent sent to receivers",
+    ),
+    var(
+        "GORGE_WEBHOOK_MAX_REDIRECTS",
+        "20",
+        "redirects followed; 0 = never",
+    ),
+    var(
+        "GORGE_WEBHOOK_CONNECT_TIMEOUT_MS",
+        "5000",
+        "bound on one new connection",
+    ),
+    var(
+        "GORGE_WEBHOOK_RESOLVE_TIMEOUT_MS",
+        "10000",
+        "bound on resolving a hook's host",
+    ),
+    var(
+        "GORGE_WEBHOOK_RESPONSE_BODY_LIMIT",
+        "65536",
+        "response bytes read, then discarded",
+    ),
+    var(
+        "GORGE_WEBHOOK_POOL_IDLE_SEC",
+        "30",
+        "idle keep-alive connections are closed after this",
+    ),
+    var(
+        "GORGE_WEBHOOK_OUTBOUND_DENY",
+        "Phorge's security.outbound-blacklist",
+        "comma-separated CIDRs never called",
+    ),
+    var(
+        "GORGE_WEBHOOK_OUTBOUND_ALLOW",
+        "",
+        "comma-separated CIDRs allowed despite the deny list",
+    ),
+    var(
+        "GORGE_WEBHOOK_CA_FILE",
+        "",
+        "PEM file of extra trusted roots for receivers",
+    ),
+    var(
+        "GORGE_WEBHOOK_REQUEST_ID_HEADER",
+        "",
+        "header carrying the request PHID (stable across retries); empty = off",
+    ),
+];
+
+/// A setting that cannot be used; the message starts with its variable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{variable}: {reason}")]
+pub struct ConfigError {
+    /// The variable.
+    pub variable: String,
+    /// What is wrong, with what is allowed.
+    pub reason: String,
+}
+
+fn invalid(variable: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError {
+        variable: variable.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Everything the daemon runs with, validated.
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    /// Diagnostics listen address.
+    pub listen: SocketAddr,
+    /// Token for `/api` and `/metrics`; empty = auth off.
+    pub service_token: String,
+    /// Where Phorge's herald database is.
+    pub mysql: MysqlConfig,
+    /// The delivery windows.
+    pub windows: Windows,
+    /// How receivers are called.
+    pub transport: TransportConfig,
+    /// A validated tracing filter.
+    pub log_filter: String,
+    /// Log line format.
+    pub log_format: LogFormat,
+    /// How long shutdown waits for in-flight deliveries.
+    pub shutdown_grace: Duration,
+}
+
+/// Reads variables through `get`, with every default applied.
+struct Reader<'a> {
+    get: &'a dyn Fn(&str) -> Option<String>,
+}
+
+impl Reader<'_> {
+    fn text(&self, name: &str, default: &str) -> String {
+        (self.get)(name).unwrap_or_else(|| default.to_owned())
+    }
+
+    fn number<T: std::str::FromStr>(&self, name: &str, default: T) -> Result<T, ConfigError> {
+        match (self.get)(name) {
+            None => Ok(default),
+            Some(raw) => raw
+                .trim()
+                .parse()
+                .map_err(|_| invalid(name, format!("{raw:?} is not a whole number"))),
+        }
+    }
+
+    fn flag(&self, name: &str) -> Result<bool, ConfigError> {
+        match (self.get)(name).as_deref().map(str::trim) {
+            None | Some("") => Ok(false),
+            Some("1" | "true" | "yes" | "on") => Ok(true),
+            Some("0" | "false" | "no" | "off") => Ok(false),
+            Some(other) => Err(invalid(name, format!("{other:?} is not true or false"))),
+        }
+    }
+}
+
+impl DaemonConfig {
+    /// Parses and validates every setting.
+    pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let read = Reader { get };
+        let windows = windows(&read)?;
+        let listen = parse_listen(&read.text("GORGE_LISTEN_ADDR", ":8160"))
+            .map_err(|reason| invalid("GORGE_LISTEN_ADDR", reason))?;
+        let log_filter = read.text("GORGE_LOG_LEVEL", "info");
+        EnvFilter::try_new(&log_filter).map_err(|e| {
+            invalid(
+                "GORGE_LOG_LEVEL",
+                format!("{log_filter:?} is not a level or tracing filter: {e}"),
+            )
+        })?;
+        let log_format = match read.text("GORGE_LOG_FORMAT", "text").trim() {
+            "text" | "" => LogFormat::Text,
+            "json" => LogFormat::Json,
+            other => {
+                return Err(invalid(
+                    "GORGE_LOG_FORMAT",
+                    format!("{other:?} is not text or json"),
+                ))
+            }
+        };
+        let grace: u64 = read.number("GORGE_WEBHOOK_SHUTDOWN_GRACE_SEC", 30)?;
+        if !(1..=3_600).contains(&grace) {
+            return Err(invalid(
+                "GORGE_WEBHOOK_SHUTDOWN_GRACE_SEC",
+                format!("must be between 1 and 3600 (got {grace})"),
+            ));
+        }
+        let transport = TransportConfig::from_env_with(|name| (read.get)(name))
+            .map_err(|e| invalid(e.setting.env_name(), e.reason))?;
+        Ok(Self {
+            listen,
+            service_token: read.text("GORGE_SERVICE_TOKEN", ""),
+            mysql: mysql(&read, &windows)?,
+            windows,
+            transport,
+            log_filter,
+            log_format,
+            shutdown_grace: Duration::from_secs(grace),
+        })
+    }
+}
+
+fn windows(read: &Reader<'_>) -> Result<Windows, ConfigError> {
+    let defaults = Settings::default();
+    let settings = Settings {
+        poll_interval: Duration::from_millis(read.number("GORGE_WEBHOOK_POLL_INTERVAL_MS", 1000)?),
+        delivery_timeout: Duration::from_secs(read.number("GORGE_WEBHOOK_DELIVERY_TIMEOUT", 15)?),
+        max_concurrent: read.number("GORGE_WEBHOOK_MAX_CONCURRENT", defaults.max_concurrent)?,
+        breaker_window_secs: read.number(
+            "GORGE_WEBHOOK_ERROR_BACKOFF_SEC",
+            defaults.breaker_window_secs,
+        )?,
+        breaker_threshold: read
+            .number("GORGE_WEBHOOK_ERROR_THRESHOLD", defaults.breaker_threshold)?,
+        retry_backoff_secs: read.number(
+            "GORGE_WEBHOOK_RETRY_BACKOFF_SEC",
+            defaults.retry_backoff_secs,
+        )?,
+        claim_lease_secs: read
+            .number("GORGE_WEBHOOK_CLAIM_LEASE_SEC", defaults.claim_lease_secs)?,
+        batch_size: read.number("GORGE_WEBHOOK_BATCH_SIZE", defaults.batch_size)?,
+    };
+    Windows::try_new(settings).map_err(|e| invalid(e.setting.env_name(), e.reason))
+}
+
+fn mysql(read: &Reader<'_>, windows: &Windows) -> Result<MysqlConfig, ConfigError> {
+    let pool_max: usize = read.number("GORGE_WEBHOOK_MYSQL_POOL_MAX", 0)?;
+    let ca = read.text("GORGE_WEBHOOK_MYSQL_TLS_CA", "");
+    let config = MysqlConfig {
+        host: read.text("GORGE_WEBHOOK_MYSQL_HOST", "127.0.0.1"),
+        port: read.number("GORGE_WEBHOOK_MYSQL_PORT", 3306)?,
+        user: read.text("GORGE_WEBHOOK_MYSQL_USER", "phorge"),
+        password: read.text("GORGE_WEBHOOK_MYSQL_PASS", ""),
+        namespace: read.text("GORGE_WEBHOOK_NAMESPACE", "phorge"),
+        // Each delivery holds a hook lock on its own connection; polls and
+        // write-backs need more besides.
+        pool_max: if pool_max == 0 {
+            windows.max_concurrent() * 2 + 4
+        } else {
+            pool_max
+        },
+        tls: read.flag("GORGE_WEBHOOK_MYSQL_TLS")?,
+        tls_ca_file: (!ca.is_empty()).then(|| PathBuf::from(ca)),
+        ..MysqlConfig::default()
+    };
+    config.validate().map_err(|e| match e {
+        webhook_store_mysql::MysqlError::InvalidConfig { setting, reason } => {
+            invalid(mysql_variable(setting), reason)
+        }
+        other => invalid("GORGE_WEBHOOK_MYSQL_HOST", other.to_string()),
+    })?;
+    if config.pool_max <= windows.max_concurrent() {
+        return Err(invalid(
+            "GORGE_WEBHOOK_MYSQL_POOL_MAX",
+            format!(
+                "must exceed GORGE_WEBHOOK_MAX_CONCURRENT ({}): every delivery holds a hook lock on its own connection",
+                windows.max_concurrent()
+            ),
+        ));
+    }
+    Ok(config)
+}
+
+fn mysql_variable(setting: &str) -> &'static str {
+    match setting {
+        "host" => "GORGE_WEBHOOK_MYSQL_HOST",
+        "port" => "GORGE_WEBHOOK_MYSQL_PORT",
+        "user" => "GORGE_WEBHOOK_MYSQL_USER",
+        "namespace" => "GORGE_WEBHOOK_NAMESPACE",
+        "pool_max" => "GORGE_WEBHOOK_MYSQL_POOL_MAX",
+        "tls_ca_file" => "GORGE_WEBHOOK_MYSQL_TLS_CA",
+        _ => "GORGE_WEBHOOK_MYSQL_HOST",
+    }
+}
+
+/// `:8160` (all interfaces, as Go reads it), `host:port` or `[v6]:port`.
+fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    let text = text.trim();
+    if let Some(port) = text.strip_prefix(':') {
+        let port: u16 = port
+            .parse()
+            .map_err(|_| format!("{text:?}: port is not a number from 0 to 65535"))?;
+        return Ok(SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port));
+    }
+    text.parse()
+        .map_err(|_| format!("{text:?} is not an address like :8160, 127.0.0.1:8160 or [::1]:8160"))
+}
+
+/// The `--help` text.
+pub fn help() -> String {
+    let mut out = format!(
+        "webhook-daemon {}: delivers Phorge's queued Herald webhook requests.\n\n\
+         usage: webhook-daemon [--help | --version | demo]\n\n  demo  a self-contained demonstration on an in-memory queue (no database)\n\n\
+         Configuration comes from the environment (same names as the Go gorge-webhook):\n\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    let width = VARIABLES.iter().map(|v| v.name.len()).max().unwrap_or(0);
+    for v in VARIABLES {
+        let default = if v.default.is_empty() {
+            "(empty)"
+        } else {
+            v.default
+        };
+        out.push_str(&format!(
+            "  {:width$}  {}\n  {:width$}  default: {default}\n",
+            v.name, v.help, ""
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn parse(pairs: &[(&str, &str)]) -> Result<DaemonConfig, ConfigError> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        DaemonConfig::from_lookup(&|name| map.get(name).cloned())
+    }
+
+    #[test]
+    fn defaults_match_the_go_service() {
+        let config = parse(&[]).expect("defaults are valid");
+        assert_eq!(config.listen.port(), 8160);
+        assert!(config.listen.ip().is_unspecified());
+        assert_eq!(config.service_token, "");
+        assert_eq!(config.mysql.host, "127.0.0.1");
+        assert_eq!(config.mysql.port, 3306);
+        assert_eq!(config.mysql.user, "phorge");
+        assert_eq!(config.mysql.database(), "phorge_herald");
+        assert_eq!(config.mysql.pool_max, 20);
+        assert_eq!(config.windows.settings(), &Settings::default());
+        assert_eq!(config.log_format, LogFormat::Text);
+        assert_eq!(config.shutdown_grace, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn values_are_read() {
+        let config = parse(&[
+            ("GORGE_LISTEN_ADDR", "127.0.0.1:9000"),
+            ("GORGE_WEBHOOK_NAMESPACE", "phabricator"),
+            ("GORGE_WEBHOOK_MAX_CONCURRENT", "4"),
+            ("GORGE_WEBHOOK_POLL_INTERVAL_MS", "250"),
+            ("GORGE_LOG_LEVEL", "webhook_core=debug,info"),
+            ("GORGE_LOG_FORMAT", "json"),
+            ("GORGE_WEBHOOK_OUTBOUND_ALLOW", "127.0.0.1/32"),
+        ])
+        .expect("valid");
+        assert_eq!(config.listen, "127.0.0.1:9000".parse().expect("addr"));
+        assert_eq!(config.mysql.database(), "phabricator_herald");
+        assert_eq!(config.windows.max_concurrent(), 4);
+        assert_eq!(config.windows.poll_interval(), Duration::from_millis(250));
+        assert_eq!(config.log_format, LogFormat::Json);
+    }
+
+    #[test]
+    fn every_bad_value_names_its_variable() {
+        let cases = [
+            ("GORGE_LISTEN_ADDR", "nonsense"),
+            ("GORGE_LISTEN_ADDR", ":99999"),
+            ("GORGE_WEBHOOK_MYSQL_PORT", "abc"),
+            ("GORGE_WEBHOOK_MYSQL_PORT", "0"),
+            ("GORGE_WEBHOOK_POLL_INTERVAL_MS", "-5"),
+            ("GORGE_WEBHOOK_POLL_INTERVAL_MS", "0"),
+            ("GORGE_WEBHOOK_DELIVERY_TIMEOUT", "0"),
+            ("GORGE_WEBHOOK_MAX_CONCURRENT", "0"),
+            ("GORGE_WEBHOOK_MAX_CONCURRENT", "eight"),
+            ("GORGE_WEBHOOK_ERROR_BACKOFF_SEC", "0"),
+            ("GORGE_WEBHOOK_ERROR_THRESHOLD", "0"),
+            ("GORGE_WEBHOOK_RETRY_BACKOFF_SEC", "1.5"),
+            ("GORGE_WEBHOOK_CLAIM_LEASE_SEC", "0"),
+            ("GORGE_WEBHOOK_NAMESPACE", ""),
+            ("GORGE_WEBHOOK_MYSQL_POOL_MAX", "3"),
+            ("GORGE_WEBHOOK_MYSQL_TLS", "maybe"),
+            ("GORGE_WEBHOOK_SHUTDOWN_GRACE_SEC", "0"),
+            ("GORGE_LOG_LEVEL", "loud=="),
+            ("GORGE_LOG_FORMAT", "xml"),
+            ("GORGE_WEBHOOK_OUTBOUND_ALLOW", "not-a-cidr"),
+            ("GORGE_WEBHOOK_MAX_REDIRECTS", "many"),
+        ];
+        for (name, value) in cases {
+            let err = parse(&[(name, value)]).expect_err(&format!("{name}={value}"));
+            assert_eq!(err.variable, name, "{name}={value}: {err}");
+            assert!(err.to_string().starts_with(name));
+        }
+    }
+
+    #[test]
+    fn help_lists_every_variable_with_its_default() {
+        let text = help();
+        for v in VARIABLES {
+            assert!(text.contains(v.name), "{}", v.name);
+        }
+        assert!(text.contains("default: 8"));
+    }
+}

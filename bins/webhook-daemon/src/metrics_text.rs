@@ -1,0 +1,256 @@
+//! `GET /metrics`: the dispatcher's counters and the queue depth in the
+//! Prometheus text format, encoded by `prometheus-client` from a snapshot
+//! taken per scrape. Nothing here carries a URI, key, host or SQL.
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use webhook_core::metrics::LATENCY_BUCKETS;
+use webhook_core::{MetricsSnapshot, QueueStats};
+
+/// What one scrape reports.
+#[derive(Debug, Clone)]
+pub struct Scrape {
+    /// The dispatcher's counters.
+    pub dispatcher: MetricsSnapshot,
+    /// Row counts, when the database answered.
+    pub queue: Option<QueueStats>,
+}
+
+#[derive(Debug)]
+struct ScrapeCollector(Scrape);
+
+type Labels = Vec<(&'static str, &'static str)>;
+
+fn counter(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    series: &[(Labels, u64)],
+) -> Result<(), std::fmt::Error> {
+    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+    if let [(labels, value)] = series {
+        if labels.is_empty() {
+            return ConstCounter::new(*value).encode(metric);
+        }
+    }
+    for (labels, value) in series {
+        ConstCounter::new(*value).encode(metric.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+fn gauge(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    series: &[(Labels, i64)],
+) -> Result<(), std::fmt::Error> {
+    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    if let [(labels, value)] = series {
+        if labels.is_empty() {
+            return ConstGauge::new(*value).encode(metric);
+        }
+    }
+    for (labels, value) in series {
+        ConstGauge::new(*value).encode(metric.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+fn signed(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl Collector for ScrapeCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let d = &self.0.dispatcher;
+        let none = Labels::new;
+        counter(
+            &mut encoder,
+            "gorge_webhook_deliveries",
+            "Delivery attempts by outcome",
+            &[
+                (vec![("outcome", "ok")], d.delivered_ok),
+                (vec![("outcome", "http_error")], d.delivered_http_error),
+                (vec![("outcome", "timeout")], d.delivered_timeout),
+                (
+                    vec![("outcome", "transport_error")],
+                    d.delivered_transport_error,
+                ),
+            ],
+        )?;
+        counter(
+            &mut encoder,
+            "gorge_webhook_hook_errors",
+            "Rows failed for hook configuration, without an attempt",
+            &[(none(), d.hook_errors)],
+        )?;
+        counter(
+            &mut encoder,
+            "gorge_webhook_claims",
+            "Claims by result; lost claims sent nothing",
+            &[
+                (vec![("result", "won")], d.claims_won),
+                (vec![("result", "lost")], d.claims_lost),
+            ],
+        )?;
+        let simple = [
+            (
+                "gorge_webhook_breaker_skips",
+                "Hook runs skipped because the breaker was open",
+                d.breaker_skips,
+            ),
+            (
+                "gorge_webhook_lock_busy",
+                "Hook runs skipped because another deliverer held the hook",
+                d.lock_busy,
+            ),
+            ("gorge_webhook_polls", "Candidate queries run", d.polls),
+            (
+                "gorge_webhook_poll_errors",
+                "Candidate queries that failed",
+                d.poll_errors,
+            ),
+            (
+                "gorge_webhook_store_errors",
+                "Other database operations that failed",
+                d.store_errors,
+            ),
+            (
+                "gorge_webhook_writeback_retries",
+                "Result write-backs that needed another try",
+                d.writeback_retries,
+            ),
+            (
+                "gorge_webhook_writeback_failures",
+                "Results that could not be stored (the row is sent again after its lease)",
+                d.writeback_failures,
+            ),
+        ];
+        for (name, help, value) in simple {
+            counter(&mut encoder, name, help, &[(none(), value)])?;
+        }
+        gauge(
+            &mut encoder,
+            "gorge_webhook_in_flight",
+            "Deliveries in flight",
+            &[(none(), signed(d.in_flight))],
+        )?;
+        gauge(
+            &mut encoder,
+            "gorge_webhook_breaker_open_hooks",
+            "Hooks whose breaker this instance last saw open",
+            &[(none(), signed(d.breaker_open_hooks))],
+        )?;
+        gauge(
+            &mut encoder,
+            "gorge_webhook_database_up",
+            "1 when the last scrape could read the queue",
+            &[(none(), i64::from(self.0.queue.is_some()))],
+        )?;
+        if let Some(q) = &self.0.queue {
+            gauge(
+                &mut encoder,
+                "gorge_webhook_queue_rows",
+                "Rows of herald_webhookrequest by status",
+                &[
+                    (vec![("status", "queued")], signed(q.queued)),
+                    (vec![("status", "sent")], signed(q.sent)),
+                    (vec![("status", "failed")], signed(q.failed)),
+                ],
+            )?;
+        }
+        let mut histogram = encoder.encode_descriptor(
+            "gorge_webhook_delivery_duration_seconds",
+            "Time from request start to the receiver's final answer",
+            None,
+            MetricType::Histogram,
+        )?;
+        histogram.encode_histogram::<Vec<(&str, &str)>>(
+            d.latency_sum_micros as f64 / 1e6,
+            d.latency_count,
+            &per_bucket(d),
+            None,
+        )
+    }
+}
+
+/// The core keeps cumulative bucket counts; the encoder wants each bucket's
+/// own count, with `+Inf` last.
+fn per_bucket(d: &MetricsSnapshot) -> Vec<(f64, u64)> {
+    let mut out = Vec::with_capacity(LATENCY_BUCKETS.len() + 1);
+    let mut below = 0;
+    for (bound, cumulative) in LATENCY_BUCKETS.iter().zip(&d.latency_buckets) {
+        out.push((*bound, cumulative.saturating_sub(below)));
+        below = *cumulative;
+    }
+    out.push((f64::MAX, d.latency_count.saturating_sub(below)));
+    out
+}
+
+/// Encodes one scrape.
+pub fn render(scrape: Scrape) -> Result<String, std::fmt::Error> {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(ScrapeCollector(scrape)));
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &registry)?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_queue_and_histogram() {
+        let dispatcher = MetricsSnapshot {
+            delivered_ok: 5,
+            claims_lost: 2,
+            latency_buckets: vec![1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2],
+            latency_count: 3,
+            latency_sum_micros: 40_000_000,
+            ..MetricsSnapshot::default()
+        };
+        let text = render(Scrape {
+            dispatcher,
+            queue: Some(QueueStats {
+                queued: 7,
+                sent: 1,
+                failed: 0,
+                active_hooks: 2,
+            }),
+        })
+        .expect("encodes");
+        assert!(
+            text.contains("gorge_webhook_deliveries_total{outcome=\"ok\"} 5"),
+            "{text}"
+        );
+        assert!(text.contains("gorge_webhook_claims_total{result=\"lost\"} 2"));
+        assert!(text.contains("gorge_webhook_queue_rows{status=\"queued\"} 7"));
+        assert!(text.contains("gorge_webhook_database_up 1"));
+        assert!(text.contains("gorge_webhook_delivery_duration_seconds_bucket{le=\"0.005\"} 1"));
+        assert!(text.contains("gorge_webhook_delivery_duration_seconds_bucket{le=\"0.01\"} 2"));
+        assert!(text.contains("gorge_webhook_delivery_duration_seconds_bucket{le=\"+Inf\"} 3"));
+        assert!(text.contains("gorge_webhook_delivery_duration_seconds_count 3"));
+        assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn a_database_outage_is_a_gauge_not_an_error() {
+        let text = render(Scrape {
+            dispatcher: MetricsSnapshot {
+                latency_buckets: vec![0; LATENCY_BUCKETS.len()],
+                ..MetricsSnapshot::default()
+            },
+            queue: None,
+        })
+        .expect("encodes");
+        assert!(text.contains("gorge_webhook_database_up 0"), "{text}");
+        assert!(text.contains("gorge_webhook_polls_total 0"), "{text}");
+        assert!(!text.contains("queue_rows{"));
+    }
+}
