@@ -1,0 +1,13 @@
+//! Shared test fixtures, compiled once for every crate's integration tests:
+//! Phorge's two tables in a fresh database on the local MariaDB
+//! ([`mariadb`]) and a recording receiver on loopback ([`receiver`]).
+//!
+//! Test-only code: failures panic with a message saying what was expected.
+
+#![allow(clippy::expect_used, clippy::missing_panics_doc)]
+
+pub mod mariadb;
+pub mod receiver;
+
+pub use mariadb::{with_db, TestDb};
+pub use receiver::{Receiver, Recorded, Reply};
