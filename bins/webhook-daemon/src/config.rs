@@ -6,12 +6,11 @@
 //! so tests feed it tables.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
-use std::path::PathBuf;
 use std::time::Duration;
 
 use tracing_subscriber::EnvFilter;
 use webhook_core::{Settings, Windows};
-use webhook_store_mysql::MysqlConfig;
+use webhook_store_mysql::{MysqlConfig, MysqlError};
 use webhook_transport_hyper::TransportConfig;
 
 /// One documented variable, for `--help`.
@@ -247,22 +246,20 @@ impl Reader<'_> {
                 .map_err(|_| invalid(name, format!("{raw:?} is not a whole number"))),
         }
     }
-
-    fn flag(&self, name: &str) -> Result<bool, ConfigError> {
-        match (self.get)(name).as_deref().map(str::trim) {
-            None | Some("") => Ok(false),
-            Some("1" | "true" | "yes" | "on") => Ok(true),
-            Some("0" | "false" | "no" | "off") => Ok(false),
-            Some(other) => Err(invalid(name, format!("{other:?} is not true or false"))),
-        }
-    }
 }
 
 impl DaemonConfig {
     /// Parses and validates every setting.
     pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let read = Reader { get };
-        let windows = windows(&read)?;
+        let windows = Settings::from_lookup(get)
+            .and_then(Windows::try_new)
+            .map_err(|e| invalid(e.setting.env_name(), e.reason))?;
+        let mysql =
+            MysqlConfig::from_lookup(get, windows.max_concurrent()).map_err(|e| match e {
+                MysqlError::InvalidConfig { setting, reason } => invalid(setting, reason),
+                other => invalid("GORGE_WEBHOOK_MYSQL_HOST", other.to_string()),
+            })?;
         let listen = parse_listen(&read.text("GORGE_LISTEN_ADDR", ":8160"))
             .map_err(|reason| invalid("GORGE_LISTEN_ADDR", reason))?;
         let log_filter = read.text("GORGE_LOG_LEVEL", "info");
@@ -294,86 +291,13 @@ impl DaemonConfig {
         Ok(Self {
             listen,
             service_token: read.text("GORGE_SERVICE_TOKEN", ""),
-            mysql: mysql(&read, &windows)?,
+            mysql,
             windows,
             transport,
             log_filter,
             log_format,
             shutdown_grace: Duration::from_secs(grace),
         })
-    }
-}
-
-fn windows(read: &Reader<'_>) -> Result<Windows, ConfigError> {
-    let defaults = Settings::default();
-    let settings = Settings {
-        poll_interval: Duration::from_millis(read.number("GORGE_WEBHOOK_POLL_INTERVAL_MS", 1000)?),
-        delivery_timeout: Duration::from_secs(read.number("GORGE_WEBHOOK_DELIVERY_TIMEOUT", 15)?),
-        max_concurrent: read.number("GORGE_WEBHOOK_MAX_CONCURRENT", defaults.max_concurrent)?,
-        breaker_window_secs: read.number(
-            "GORGE_WEBHOOK_ERROR_BACKOFF_SEC",
-            defaults.breaker_window_secs,
-        )?,
-        breaker_threshold: read
-            .number("GORGE_WEBHOOK_ERROR_THRESHOLD", defaults.breaker_threshold)?,
-        retry_backoff_secs: read.number(
-            "GORGE_WEBHOOK_RETRY_BACKOFF_SEC",
-            defaults.retry_backoff_secs,
-        )?,
-        claim_lease_secs: read
-            .number("GORGE_WEBHOOK_CLAIM_LEASE_SEC", defaults.claim_lease_secs)?,
-        batch_size: read.number("GORGE_WEBHOOK_BATCH_SIZE", defaults.batch_size)?,
-    };
-    Windows::try_new(settings).map_err(|e| invalid(e.setting.env_name(), e.reason))
-}
-
-fn mysql(read: &Reader<'_>, windows: &Windows) -> Result<MysqlConfig, ConfigError> {
-    let pool_max: usize = read.number("GORGE_WEBHOOK_MYSQL_POOL_MAX", 0)?;
-    let ca = read.text("GORGE_WEBHOOK_MYSQL_TLS_CA", "");
-    let config = MysqlConfig {
-        host: read.text("GORGE_WEBHOOK_MYSQL_HOST", "127.0.0.1"),
-        port: read.number("GORGE_WEBHOOK_MYSQL_PORT", 3306)?,
-        user: read.text("GORGE_WEBHOOK_MYSQL_USER", "phorge"),
-        password: read.text("GORGE_WEBHOOK_MYSQL_PASS", ""),
-        namespace: read.text("GORGE_WEBHOOK_NAMESPACE", "phorge"),
-        // Each delivery holds a hook lock on its own connection; polls and
-        // write-backs need more besides.
-        pool_max: if pool_max == 0 {
-            windows.max_concurrent() * 2 + 4
-        } else {
-            pool_max
-        },
-        tls: read.flag("GORGE_WEBHOOK_MYSQL_TLS")?,
-        tls_ca_file: (!ca.is_empty()).then(|| PathBuf::from(ca)),
-        ..MysqlConfig::default()
-    };
-    config.validate().map_err(|e| match e {
-        webhook_store_mysql::MysqlError::InvalidConfig { setting, reason } => {
-            invalid(mysql_variable(setting), reason)
-        }
-        other => invalid("GORGE_WEBHOOK_MYSQL_HOST", other.to_string()),
-    })?;
-    if config.pool_max <= windows.max_concurrent() {
-        return Err(invalid(
-            "GORGE_WEBHOOK_MYSQL_POOL_MAX",
-            format!(
-                "must exceed GORGE_WEBHOOK_MAX_CONCURRENT ({}): every delivery holds a hook lock on its own connection",
-                windows.max_concurrent()
-            ),
-        ));
-    }
-    Ok(config)
-}
-
-fn mysql_variable(setting: &str) -> &'static str {
-    match setting {
-        "host" => "GORGE_WEBHOOK_MYSQL_HOST",
-        "port" => "GORGE_WEBHOOK_MYSQL_PORT",
-        "user" => "GORGE_WEBHOOK_MYSQL_USER",
-        "namespace" => "GORGE_WEBHOOK_NAMESPACE",
-        "pool_max" => "GORGE_WEBHOOK_MYSQL_POOL_MAX",
-        "tls_ca_file" => "GORGE_WEBHOOK_MYSQL_TLS_CA",
-        _ => "GORGE_WEBHOOK_MYSQL_HOST",
     }
 }
 

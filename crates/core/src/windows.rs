@@ -98,6 +98,48 @@ impl Default for Settings {
     }
 }
 
+impl Settings {
+    /// Reads every setting by its variable name through `get` (the
+    /// environment, for the binaries), with SPEC §9's defaults. Unparseable
+    /// numbers are errors naming the variable; ranges are checked by
+    /// [`Windows::try_new`].
+    pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let d = Self::default();
+        let number = |setting: Setting, default: u64| -> Result<u64, ConfigError> {
+            match get(setting.env_name()) {
+                None => Ok(default),
+                Some(raw) => raw.trim().parse().map_err(|_| ConfigError {
+                    setting,
+                    reason: format!("{raw:?} is not a whole number"),
+                }),
+            }
+        };
+        let size = |setting: Setting, default: usize| -> Result<usize, ConfigError> {
+            let n = number(setting, default as u64)?;
+            usize::try_from(n).map_err(|_| ConfigError {
+                setting,
+                reason: format!("{n} is too large"),
+            })
+        };
+        Ok(Self {
+            poll_interval: Duration::from_millis(number(
+                Setting::PollInterval,
+                millis(d.poll_interval),
+            )?),
+            delivery_timeout: Duration::from_secs(number(
+                Setting::DeliveryTimeout,
+                d.delivery_timeout.as_secs(),
+            )?),
+            max_concurrent: size(Setting::MaxConcurrent, d.max_concurrent)?,
+            breaker_window_secs: number(Setting::BreakerWindow, d.breaker_window_secs)?,
+            breaker_threshold: number(Setting::BreakerThreshold, d.breaker_threshold)?,
+            retry_backoff_secs: number(Setting::RetryBackoff, d.retry_backoff_secs)?,
+            claim_lease_secs: number(Setting::ClaimLease, d.claim_lease_secs)?,
+            batch_size: size(Setting::BatchSize, d.batch_size)?,
+        })
+    }
+}
+
 /// Warnings about settings that do not do what they seem to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WindowWarning {
@@ -428,6 +470,23 @@ mod tests {
         assert!(!breaker.is_open(9));
         assert!(breaker.is_open(10));
         assert_eq!(breaker.since(1_000), 700);
+    }
+
+    #[test]
+    fn settings_are_read_by_variable_name() {
+        let get = |name: &str| match name {
+            "GORGE_WEBHOOK_POLL_INTERVAL_MS" => Some("250".to_owned()),
+            "GORGE_WEBHOOK_MAX_CONCURRENT" => Some(" 4 ".to_owned()),
+            _ => None,
+        };
+        let settings = Settings::from_lookup(&get).expect("valid");
+        assert_eq!(settings.poll_interval, Duration::from_millis(250));
+        assert_eq!(settings.max_concurrent, 4);
+        assert_eq!(settings.claim_lease_secs, 30);
+        let bad = |name: &str| (name == "GORGE_WEBHOOK_RETRY_BACKOFF_SEC").then(|| "-1".to_owned());
+        let err = Settings::from_lookup(&bad).expect_err("negative");
+        assert_eq!(err.setting, Setting::RetryBackoff);
+        assert!(Settings::from_lookup(&|_| None).is_ok_and(|s| s == Settings::default()));
     }
 
     #[test]

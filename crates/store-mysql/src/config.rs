@@ -1,6 +1,7 @@
 //! Connection settings and their validation, and the `mysql_async` options
-//! built from them. Reading the environment is the binary's job, not ours;
-//! nothing here touches the network.
+//! built from them. [`MysqlConfig::from_lookup`] reads the `GORGE_WEBHOOK_*`
+//! variables through a lookup function the binary supplies; nothing here
+//! touches the process environment or the network.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -99,6 +100,75 @@ impl MysqlConfig {
         format!("{}{DATABASE_SUFFIX}", self.namespace)
     }
 
+    /// Reads the `GORGE_WEBHOOK_MYSQL_*` and `GORGE_WEBHOOK_NAMESPACE`
+    /// variables through `get` (SPEC §9 defaults) and validates them; an
+    /// error's `setting` is the variable's name. `max_concurrent` sizes the
+    /// default pool: every delivery holds a hook lock on its own connection,
+    /// and polls and write-backs need more besides.
+    pub fn from_lookup(
+        get: &dyn Fn(&str) -> Option<String>,
+        max_concurrent: usize,
+    ) -> Result<Self, MysqlError> {
+        let text = |name: &str, default: &str| get(name).unwrap_or_else(|| default.to_owned());
+        let number = |name: &'static str, default: u64| -> Result<u64, MysqlError> {
+            match get(name) {
+                None => Ok(default),
+                Some(raw) => raw.trim().parse().map_err(|_| MysqlError::InvalidConfig {
+                    setting: name,
+                    reason: format!("{raw:?} is not a whole number"),
+                }),
+            }
+        };
+        let tls = match get("GORGE_WEBHOOK_MYSQL_TLS").as_deref().map(str::trim) {
+            None | Some("" | "0" | "false" | "no" | "off") => false,
+            Some("1" | "true" | "yes" | "on") => true,
+            Some(other) => {
+                return Err(MysqlError::InvalidConfig {
+                    setting: "GORGE_WEBHOOK_MYSQL_TLS",
+                    reason: format!("{other:?} is not true or false"),
+                })
+            }
+        };
+        let port = number("GORGE_WEBHOOK_MYSQL_PORT", 3306)?;
+        let port = u16::try_from(port).map_err(|_| MysqlError::InvalidConfig {
+            setting: "GORGE_WEBHOOK_MYSQL_PORT",
+            reason: format!("{port} is not a port number"),
+        })?;
+        let pool_max = match number("GORGE_WEBHOOK_MYSQL_POOL_MAX", 0)? {
+            0 => max_concurrent * 2 + 4,
+            n => usize::try_from(n).unwrap_or(usize::MAX),
+        };
+        if pool_max <= max_concurrent {
+            return Err(MysqlError::InvalidConfig {
+                setting: "GORGE_WEBHOOK_MYSQL_POOL_MAX",
+                reason: format!(
+                    "must exceed GORGE_WEBHOOK_MAX_CONCURRENT ({max_concurrent}): every delivery \
+                     holds a hook lock on its own connection"
+                ),
+            });
+        }
+        let ca = text("GORGE_WEBHOOK_MYSQL_TLS_CA", "");
+        let config = Self {
+            host: text("GORGE_WEBHOOK_MYSQL_HOST", "127.0.0.1"),
+            port,
+            user: text("GORGE_WEBHOOK_MYSQL_USER", "phorge"),
+            password: text("GORGE_WEBHOOK_MYSQL_PASS", ""),
+            namespace: text("GORGE_WEBHOOK_NAMESPACE", "phorge"),
+            pool_max,
+            tls,
+            tls_ca_file: (!ca.is_empty()).then(|| PathBuf::from(ca)),
+            ..Self::default()
+        };
+        config.validate().map_err(|err| match err {
+            MysqlError::InvalidConfig { setting, reason } => MysqlError::InvalidConfig {
+                setting: env_name(setting),
+                reason,
+            },
+            other => other,
+        })?;
+        Ok(config)
+    }
+
     /// Checks every setting without connecting; the error names the setting.
     pub fn validate(&self) -> Result<(), MysqlError> {
         let invalid = |setting: &'static str, reason: String| {
@@ -177,6 +247,19 @@ impl MysqlConfig {
             .client_found_rows(true)
             .pool_opts(pool)
             .ssl_opts(ssl)
+    }
+}
+
+/// The variable that sets a [`MysqlConfig`] field.
+fn env_name(field: &'static str) -> &'static str {
+    match field {
+        "host" => "GORGE_WEBHOOK_MYSQL_HOST",
+        "port" => "GORGE_WEBHOOK_MYSQL_PORT",
+        "user" => "GORGE_WEBHOOK_MYSQL_USER",
+        "namespace" => "GORGE_WEBHOOK_NAMESPACE",
+        "pool_max" => "GORGE_WEBHOOK_MYSQL_POOL_MAX",
+        "tls_ca_file" => "GORGE_WEBHOOK_MYSQL_TLS_CA",
+        other => other,
     }
 }
 
