@@ -38,6 +38,9 @@ const WRITE_RETRY_DELAY: Duration = Duration::from_millis(500);
 const SUMMARY_INTERVAL: Duration = Duration::from_secs(60);
 /// Longest prefix of unparseable properties quoted in a log line.
 const LOGGED_PROPERTIES_MAX: usize = 512;
+/// How long a looked-up hook row is reused: a hook disabled or edited in
+/// Phorge is seen within this time.
+const HOOK_CACHE_TTL: Duration = Duration::from_secs(5);
 
 /// Delivers queued requests. Cheap to share: `run` takes `&self`.
 pub struct Dispatcher {
@@ -47,6 +50,14 @@ pub struct Dispatcher {
     windows: Windows,
     metrics: Arc<Metrics>,
     open_breakers: Mutex<HashSet<String>>,
+    hooks: Mutex<HashMap<String, CachedHook>>,
+}
+
+/// A hook row (or its absence) and when it was read.
+#[derive(Clone)]
+struct CachedHook {
+    hook: Option<Hook>,
+    read_at: Duration,
 }
 
 impl fmt::Debug for Dispatcher {
@@ -63,6 +74,19 @@ struct RunReport {
     ids: Vec<u64>,
     /// Leave this hook's rows out of candidate queries until the next tick.
     exclude: bool,
+    /// The hook's lock, still held, for the next run of the same hook.
+    kept: Option<HeldLock>,
+}
+
+/// A per-hook lock kept between runs, so a hook with a steady stream of
+/// rows is locked (and its breaker counted) once, not once per batch.
+struct HeldLock {
+    lock: Box<dyn HookLock>,
+    /// The breaker was below its threshold when last counted, and nothing
+    /// has failed since. While the lock is held nobody else can add
+    /// failures, and time only lets old ones slide out, so it stays true.
+    breaker_closed: bool,
+    idle_since: Duration,
 }
 
 /// How processing one row ended for the rest of its hook run.
@@ -140,6 +164,19 @@ struct HookRun {
     breaker_closed: bool,
 }
 
+impl HookRun {
+    fn resuming(held: Option<HeldLock>) -> Self {
+        match held {
+            Some(held) => Self {
+                hook: None,
+                lock: Some(held.lock),
+                breaker_closed: held.breaker_closed,
+            },
+            None => Self::default(),
+        }
+    }
+}
+
 /// Keeps the in-flight gauge right even when a delivery future is dropped.
 struct InFlight<'a>(&'a Metrics);
 
@@ -171,6 +208,7 @@ impl Dispatcher {
             windows,
             metrics: Arc::new(Metrics::default()),
             open_breakers: Mutex::new(HashSet::new()),
+            hooks: Mutex::new(HashMap::new()),
         }
     }
 
@@ -198,6 +236,7 @@ impl Dispatcher {
         let mut summary = Summary::new(self.clock.monotonic(), self.metrics.snapshot());
         let low_water = (self.windows.batch_size() / 2).max(1);
         let mut stopping = false;
+        let mut held: HashMap<String, HeldLock> = HashMap::new();
         info!(
             event = "dispatcher_started",
             lease_secs = self.windows.lease_secs(),
@@ -222,8 +261,10 @@ impl Dispatcher {
                 let Some((hook, rows)) = backlog.next_run() else {
                     break;
                 };
-                runs.push(self.hook_run(hook, rows, &stop).boxed());
+                let kept = held.remove(&hook);
+                runs.push(self.hook_run(hook, rows, kept, &stop).boxed());
             }
+            self.release_idle_locks(&mut held, stopping).await;
             if stopping && runs.is_empty() {
                 break;
             }
@@ -256,9 +297,12 @@ impl Dispatcher {
                     backlog.drop_waiting();
                     info!(event = "dispatcher_stopping", in_flight_runs = runs.len());
                 }
-                Wake::RunDone(report) => {
+                Wake::RunDone(mut report) => {
                     let until = self.clock.monotonic() + self.windows.poll_interval();
                     backlog.finish(&report, until);
+                    if let Some(kept) = report.kept.take() {
+                        held.insert(report.hook, kept);
+                    }
                 }
                 Wake::Timer => timer = None,
             }
@@ -296,9 +340,10 @@ impl Dispatcher {
         &self,
         hook_phid: String,
         rows: Vec<RequestRow>,
+        held: Option<HeldLock>,
         stop: &AtomicBool,
     ) -> RunReport {
-        let mut run = HookRun::default();
+        let mut run = HookRun::resuming(held);
         let mut exclude = false;
         for row in &rows {
             if stop.load(Ordering::Relaxed) {
@@ -312,15 +357,47 @@ impl Dispatcher {
                 }
             }
         }
+        let mut kept = None;
         if let Some(lock) = run.lock.take() {
-            if let Err(err) = lock.release().await {
-                warn!(event = "hook_lock_release_failed", hook = %hook_phid, error = %err);
+            if exclude {
+                release(lock, &hook_phid).await;
+            } else {
+                kept = Some(HeldLock {
+                    lock,
+                    breaker_closed: run.breaker_closed,
+                    idle_since: self.clock.monotonic(),
+                });
             }
         }
         RunReport {
             hook: hook_phid,
             ids: rows.iter().map(|r| r.id).collect(),
             exclude,
+            kept,
+        }
+    }
+
+    /// Frees kept locks that went idle for a poll interval, the oldest ones
+    /// beyond `max_concurrent` (each pins a database connection), or all of
+    /// them when stopping.
+    async fn release_idle_locks(&self, held: &mut HashMap<String, HeldLock>, stopping: bool) {
+        if held.is_empty() {
+            return;
+        }
+        let now = self.clock.monotonic();
+        let idle_limit = self.windows.poll_interval();
+        let mut by_age: Vec<(Duration, String)> = held
+            .iter()
+            .map(|(hook, h)| (h.idle_since, hook.clone()))
+            .collect();
+        by_age.sort();
+        let surplus = held.len().saturating_sub(self.windows.max_concurrent());
+        for (n, (idle_since, hook)) in by_age.into_iter().enumerate() {
+            if stopping || n < surplus || now.saturating_sub(idle_since) >= idle_limit {
+                if let Some(h) = held.remove(&hook) {
+                    release(h.lock, &hook).await;
+                }
+            }
         }
     }
 
@@ -404,9 +481,28 @@ impl Dispatcher {
         if let Some(hook) = &run.hook {
             return Ok(hook.clone());
         }
+        let now = self.clock.monotonic();
+        let cached = self
+            .hooks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&row.webhook_phid)
+            .filter(|c| now.saturating_sub(c.read_at) < HOOK_CACHE_TTL)
+            .cloned();
+        if let Some(cached) = cached {
+            run.hook = Some(cached.hook.clone());
+            return Ok(cached.hook);
+        }
         match self.store.hook(&row.webhook_phid).await {
             Ok(hook) => {
                 run.hook = Some(hook.clone());
+                self.hooks.lock().unwrap_or_else(|e| e.into_inner()).insert(
+                    row.webhook_phid.clone(),
+                    CachedHook {
+                        hook: hook.clone(),
+                        read_at: now,
+                    },
+                );
                 Ok(hook)
             }
             Err(err) => {
@@ -553,6 +649,12 @@ impl Dispatcher {
     fn store_failed(&self, operation: &str, err: &StoreError) {
         bump(&self.metrics.store_errors);
         warn!(event = "store_error", operation, error = %err, "hook skipped until the next poll");
+    }
+}
+
+async fn release(lock: Box<dyn HookLock>, hook_phid: &str) {
+    if let Err(err) = lock.release().await {
+        warn!(event = "hook_lock_release_failed", hook = %hook_phid, error = %err);
     }
 }
 

@@ -84,6 +84,7 @@ struct Inner {
     held_locks: HashSet<String>,
     next_id: u64,
     faults: HashMap<StoreOp, u32>,
+    calls: HashMap<StoreOp, u64>,
 }
 
 /// An in-memory `herald_webhookrequest` + `herald_webhook`.
@@ -190,7 +191,14 @@ impl MemoryStore {
         self.lock().held_locks.contains(hook_phid)
     }
 
+    /// How many times `op` was called (the database round trips a real
+    /// store would have made).
+    pub fn calls(&self, op: StoreOp) -> u64 {
+        self.lock().calls.get(&op).copied().unwrap_or(0)
+    }
+
     fn check_fault(inner: &mut Inner, op: StoreOp) -> Result<(), StoreError> {
+        *inner.calls.entry(op).or_default() += 1;
         match inner.faults.get_mut(&op) {
             Some(left) if *left > 0 => {
                 *left -= 1;

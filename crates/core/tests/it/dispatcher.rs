@@ -500,6 +500,65 @@ fn stopping_finishes_in_flight_deliveries_and_claims_nothing_new() {
 }
 
 #[test]
+fn a_busy_hook_is_locked_and_counted_once_not_per_batch() {
+    let mut h = Harness::new(Settings {
+        batch_size: 4,
+        max_concurrent: 1,
+        ..Settings::default()
+    });
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    for _ in 0..20 {
+        h.store.insert_request(NewRequest::queued(HOOK_A, NEVER));
+    }
+    h.start();
+    assert_eq!(h.transport.posts().len(), 20);
+    // Five batches, one lock, one breaker count, one hook lookup.
+    assert!(h.store.calls(StoreOp::Candidates) >= 5);
+    assert_eq!(h.store.calls(StoreOp::LockHook), 1);
+    assert_eq!(h.store.calls(StoreOp::BreakerFailures), 1);
+    assert_eq!(h.store.calls(StoreOp::Hook), 1);
+    assert!(
+        h.store.is_hook_locked(HOOK_A),
+        "kept while the hook may get more rows"
+    );
+    h.run_for(secs(2));
+    assert!(
+        !h.store.is_hook_locked(HOOK_A),
+        "released after a poll interval idle"
+    );
+}
+
+#[test]
+fn a_failure_makes_the_next_claim_count_the_breaker_again() {
+    let mut h = Harness::with_defaults();
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    h.transport.script(URI_A, [Reply::status(500)]);
+    for _ in 0..3 {
+        h.store.insert_request(NewRequest::queued(HOOK_A, NEVER));
+    }
+    h.start();
+    assert_eq!(h.transport.posts().len(), 3);
+    assert_eq!(h.store.calls(StoreOp::BreakerFailures), 2);
+}
+
+#[test]
+fn a_hook_edit_is_seen_within_the_cache_time() {
+    let mut h = Harness::with_defaults();
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    h.store.insert_request(NewRequest::queued(HOOK_A, NEVER));
+    h.start();
+    assert_eq!(h.transport.posts().len(), 1);
+    let mut disabled = hook(HOOK_A, URI_A);
+    disabled.status = "disabled".into();
+    h.store.put_hook(disabled);
+    h.run_for(secs(6));
+    let late = h.store.insert_request(NewRequest::queued(HOOK_A, NEVER));
+    h.run_for(secs(2));
+    assert_eq!(h.transport.posts().len(), 1);
+    assert_eq!(props_of(&h, late)["errorCode"], "disabled");
+}
+
+#[test]
 fn an_idle_dispatcher_polls_once_per_interval() {
     let mut h = Harness::with_defaults();
     h.start();
