@@ -87,6 +87,10 @@ struct HeldLock {
     /// failures, and time only lets old ones slide out, so it stays true.
     breaker_closed: bool,
     idle_since: Duration,
+    /// A named lock lives on one database session; if that session broke,
+    /// the server freed the lock without telling us. Re-taking it once per
+    /// lease bounds how long a broken session can go unnoticed.
+    acquired_at: Duration,
 }
 
 /// How processing one row ended for the rest of its hook run.
@@ -161,6 +165,7 @@ impl Backlog {
 struct HookRun {
     hook: Option<Option<Hook>>,
     lock: Option<Box<dyn HookLock>>,
+    lock_acquired_at: Duration,
     breaker_closed: bool,
 }
 
@@ -170,6 +175,7 @@ impl HookRun {
             Some(held) => Self {
                 hook: None,
                 lock: Some(held.lock),
+                lock_acquired_at: held.acquired_at,
                 breaker_closed: held.breaker_closed,
             },
             None => Self::default(),
@@ -359,13 +365,16 @@ impl Dispatcher {
         }
         let mut kept = None;
         if let Some(lock) = run.lock.take() {
-            if exclude {
+            let now = self.clock.monotonic();
+            let lease = Duration::from_secs(self.windows.lease_secs());
+            if exclude || now.saturating_sub(run.lock_acquired_at) >= lease {
                 release(lock, &hook_phid).await;
             } else {
                 kept = Some(HeldLock {
                     lock,
                     breaker_closed: run.breaker_closed,
-                    idle_since: self.clock.monotonic(),
+                    idle_since: now,
+                    acquired_at: run.lock_acquired_at,
                 });
             }
         }
@@ -517,7 +526,10 @@ impl Dispatcher {
     async fn may_call(&self, run: &mut HookRun, hook_phid: &str) -> bool {
         if run.lock.is_none() {
             match self.store.lock_hook(hook_phid).await {
-                Ok(Some(lock)) => run.lock = Some(lock),
+                Ok(Some(lock)) => {
+                    run.lock = Some(lock);
+                    run.lock_acquired_at = self.clock.monotonic();
+                }
                 Ok(None) => {
                     bump(&self.metrics.lock_busy);
                     debug!(event = "hook_lock_busy", hook = %hook_phid);

@@ -529,6 +529,27 @@ fn a_busy_hook_is_locked_and_counted_once_not_per_batch() {
 }
 
 #[test]
+fn a_kept_lock_is_taken_afresh_once_per_lease() {
+    let mut h = Harness::new(Settings {
+        batch_size: 4,
+        max_concurrent: 1,
+        ..Settings::default()
+    });
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    h.transport.always(URI_A, Reply::status(200).after(secs(1)));
+    for _ in 0..40 {
+        h.store.insert_request(NewRequest::queued(HOOK_A, NEVER));
+    }
+    h.start();
+    h.run_for(secs(45));
+    assert_eq!(h.transport.posts().len(), 40);
+    // 40 s of continuous delivery with a 30 s lease: taken twice, not ten
+    // times (once per batch) and not once.
+    assert_eq!(h.store.calls(StoreOp::LockHook), 2);
+    assert_eq!(h.transport.max_concurrent_to(URI_A), 1);
+}
+
+#[test]
 fn a_failure_makes_the_next_claim_count_the_breaker_again() {
     let mut h = Harness::with_defaults();
     h.store.put_hook(hook(HOOK_A, URI_A));
