@@ -4,6 +4,9 @@
 //!   suite with MariaDB started when it is not running).
 //! - `layers`: the crate layering rules of docs/ARCHITECTURE.md, checked on
 //!   the real dependency graph.
+//! - `contract-test`: the diagnostics API's fixtures (`contracts/`) against
+//!   the real daemon binary; `cargo test --workspace` (and so `ci`) runs
+//!   them as well.
 
 mod layers;
 mod mariadb;
@@ -18,13 +21,16 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("layers") => layers::check().map(|()| println!("layering rules hold")),
         Some("mariadb") => mariadb::ensure_running(),
+        Some("contract-test") => contract_test(&args[1..]),
         _ => {
             eprintln!(
                 "usage: cargo xtask <command>\n\n\
                  commands:\n  \
                  ci       fmt, clippy and the whole test suite (starts MariaDB if needed)\n  \
                  layers   check the crate layering rules\n  \
-                 mariadb  start the local MariaDB if it is not running"
+                 mariadb  start the local MariaDB if it is not running\n  \
+                 contract-test  run contracts/api/*.json against the real daemon and check\n           \
+                 contracts/openapi.json (needs MariaDB; extra args go to the test binary)"
             );
             return ExitCode::from(2);
         }
@@ -56,6 +62,15 @@ fn ci() -> Result<(), String> {
     mariadb::ensure_running()?;
     run("cargo", &["test", "--workspace"])?;
     Ok(())
+}
+
+/// The API contract (bins/webhook-daemon/tests/it/contracts.rs): every
+/// fixture against the real binary, started per database setup.
+fn contract_test(extra: &[String]) -> Result<(), String> {
+    mariadb::ensure_running()?;
+    let mut args = vec!["test", "-p", "webhook-daemon", "--test", "it", "contracts"];
+    args.extend(extra.iter().map(String::as_str));
+    run("cargo", &args)
 }
 
 /// Runs a command inheriting stdio; an error names the command.

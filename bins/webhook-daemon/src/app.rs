@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 use webhook_core::{Dispatcher, Store, Windows};
@@ -76,6 +77,7 @@ pub fn log_windows(windows: &Windows) {
 /// period) for in-flight deliveries to finish and write their results, and
 /// closes the pool.
 pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
+    let signals = ShutdownSignals::install();
     let store = Arc::new(MysqlStore::new(&config.mysql)?);
     let transport = Arc::new(HyperTransport::new(config.transport.clone())?);
     log_windows(&config.windows);
@@ -108,7 +110,7 @@ pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
         tokio::spawn(async move { dispatcher.run(signalled(stopped)).await })
     };
 
-    shutdown_signal().await;
+    signals.received().await;
     info!(
         event = "shutdown_requested",
         grace_secs = config.shutdown_grace.as_secs()
@@ -158,21 +160,43 @@ async fn check_schema_when_ready(store: Arc<MysqlStore>) {
     }
 }
 
-/// SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
+/// The SIGTERM and SIGINT handlers. They are installed before the listener
+/// opens: once `/healthz` answers, either signal means a graceful shutdown
+/// (installed lazily, a signal arriving in between would kill the process
+/// outright).
+struct ShutdownSignals {
+    terminate: Option<Signal>,
+    interrupt: Option<Signal>,
+}
+
+impl ShutdownSignals {
+    fn install() -> Self {
+        let install = |kind: SignalKind, name: &'static str| match signal(kind) {
+            Ok(stream) => Some(stream),
             Err(err) => {
-                error!(event = "signal_handler_failed", error = %err);
-                std::future::pending::<()>().await;
+                error!(event = "signal_handler_failed", signal = name, error = %err);
+                None
+            }
+        };
+        Self {
+            terminate: install(SignalKind::terminate(), "SIGTERM"),
+            interrupt: install(SignalKind::interrupt(), "SIGINT"),
+        }
+    }
+
+    /// Completes on the first SIGTERM or SIGINT.
+    async fn received(mut self) {
+        async fn next(stream: Option<&mut Signal>) {
+            match stream {
+                Some(stream) => {
+                    stream.recv().await;
+                }
+                None => std::future::pending::<()>().await,
             }
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {},
-        () = terminate => {},
+        tokio::select! {
+            () = next(self.terminate.as_mut()) => {},
+            () = next(self.interrupt.as_mut()) => {},
+        }
     }
 }

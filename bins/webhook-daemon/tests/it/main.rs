@@ -1,0 +1,9 @@
+//! Integration tests of the `webhook-daemon` binary, run as a separate
+//! process (`CARGO_BIN_EXE_webhook-daemon`) against the local MariaDB
+//! (127.0.0.1:3306, root, no password) and a recording receiver on
+//! loopback. One test binary for the crate; `cargo xtask contract-test`
+//! runs the `contracts` module alone.
+
+mod contracts;
+mod daemon;
+mod e2e;
