@@ -1,6 +1,137 @@
-//! The admin binary. Not written yet (issue 6).
+//! `webhook-admin`, the operator's tool for the webhook daemon: shows the
+//! effective settings and their pitfalls, the queue's numbers, why one
+//! request is or is not being delivered (by the dispatcher's own rules),
+//! the exact bytes and signature it would send, and a local receiver to
+//! try hooks against.
+//!
+//! It composes the workspace's libraries and holds no delivery logic of
+//! its own; it never writes to Phorge's tables (read-only `SELECT`s only).
+//! Exit statuses are documented in [`error::EXIT_STATUS_HELP`].
 
-fn main() {
-    eprintln!("webhook-admin is not implemented yet");
-    std::process::exit(2);
+mod cli;
+mod clock;
+mod error;
+mod explain;
+mod inspect;
+mod listen;
+mod out;
+mod settings;
+mod signing;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+use crate::error::{exit, AdminError};
+use crate::inspect::{Db, RequestRef};
+use crate::settings::AdminConfig;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let status = match run(cli) {
+        Ok(status) => status,
+        Err(err) => {
+            eprintln!("webhook-admin: {err}");
+            err.exit_status()
+        }
+    };
+    ExitCode::from(status)
+}
+
+/// The process environment, as every `GORGE_*` lookup reads it. A value
+/// that is not UTF-8 reads as unset, as the daemon reads it.
+fn env_lookup(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+fn run(cli: Cli) -> Result<u8, AdminError> {
+    match cli.command {
+        Command::Config(output) => {
+            let report = settings::report(&env_lookup)?;
+            if output.json {
+                out::emit_line(report.to_json())?;
+            } else {
+                out::emit(&report.to_text())?;
+            }
+            Ok(exit::OK)
+        }
+        Command::Sign { key } => signing::run_sign(&key),
+        Command::Verify { key, signature } => signing::run_verify(&key, &signature),
+        Command::Listen {
+            addr,
+            key,
+            status,
+            delay_ms,
+            count,
+        } => {
+            let status = http::StatusCode::from_u16(status).map_err(|_| {
+                AdminError::Usage(format!("--status {status} is not an HTTP status"))
+            })?;
+            runtime()?.block_on(listen::run(listen::ListenOptions {
+                addr,
+                key,
+                status,
+                delay: Duration::from_millis(delay_ms),
+                count,
+            }))
+        }
+        Command::Stats(output) => {
+            let (_, db, rt) = open_db()?;
+            rt.block_on(closing(&db, inspect::stats(&db, output.json)))
+        }
+        Command::Hooks { output, show_uri } => {
+            let (config, db, rt) = open_db()?;
+            let now = clock::now();
+            rt.block_on(closing(
+                &db,
+                inspect::hooks(&db, &config, now, output.json, show_uri),
+            ))
+        }
+        Command::Explain {
+            request,
+            output,
+            at,
+        } => {
+            let which = RequestRef::parse(&request)?;
+            let (config, db, rt) = open_db()?;
+            let now = at.unwrap_or_else(clock::now);
+            rt.block_on(closing(
+                &db,
+                inspect::explain_request(&db, &config, &which, now, output.json),
+            ))
+        }
+        Command::Payload { request } => {
+            let which = RequestRef::parse(&request)?;
+            let (_, db, rt) = open_db()?;
+            rt.block_on(closing(&db, inspect::payload(&db, &which)))
+        }
+    }
+}
+
+/// A single-threaded runtime: the tool runs one statement at a time.
+fn runtime() -> Result<tokio::runtime::Runtime, AdminError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|err| AdminError::Usage(format!("cannot start the async runtime: {err}")))
+}
+
+/// Validates the settings (exit 2 on a bad one, before any connection)
+/// and prepares the store (which connects on first use) and a runtime.
+fn open_db() -> Result<(AdminConfig, Db, tokio::runtime::Runtime), AdminError> {
+    let config = AdminConfig::from_lookup(&env_lookup)?;
+    let db = Db::open(&config)?;
+    Ok((config, db, runtime()?))
+}
+
+/// Runs a database command, then closes the pool whatever the outcome.
+async fn closing(
+    db: &Db,
+    command: impl std::future::Future<Output = Result<u8, AdminError>>,
+) -> Result<u8, AdminError> {
+    let result = command.await;
+    db.close().await;
+    result
 }

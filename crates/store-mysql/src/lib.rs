@@ -14,6 +14,9 @@
 //!   the startup check of the columns and of the `key_status` index.
 //! * [`MysqlHookLock`] is Phorge's per-hook `GET_LOCK`, so a daemon and a
 //!   leftover PHP worker exclude each other.
+//! * Read-only lookups for the admin tool ([`MysqlStore::request_by_id`],
+//!   [`MysqlStore::hook_summaries`], [`HookSummary`], …): plain `SELECT`s
+//!   that never write, claim or lock.
 //!
 //! Values read from the database are validated, never trusted: a VARBINARY
 //! column that is not UTF-8, an unknown `status` / `lastRequestResult`, a
@@ -24,6 +27,7 @@
 mod config;
 mod error;
 mod lock;
+mod reads;
 mod rows;
 mod schema;
 pub mod sql;
@@ -32,5 +36,6 @@ mod store;
 pub use config::{MysqlConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_MAX};
 pub use error::{MysqlError, NotReady};
 pub use lock::MysqlHookLock;
+pub use reads::HookSummary;
 pub use schema::{SchemaWarning, HOOK_COLUMNS, REQUEST_COLUMNS};
 pub use store::MysqlStore;

@@ -44,7 +44,12 @@ fn kind(value: &Value) -> &'static str {
 
 /// A string column, which must be UTF-8: VARBINARY columns arrive as raw
 /// bytes and are rejected rather than repaired.
-fn text(row: &mut Row, index: usize, column: &str, id: u64) -> Result<String, StoreError> {
+pub(crate) fn text(
+    row: &mut Row,
+    index: usize,
+    column: &str,
+    id: u64,
+) -> Result<String, StoreError> {
     let bytes: Vec<u8> = take(row, index, column, id)?;
     String::from_utf8(bytes).map_err(|err| {
         malformed(

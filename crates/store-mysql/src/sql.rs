@@ -94,6 +94,49 @@ pub const STATUS_INDEX_COLUMNS: &str = "SELECT COLUMN_NAME FROM information_sche
      WHERE TABLE_SCHEMA = ? AND TABLE_NAME = 'herald_webhookrequest' \
      AND INDEX_NAME = 'key_status' ORDER BY SEQ_IN_INDEX";
 
+// Read-only statements for the operator's tool (`webhook-admin`). None of
+// them writes or locks anything: they answer "why is this row waiting?"
+// with the same columns and windows the dispatcher judges by.
+
+/// One request row by primary key, with [`REQUEST_SELECT_LIST`].
+/// Parameter: the id.
+pub const REQUEST_BY_ID: &str = "SELECT id, phid, webhookPHID, objectPHID, status, properties, \
+     lastRequestResult, lastRequestEpoch, dateCreated, dateModified \
+     FROM herald_webhookrequest WHERE id = ?";
+
+/// One request row by its `PHID-HWBR-…` (unique `key_phid`), with
+/// [`REQUEST_SELECT_LIST`]. Parameter: the PHID.
+pub const REQUEST_BY_PHID: &str = "SELECT id, phid, webhookPHID, objectPHID, status, properties, \
+     lastRequestResult, lastRequestEpoch, dateCreated, dateModified \
+     FROM herald_webhookrequest WHERE phid = ?";
+
+/// Every hook (no `hmacKey`: the tool never needs to show one) with its
+/// queued and failed row counts and the breaker's count of failed rows in
+/// the window, lowest id first. Each count is a prefix range on
+/// `key_ratelimit (webhookPHID, …)`. Parameter: the window start, as for
+/// [`BREAKER_FAILURES`].
+pub const HOOK_SUMMARIES: &str = "SELECT h.id, h.phid, h.name, h.webhookURI, h.status, \
+     (SELECT COUNT(*) FROM herald_webhookrequest r \
+       WHERE r.webhookPHID = h.phid AND r.status = 'queued'), \
+     (SELECT COUNT(*) FROM herald_webhookrequest r \
+       WHERE r.webhookPHID = h.phid AND r.status = 'failed'), \
+     (SELECT COUNT(*) FROM herald_webhookrequest r \
+       WHERE r.webhookPHID = h.phid AND r.lastRequestResult = 'fail' \
+       AND r.lastRequestEpoch >= ?) \
+     FROM herald_webhook h ORDER BY h.id ASC";
+
+/// The `lastRequestEpoch` of every row [`BREAKER_FAILURES`] counts, oldest
+/// first (served by `key_ratelimit`), so the admin tool can say when enough
+/// of them slide out of the window for the breaker to close. Parameters:
+/// hook PHID, window start.
+pub const BREAKER_FAILURE_EPOCHS: &str = "SELECT lastRequestEpoch FROM herald_webhookrequest \
+     WHERE webhookPHID = ? AND lastRequestResult = 'fail' AND lastRequestEpoch >= ? \
+     ORDER BY lastRequestEpoch ASC";
+
+/// The session holding a named lock, NULL when free; takes nothing.
+/// Parameter: the lock name.
+pub const IS_USED_LOCK: &str = "SELECT IS_USED_LOCK(?)";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,5 +174,36 @@ mod tests {
         assert_eq!(WRITE_RESULT_GUARDED.matches('?').count(), 7);
         assert!(WRITE_RESULT_GUARDED.starts_with(WRITE_RESULT));
         assert_eq!(BREAKER_FAILURES.matches('?').count(), 2);
+    }
+
+    #[test]
+    fn read_only_statements_select_the_request_columns() {
+        assert_eq!(
+            REQUEST_BY_ID,
+            format!("SELECT {REQUEST_SELECT_LIST} FROM herald_webhookrequest WHERE id = ?")
+        );
+        assert_eq!(
+            REQUEST_BY_PHID,
+            format!("SELECT {REQUEST_SELECT_LIST} FROM herald_webhookrequest WHERE phid = ?")
+        );
+        for statement in [
+            REQUEST_BY_ID,
+            REQUEST_BY_PHID,
+            HOOK_SUMMARIES,
+            BREAKER_FAILURE_EPOCHS,
+            IS_USED_LOCK,
+        ] {
+            assert!(statement.starts_with("SELECT "), "{statement}");
+            assert!(!statement.contains("hmacKey"), "{statement}");
+            assert!(!statement.contains("GET_LOCK"), "{statement}");
+        }
+        assert_eq!(HOOK_SUMMARIES.matches('?').count(), 1);
+        assert_eq!(BREAKER_FAILURE_EPOCHS.matches('?').count(), 2);
+        assert!(BREAKER_FAILURE_EPOCHS.contains(
+            "WHERE webhookPHID = ? AND lastRequestResult = 'fail' AND lastRequestEpoch >= ?"
+        ));
+        assert!(BREAKER_FAILURES.contains(
+            "WHERE webhookPHID = ? AND lastRequestResult = 'fail' AND lastRequestEpoch >= ?"
+        ));
     }
 }

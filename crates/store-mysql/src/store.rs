@@ -80,13 +80,13 @@ impl MysqlStore {
         }
     }
 
-    async fn conn(&self) -> Result<Conn, StoreError> {
+    pub(crate) async fn conn(&self) -> Result<Conn, StoreError> {
         self.connect()
             .await
             .map_err(|err| err.into_store_error(&self.database))
     }
 
-    fn statement_error(&self, err: mysql_async::Error) -> StoreError {
+    pub(crate) fn statement_error(&self, err: mysql_async::Error) -> StoreError {
         MysqlError::Statement(err).into_store_error(&self.database)
     }
 

@@ -9,5 +9,6 @@ mod indexes;
 mod locks;
 mod properties;
 mod readiness;
+mod reads;
 mod rows;
 mod schema;

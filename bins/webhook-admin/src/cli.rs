@@ -1,0 +1,154 @@
+//! The command line: subcommands, their arguments and their `--help`
+//! texts. Parsing only; what each command does lives in its own module.
+
+use std::net::SocketAddr;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::error::EXIT_STATUS_HELP;
+
+/// The environment note every database-backed command's help carries.
+const ENVIRONMENT_HELP: &str = "\
+Reads the daemon's GORGE_* environment (GORGE_WEBHOOK_MYSQL_HOST/_PORT/_USER/
+_PASS, GORGE_WEBHOOK_NAMESPACE, the window settings, ...) and validates it as
+the daemon does. Only ever SELECTs: never writes, claims or locks a row.";
+
+/// Operator's tool for the gorge-webhook daemon: inspect settings and the
+/// queue, explain why a request is (not) being delivered, and test
+/// receivers and signatures.
+#[derive(Debug, Parser)]
+#[command(
+    name = "webhook-admin",
+    version,
+    after_help = EXIT_STATUS_HELP,
+    disable_help_subcommand = true
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// `--json` for commands that have a script-friendly form.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct Output {
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show every effective setting, where it came from, and warnings about
+    /// settings that do not do what they seem to.
+    #[command(after_help = format!(
+        "Reads the GORGE_* environment only; needs no database.\n\n{EXIT_STATUS_HELP}"
+    ))]
+    Config(Output),
+
+    /// Queue counts, as GET /api/webhook/stats reports them:
+    /// {"data":{"queuedCount","sentCount","failedCount","activeWebhooks"}}.
+    #[command(after_help = format!("{ENVIRONMENT_HELP}\n\n{EXIT_STATUS_HELP}"))]
+    Stats(Output),
+
+    /// Every hook: name, PHID, status, queued and failed rows, and whether
+    /// its breaker is open now. URIs only with --show-uri; keys never.
+    #[command(after_help = format!("{ENVIRONMENT_HELP}\n\n{EXIT_STATUS_HELP}"))]
+    Hooks {
+        /// Script-friendly output.
+        #[command(flatten)]
+        output: Output,
+        /// Also show each hook's URI (it may contain credentials).
+        #[arg(long)]
+        show_uri: bool,
+    },
+
+    /// Why this request is or is not being delivered right now, by the
+    /// daemon's own rules, with the payload and signature it would send.
+    #[command(after_help = format!(
+        "REQUEST is a row id (42) or a request PHID (PHID-HWBR-...).\n\n\
+         Verdicts: sent, failed (final); eligible; in-lease, retry-backoff, breaker-open \
+         (waiting, with the time it ends); hook-disabled, hook-missing, \
+         properties-unparseable, invalid-row (the daemon will fail the row). Exit status 0 \
+         whatever the verdict.\n\n{ENVIRONMENT_HELP}\n\n{EXIT_STATUS_HELP}"
+    ))]
+    Explain {
+        /// Row id or request PHID.
+        request: String,
+        /// Script-friendly output.
+        #[command(flatten)]
+        output: Output,
+        /// Judge as of this Unix time instead of the host clock (e.g. "will
+        /// it be eligible at 1700000100?").
+        #[arg(long, value_name = "UNIX_SECONDS")]
+        at: Option<u64>,
+    },
+
+    /// Print the exact body bytes that would be POSTed for this request,
+    /// and nothing else (for diffing against what a receiver got).
+    #[command(after_help = format!(
+        "REQUEST is a row id (42) or a request PHID (PHID-HWBR-...).\n\n\
+         {ENVIRONMENT_HELP}\n\n{EXIT_STATUS_HELP}"
+    ))]
+    Payload {
+        /// Row id or request PHID.
+        request: String,
+    },
+
+    /// Print the lower-case hex HMAC-SHA256 of standard input under KEY, as
+    /// the X-Phabricator-Webhook-Signature header carries it.
+    #[command(after_help = format!(
+        "The key is the hook's 32-character HMAC key, used as raw ASCII bytes. Note that \
+         command-line arguments are visible to other local users.\n\n{EXIT_STATUS_HELP}"
+    ))]
+    Sign {
+        /// The hook's HMAC key.
+        #[arg(long)]
+        key: String,
+    },
+
+    /// Check SIGNATURE against standard input under KEY; the exit status
+    /// tells the result (0 matches, 1 does not).
+    #[command(after_help = format!(
+        "Comparison is constant-time; hex case is ignored.\n\n{EXIT_STATUS_HELP}"
+    ))]
+    Verify {
+        /// The hook's HMAC key.
+        #[arg(long)]
+        key: String,
+        /// The signature header's value (64 hex digits).
+        #[arg(long)]
+        signature: String,
+    },
+
+    /// A local receiver for testing hooks: prints each delivery's headers
+    /// and body, checks its signature when --key is given, and answers
+    /// with the chosen status after the chosen delay.
+    #[command(after_help = format!(
+        "Point a test hook's URI at it (the daemon's outbound deny list refuses loopback \
+         unless GORGE_WEBHOOK_OUTBOUND_ALLOW opens it). Stops on Ctrl-C, or after --count \
+         deliveries; the exit status is then 1 if any signature check failed.\n\n\
+         {EXIT_STATUS_HELP}"
+    ))]
+    Listen {
+        /// Address to bind; loopback by default. Port 0 picks a free one.
+        #[arg(long, default_value = "127.0.0.1:8161")]
+        addr: SocketAddr,
+        /// Check X-Phabricator-Webhook-Signature / X-Phorge-Webhook-Signature
+        /// against this HMAC key.
+        #[arg(long)]
+        key: Option<String>,
+        /// HTTP status to answer with.
+        #[arg(long, default_value_t = 200,
+              value_parser = clap::value_parser!(u16).range(100..=599))]
+        status: u16,
+        /// Wait this long before answering (to try the daemon's timeout).
+        #[arg(long, default_value_t = 0, value_name = "MS")]
+        delay_ms: u64,
+        /// Stop after this many deliveries.
+        #[arg(long, value_name = "N",
+              value_parser = clap::value_parser!(u64).range(1..))]
+        count: Option<u64>,
+    },
+}

@@ -1,0 +1,500 @@
+//! The database-backed commands: `stats`, `hooks`, `explain` and
+//! `payload`. They read through `webhook-store-mysql` only (the `Store`
+//! trait's statements and its read-only lookups) and never write: no
+//! claim, no write-back, no lock.
+//!
+//! A hook's HMAC key is loaded only to sign a payload and is never printed;
+//! a hook's URI is printed only when asked for.
+
+use serde_json::{json, Value};
+use webhook_core::{Hook, Payload, Properties, RequestRow, Store, StoreError, UnixTime};
+use webhook_store_mysql::{HookSummary, MysqlStore};
+
+use crate::clock::{moment, utc};
+use crate::error::{exit, AdminError};
+use crate::explain::{breaker_closes_at, explain, row_summary, Explanation, Facts};
+use crate::out::{emit, emit_bytes, emit_line};
+use crate::settings::AdminConfig;
+
+/// Connections the tool needs at most: it runs one statement at a time.
+const POOL_MAX: usize = 2;
+
+/// The store and what to name in error messages.
+#[derive(Debug)]
+pub struct Db {
+    store: MysqlStore,
+    address: String,
+}
+
+impl Db {
+    /// A lazy pool for the configured database; connects on first use.
+    pub fn open(config: &AdminConfig) -> Result<Self, AdminError> {
+        let mut mysql = config.mysql.clone();
+        mysql.pool_max = POOL_MAX;
+        let store = MysqlStore::new(&mysql).map_err(|err| AdminError::Setting {
+            variable: "GORGE_WEBHOOK_MYSQL_HOST".to_owned(),
+            reason: err.to_string(),
+        })?;
+        Ok(Self {
+            store,
+            address: format!("{}:{}", mysql.host, mysql.port),
+        })
+    }
+
+    fn fail(&self, source: StoreError) -> AdminError {
+        AdminError::Database {
+            database: self.store.database().to_owned(),
+            address: self.address.clone(),
+            source,
+        }
+    }
+
+    /// Closes the pool (best effort: the answer has been printed).
+    pub async fn close(&self) {
+        let _ = self.store.disconnect().await;
+    }
+
+    async fn request(&self, which: &RequestRef) -> Result<RequestRow, AdminError> {
+        let found = match which {
+            RequestRef::Id(id) => self.store.request_by_id(*id).await,
+            RequestRef::Phid(phid) => self.store.request_by_phid(phid).await,
+        }
+        .map_err(|e| self.fail(e))?;
+        found.ok_or_else(|| {
+            AdminError::NotFound(format!(
+                "no request with {which} in {}",
+                self.store.database()
+            ))
+        })
+    }
+}
+
+/// How the user named a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestRef {
+    /// `herald_webhookrequest.id`.
+    Id(u64),
+    /// `herald_webhookrequest.phid`.
+    Phid(String),
+}
+
+impl RequestRef {
+    /// `42` or `PHID-HWBR-…`; anything else is a usage error.
+    pub fn parse(text: &str) -> Result<Self, AdminError> {
+        let text = text.trim();
+        if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+            return text
+                .parse()
+                .map(Self::Id)
+                .map_err(|_| AdminError::Usage(format!("request id {text} is out of range")));
+        }
+        if text.starts_with("PHID-") {
+            return Ok(Self::Phid(text.to_owned()));
+        }
+        Err(AdminError::Usage(format!(
+            "{text:?} is neither a request id (e.g. 42) nor a request PHID (PHID-HWBR-...)"
+        )))
+    }
+}
+
+impl std::fmt::Display for RequestRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Id(id) => write!(f, "id {id}"),
+            Self::Phid(phid) => write!(f, "PHID {phid}"),
+        }
+    }
+}
+
+/// `stats`: the diagnostics API's numbers, straight from the database.
+pub async fn stats(db: &Db, json_out: bool) -> Result<u8, AdminError> {
+    let stats = db.store.stats().await.map_err(|e| db.fail(e))?;
+    if json_out {
+        emit_line(json!({"data": {
+            "queuedCount": stats.queued,
+            "sentCount": stats.sent,
+            "failedCount": stats.failed,
+            "activeWebhooks": stats.active_hooks,
+        }}))?;
+    } else {
+        emit(&format!(
+            "database         {}\nqueued           {}\nsent             {}\n\
+             failed           {}\nactive webhooks  {}\n",
+            db.store.database(),
+            stats.queued,
+            stats.sent,
+            stats.failed,
+            stats.active_hooks
+        ))?;
+    }
+    Ok(exit::OK)
+}
+
+/// One hook with its breaker state worked out.
+struct HookView {
+    summary: HookSummary,
+    open: bool,
+    closes_about: Option<UnixTime>,
+}
+
+/// `hooks`: the API's total plus a per-hook view.
+pub async fn hooks(
+    db: &Db,
+    config: &AdminConfig,
+    now: UnixTime,
+    json_out: bool,
+    show_uri: bool,
+) -> Result<u8, AdminError> {
+    let breaker = config.windows.breaker();
+    let since = breaker.since(now);
+    let total = db.store.hook_count().await.map_err(|e| db.fail(e))?;
+    let summaries = db
+        .store
+        .hook_summaries(since)
+        .await
+        .map_err(|e| db.fail(e))?;
+    let mut views = Vec::with_capacity(summaries.len());
+    for summary in summaries {
+        let open = breaker.is_open(summary.breaker_failures);
+        let closes_about = if open {
+            let epochs = db
+                .store
+                .breaker_failure_epochs(&summary.phid, since)
+                .await
+                .map_err(|e| db.fail(e))?;
+            breaker_closes_at(&breaker, now, &epochs)
+        } else {
+            None
+        };
+        views.push(HookView {
+            summary,
+            open,
+            closes_about,
+        });
+    }
+
+    if json_out {
+        let hooks: Vec<Value> = views
+            .iter()
+            .map(|v| {
+                let s = &v.summary;
+                let mut hook = json!({
+                    "id": s.id,
+                    "phid": s.phid,
+                    "name": s.name,
+                    "status": s.status,
+                    "queuedCount": s.queued,
+                    "failedCount": s.failed,
+                    "breakerFailures": s.breaker_failures,
+                    "breakerThreshold": breaker.threshold,
+                    "breakerWindowSecs": breaker.window_secs,
+                    "breakerOpen": v.open,
+                    "breakerClosesAbout": v.closes_about,
+                });
+                if show_uri {
+                    hook["uri"] = Value::from(s.uri.as_str());
+                }
+                hook
+            })
+            .collect();
+        emit_line(json!({"data": {"total": total, "hooks": hooks}}))?;
+        return Ok(exit::OK);
+    }
+
+    let active = views
+        .iter()
+        .filter(|v| v.summary.status != "disabled")
+        .count();
+    let mut text = format!(
+        "{total} hooks ({active} not disabled) in {}; a breaker opens at {} failed rows within \
+         {} s (judged at {})\n",
+        db.store.database(),
+        breaker.threshold,
+        breaker.window_secs,
+        utc(now)
+    );
+    if views.is_empty() {
+        emit(&text)?;
+        return Ok(exit::OK);
+    }
+    let mut header = vec![
+        "ID", "NAME", "PHID", "STATUS", "QUEUED", "FAILED", "BREAKER",
+    ];
+    if show_uri {
+        header.push("URI");
+    }
+    let mut table: Vec<Vec<String>> = vec![header.into_iter().map(str::to_owned).collect()];
+    for v in &views {
+        let s = &v.summary;
+        let state = match (v.open, v.closes_about) {
+            (true, Some(t)) => format!(
+                "OPEN {}/{}, closes about {}",
+                s.breaker_failures,
+                breaker.threshold,
+                moment(t, now)
+            ),
+            (true, None) => format!("OPEN {}/{}", s.breaker_failures, breaker.threshold),
+            (false, _) => format!("closed {}/{}", s.breaker_failures, breaker.threshold),
+        };
+        let mut line = vec![
+            s.id.to_string(),
+            s.name.clone(),
+            s.phid.clone(),
+            s.status.clone(),
+            s.queued.to_string(),
+            s.failed.to_string(),
+            state,
+        ];
+        if show_uri {
+            line.push(s.uri.clone());
+        }
+        table.push(line);
+    }
+    text.push_str(&columns(&table));
+    emit(&text)?;
+    Ok(exit::OK)
+}
+
+/// Left-aligned columns two spaces apart; the last column is not padded.
+fn columns(table: &[Vec<String>]) -> String {
+    let n = table.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..n)
+        .map(|i| {
+            table
+                .iter()
+                .filter_map(|row| row.get(i))
+                .map(|cell| cell.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in table {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            line.push_str(cell);
+            if i + 1 < row.len() {
+                let pad = widths[i].saturating_sub(cell.chars().count()) + 2;
+                line.push_str(&" ".repeat(pad));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// The body that would be POSTed, if one would be built at all.
+fn payload_for(row: &RequestRow) -> Result<Payload, String> {
+    if let Some(defect) = &row.defect {
+        return Err(format!(
+            "request {} holds a value outside Phorge's domain ({defect}); it would be failed, \
+             not sent",
+            row.id
+        ));
+    }
+    let properties = Properties::parse(&row.properties).map_err(|err| {
+        format!(
+            "request {} has unparseable properties ({err}); it would be failed, not sent",
+            row.id
+        )
+    })?;
+    Ok(Payload::build(row, &properties))
+}
+
+/// `payload`: the body bytes, nothing added.
+pub async fn payload(db: &Db, which: &RequestRef) -> Result<u8, AdminError> {
+    let row = db.request(which).await?;
+    let body = payload_for(&row).map_err(AdminError::NoPayload)?;
+    emit_bytes(body.as_bytes())?;
+    Ok(exit::OK)
+}
+
+/// `explain`: gathers the facts, lets [`explain`] judge, prints.
+pub async fn explain_request(
+    db: &Db,
+    config: &AdminConfig,
+    which: &RequestRef,
+    now: UnixTime,
+    json_out: bool,
+) -> Result<u8, AdminError> {
+    let row = db.request(which).await?;
+    let hook: Option<Hook> = db
+        .store
+        .hook(&row.webhook_phid)
+        .await
+        .map_err(|e| db.fail(e))?;
+    let since = config.windows.breaker().since(now);
+    let epochs = db
+        .store
+        .breaker_failure_epochs(&row.webhook_phid, since)
+        .await
+        .map_err(|e| db.fail(e))?;
+    let lock_holder = db
+        .store
+        .hook_lock_holder(&row.webhook_phid)
+        .await
+        .map_err(|e| db.fail(e))?;
+    let explanation = explain(
+        &config.windows,
+        now,
+        &Facts {
+            row: &row,
+            hook: hook.as_ref(),
+            breaker_failure_epochs: &epochs,
+            lock_holder,
+        },
+    );
+    let payload = payload_for(&row);
+    // Signed with the hook's key, which is used here and never shown.
+    let signature = match (&payload, &hook) {
+        (Ok(body), Some(hook)) => Some(body.sign(&hook.hmac_key)),
+        _ => None,
+    };
+    let headers = &config.transport.signature_headers;
+    if json_out {
+        emit_line(explain_json(
+            &row,
+            hook.as_ref(),
+            &explanation,
+            &payload,
+            signature.as_deref(),
+            headers,
+        ))?;
+    } else {
+        emit(&explain_text(
+            &row,
+            hook.as_ref(),
+            &explanation,
+            &payload,
+            signature.as_deref(),
+            headers,
+        ))?;
+    }
+    Ok(exit::OK)
+}
+
+fn explain_json(
+    row: &RequestRow,
+    hook: Option<&Hook>,
+    e: &Explanation,
+    payload: &Result<Payload, String>,
+    signature: Option<&str>,
+    headers: &[String],
+) -> Value {
+    json!({
+        "now": e.now,
+        "request": {
+            "id": row.id,
+            "phid": row.phid,
+            "webhookPHID": row.webhook_phid,
+            "objectPHID": row.object_phid,
+            "status": row.status.as_str(),
+            "lastRequestResult": row.last_request_result.as_str(),
+            "lastRequestEpoch": row.last_request_epoch,
+            "dateCreated": row.date_created,
+            "dateModified": row.date_modified,
+            "defect": row.defect,
+        },
+        "hook": hook.map(|h| json!({"phid": h.phid, "name": h.name, "status": h.status})),
+        "verdict": e.verdict.to_json(e.now),
+        "also": e.also.iter().map(|v| v.to_json(e.now)).collect::<Vec<_>>(),
+        "notes": e.notes,
+        "payload": payload.as_ref().ok()
+            .map(|p| String::from_utf8_lossy(p.as_bytes()).into_owned()),
+        "payloadBytes": payload.as_ref().ok().map(|p| p.as_bytes().len()),
+        "noPayloadReason": payload.as_ref().err(),
+        "signature": signature,
+        "signatureHeaders": headers,
+    })
+}
+
+fn explain_text(
+    row: &RequestRow,
+    hook: Option<&Hook>,
+    e: &Explanation,
+    payload: &Result<Payload, String>,
+    signature: Option<&str>,
+    headers: &[String],
+) -> String {
+    let mut out = format!("request {}  {}\n", row.id, row.phid);
+    let hook_line = match hook {
+        Some(h) => format!("{} {:?} ({})", h.phid, h.name, h.status),
+        None => format!("{} (no such hook)", row.webhook_phid),
+    };
+    let mut lines = vec![("hook", hook_line), ("object", row.object_phid.clone())];
+    lines.extend(row_summary(row, e.now));
+    lines.push(("judged at", format!("{} ({})", utc(e.now), e.now)));
+    for (label, value) in lines {
+        out.push_str(&format!("  {label:15} {value}\n"));
+    }
+    let headline = if e.verdict.deliverable_now() {
+        "deliverable now"
+    } else {
+        "not being delivered now"
+    };
+    out.push_str(&format!(
+        "\nverdict: {} ({headline})\n  {}\n",
+        e.verdict.code(),
+        e.verdict.describe(e.now)
+    ));
+    for also in &e.also {
+        out.push_str(&format!(
+            "also: {}\n  {}\n",
+            also.code(),
+            also.describe(e.now)
+        ));
+    }
+    for note in &e.notes {
+        out.push_str(&format!("note: {note}\n"));
+    }
+    match payload {
+        Ok(body) => {
+            out.push_str(&format!(
+                "\npayload ({} bytes, as `webhook-admin payload {}` prints it):\n{}",
+                body.as_bytes().len(),
+                row.id,
+                String::from_utf8_lossy(body.as_bytes())
+            ));
+            match signature {
+                Some(sig) => {
+                    for header in headers {
+                        out.push_str(&format!("{header}: {sig}\n"));
+                    }
+                }
+                None => out.push_str("no signature: the hook does not exist, so there is no key\n"),
+            }
+        }
+        Err(reason) => out.push_str(&format!("\nno payload: {reason}\n")),
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_named_by_id_or_phid() {
+        assert_eq!(RequestRef::parse("42").ok(), Some(RequestRef::Id(42)));
+        assert_eq!(
+            RequestRef::parse(" PHID-HWBR-abc ").ok(),
+            Some(RequestRef::Phid("PHID-HWBR-abc".into()))
+        );
+        for bad in ["", "-1", "4x", "HWBR-abc", "99999999999999999999999"] {
+            assert!(
+                matches!(RequestRef::parse(bad), Err(AdminError::Usage(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn columns_align_and_do_not_pad_the_last() {
+        let table = vec![
+            vec!["A".to_owned(), "BB".to_owned(), "C".to_owned()],
+            vec!["aaa".to_owned(), "b".to_owned(), "c".to_owned()],
+        ];
+        assert_eq!(columns(&table), "A    BB  C\naaa  b   c\n");
+    }
+}

@@ -1,0 +1,124 @@
+//! `config` as a process: every setting with its source, the effective
+//! windows, and the warnings the issue asks for. Needs no database.
+
+use crate::support::{env, run};
+
+fn warnings(json: &serde_json::Value) -> Vec<(String, String)> {
+    json["warnings"]
+        .as_array()
+        .expect("warnings")
+        .iter()
+        .map(|w| {
+            (
+                w["variable"].as_str().unwrap_or_default().to_owned(),
+                w["message"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn defaults_are_listed_with_their_source_and_no_warnings() {
+    let out = run(&env(&[]), &["config", "--json"]).await;
+    assert_eq!(out.status, 0, "{out:?}");
+    let json = out.json();
+    assert!(warnings(&json).is_empty(), "{json:#}");
+    let settings = json["settings"].as_array().expect("settings");
+    assert!(settings.len() >= 30);
+    assert!(settings.iter().all(|s| s["source"] == "default"));
+    assert_eq!(json["effective"]["leaseSecs"], 30);
+    assert_eq!(json["effective"]["retrySpacingSecs"], 60);
+    assert_eq!(json["effective"]["database"], "phorge_herald");
+    let note = json["notes"][0]["message"].as_str().expect("a note");
+    assert!(note.contains("does not cap throughput"), "{note}");
+
+    let text = run(&env(&[]), &["config"]).await;
+    assert_eq!(text.status, 0);
+    assert!(
+        text.stdout
+            .contains("GORGE_WEBHOOK_CLAIM_LEASE_SEC      default  30 s"),
+        "{}",
+        text.stdout
+    );
+    assert!(text.stdout.contains("warnings: none"));
+}
+
+#[tokio::test]
+async fn misleading_settings_are_warned_about_by_variable() {
+    let out = run(
+        &env(&[
+            ("GORGE_WEBHOOK_RETRY_BACKOFF_SEC", "10"),
+            ("GORGE_WEBHOOK_CLAIM_LEASE_SEC", "5"),
+            ("GORGE_WEBHOOK_DELIVERY_TIMEOUT", "20"),
+            (
+                "GORGE_WEBHOOK_OUTBOUND_ALLOW",
+                "127.0.0.1/32,192.168.1.0/24,203.0.114.0/24",
+            ),
+            ("GORGE_WEBHOOK_POLL_INTERVAL_MS", "60000"),
+        ]),
+        &["config", "--json"],
+    )
+    .await;
+    assert_eq!(out.status, 0, "{out:?}");
+    let json = out.json();
+    let found = warnings(&json);
+    let about = |variable: &str| -> Vec<&String> {
+        found
+            .iter()
+            .filter(|(v, _)| v == variable)
+            .map(|(_, m)| m)
+            .collect()
+    };
+    // Lease raised to the 20 s timeout + 2; backoff 10 s below it.
+    assert!(about("GORGE_WEBHOOK_CLAIM_LEASE_SEC")[0].contains("using 22s"));
+    assert!(about("GORGE_WEBHOOK_RETRY_BACKOFF_SEC")[0].contains("every 22s"));
+    let allow = about("GORGE_WEBHOOK_OUTBOUND_ALLOW");
+    assert_eq!(allow.len(), 2, "{allow:?}");
+    assert!(allow[0].contains("127.0.0.1/32 opens") && allow[0].contains("127.0.0.0/8"));
+    assert!(allow[1].contains("192.168.1.0/24 opens") && allow[1].contains("192.168.0.0/16"));
+    assert!(about("GORGE_WEBHOOK_POLL_INTERVAL_MS")[0].contains("waits up to 1m 0s"));
+    assert_eq!(json["effective"]["leaseSecs"], 22);
+    assert_eq!(json["effective"]["retrySpacingSecs"], 22);
+    let lease = json["settings"]
+        .as_array()
+        .expect("settings")
+        .iter()
+        .find(|s| s["variable"] == "GORGE_WEBHOOK_CLAIM_LEASE_SEC")
+        .expect("listed")
+        .clone();
+    assert_eq!(lease["source"], "environment");
+    assert_eq!(lease["value"], "5 s");
+
+    let text = run(
+        &env(&[("GORGE_WEBHOOK_RETRY_BACKOFF_SEC", "10")]),
+        &["config"],
+    )
+    .await;
+    assert!(text.stdout.contains("warnings (1):"), "{}", text.stdout);
+    assert!(
+        text.stdout
+            .contains("GORGE_WEBHOOK_RETRY_BACKOFF_SEC    env      10 s"),
+        "{}",
+        text.stdout
+    );
+}
+
+#[tokio::test]
+async fn secrets_are_reported_as_set_but_never_shown() {
+    let out = run(
+        &env(&[
+            ("GORGE_SERVICE_TOKEN", "token-0xdeadbeef"),
+            ("GORGE_WEBHOOK_MYSQL_PASS", "password-0xfeedface"),
+        ]),
+        &["config"],
+    )
+    .await;
+    assert_eq!(out.status, 0, "{out:?}");
+    assert!(!out.stdout.contains("0xdeadbeef") && !out.stdout.contains("0xfeedface"));
+    assert!(
+        out.stdout
+            .contains("GORGE_WEBHOOK_MYSQL_PASS           env      (set, not shown)"),
+        "{}",
+        out.stdout
+    );
+}

@@ -1,0 +1,416 @@
+//! `explain` on a seeded database: one row per verdict, judged at a fixed
+//! `--at` so every `until` is an exact number, by id and by PHID, as text
+//! and as JSON, with the payload and the signature (never the key).
+
+use serde_json::Value;
+use webhook_core::{LastResult, NewRequest, RequestStatus};
+use webhook_test_support::{with_db, TestDb};
+
+use crate::support::{db_env, hook, on_db, run, KEY, NOW};
+
+pub const HOOK_OK: &str = "PHID-HWBH-okaaaaaaaaaaaaaaaaaa";
+pub const HOOK_TRIPPED: &str = "PHID-HWBH-trippedaaaaaaaaaaaa";
+pub const HOOK_OFF: &str = "PHID-HWBH-offaaaaaaaaaaaaaaaaa";
+pub const HOOK_GONE: &str = "PHID-HWBH-goneaaaaaaaaaaaaaaaa";
+
+/// One seeded row and what `explain --at NOW` must say about it.
+#[derive(Debug, Clone)]
+pub struct Case {
+    pub id: u64,
+    pub code: &'static str,
+    pub until: Option<u64>,
+}
+
+fn at(date: u64) -> Option<u64> {
+    Some(date)
+}
+
+fn fresh(hook: &str, properties: &str) -> NewRequest {
+    NewRequest {
+        date_created: at(NOW - 5),
+        date_modified: at(NOW - 5),
+        ..NewRequest::queued(hook, properties)
+    }
+}
+
+/// Seeds hooks and one row per `explain` verdict (plus the failures that
+/// open one hook's breaker). Times are relative to [`NOW`].
+pub async fn seed_every_case(db: &TestDb) -> Vec<Case> {
+    db.insert_hook(&hook(HOOK_OK, "ok hook", "enabled")).await;
+    db.insert_hook(&hook(HOOK_TRIPPED, "tripped hook", "firehose"))
+        .await;
+    db.insert_hook(&hook(HOOK_OFF, "off hook", "disabled"))
+        .await;
+    const RETRY: &str = r#"{"retry":"forever","triggerPHIDs":["PHID-HRUL-aaaaaaaaaaaaaaaaaaaa"]}"#;
+
+    let mut cases = Vec::new();
+    let sent = db
+        .insert_request(&NewRequest {
+            status: RequestStatus::Sent,
+            last_request_result: LastResult::Okay,
+            last_request_epoch: NOW - 90,
+            date_created: at(NOW - 100),
+            date_modified: at(NOW - 90),
+            ..NewRequest::queued(
+                HOOK_OK,
+                r#"{"retry":"never","errorType":"http","errorCode":200}"#,
+            )
+        })
+        .await;
+    cases.push(Case {
+        id: sent,
+        code: "sent",
+        until: None,
+    });
+    let failed = db
+        .insert_request(&NewRequest {
+            status: RequestStatus::Failed,
+            date_created: at(NOW - 100),
+            date_modified: at(NOW - 99),
+            ..NewRequest::queued(HOOK_OFF, r#"{"errorType":"hook","errorCode":"disabled"}"#)
+        })
+        .await;
+    cases.push(Case {
+        id: failed,
+        code: "failed",
+        until: None,
+    });
+    let eligible = db.insert_request(&fresh(HOOK_OK, RETRY)).await;
+    cases.push(Case {
+        id: eligible,
+        code: "eligible",
+        until: None,
+    });
+    // Claimed 10 s ago: the default 30 s lease runs until NOW + 20.
+    let leased = db
+        .insert_request(&NewRequest {
+            date_created: at(NOW - 100),
+            date_modified: at(NOW - 10),
+            ..NewRequest::queued(HOOK_OK, RETRY)
+        })
+        .await;
+    cases.push(Case {
+        id: leased,
+        code: "in-lease",
+        until: at(NOW + 20),
+    });
+    // Failed 40 s ago: past the lease, inside the 60 s backoff until NOW + 20.
+    let backing_off = db
+        .insert_request(&NewRequest {
+            last_request_result: LastResult::Fail,
+            last_request_epoch: NOW - 40,
+            date_created: at(NOW - 140),
+            date_modified: at(NOW - 40),
+            ..NewRequest::queued(
+                HOOK_OK,
+                r#"{"retry":"forever","errorType":"http","errorCode":500}"#,
+            )
+        })
+        .await;
+    cases.push(Case {
+        id: backing_off,
+        code: "retry-backoff",
+        until: at(NOW + 20),
+    });
+    // Ten failed rows of one hook within the window (epochs NOW-100..NOW-91):
+    // the breaker is open until the oldest slides out, NOW - 100 + 301.
+    for i in 0..10 {
+        db.insert_request(&NewRequest {
+            status: RequestStatus::Failed,
+            last_request_result: LastResult::Fail,
+            last_request_epoch: NOW - 100 + i,
+            date_created: at(NOW - 200),
+            date_modified: at(NOW - 100 + i),
+            ..NewRequest::queued(HOOK_TRIPPED, r#"{"errorType":"http","errorCode":503}"#)
+        })
+        .await;
+    }
+    let tripped = db.insert_request(&fresh(HOOK_TRIPPED, RETRY)).await;
+    cases.push(Case {
+        id: tripped,
+        code: "breaker-open",
+        until: at(NOW + 201),
+    });
+    let disabled = db.insert_request(&fresh(HOOK_OFF, RETRY)).await;
+    cases.push(Case {
+        id: disabled,
+        code: "hook-disabled",
+        until: None,
+    });
+    let missing = db.insert_request(&fresh(HOOK_GONE, RETRY)).await;
+    cases.push(Case {
+        id: missing,
+        code: "hook-missing",
+        until: None,
+    });
+    let unparseable = db.insert_request(&fresh(HOOK_OK, "{not json")).await;
+    cases.push(Case {
+        id: unparseable,
+        code: "properties-unparseable",
+        until: None,
+    });
+    let defective = db.insert_request(&fresh(HOOK_OK, RETRY)).await;
+    db.exec(&format!(
+        "UPDATE herald_webhookrequest SET lastRequestResult = 'maybe' WHERE id = {defective}"
+    ))
+    .await;
+    cases.push(Case {
+        id: defective,
+        code: "invalid-row",
+        until: None,
+    });
+    cases
+}
+
+async fn explain_json(db: &TestDb, request: &str) -> Value {
+    let now = NOW.to_string();
+    let out = on_db(db, &["explain", request, "--json", "--at", &now]).await;
+    assert_eq!(out.status, 0, "{out:?}");
+    assert!(!out.all_output().contains(KEY), "the key is never printed");
+    out.json()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_case_gets_its_verdict_by_the_dispatchers_rules() {
+    with_db(|db| async move {
+        let cases = seed_every_case(&db).await;
+        assert_eq!(cases.len(), 10);
+        for case in &cases {
+            let json = explain_json(&db, &case.id.to_string()).await;
+            let verdict = &json["verdict"];
+            assert_eq!(verdict["code"], case.code, "row {}: {json:#}", case.id);
+            assert_eq!(verdict["until"], serde_json::json!(case.until), "{case:?}");
+            assert_eq!(verdict["deliverableNow"], case.code == "eligible");
+            assert_eq!(json["request"]["id"], case.id);
+            assert_eq!(json["now"], NOW);
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verdicts_carry_the_numbers() {
+    with_db(|db| async move {
+        let cases = seed_every_case(&db).await;
+        let find = |code: &str| {
+            cases
+                .iter()
+                .find(|c| c.code == code)
+                .expect(code)
+                .id
+                .to_string()
+        };
+
+        let sent = explain_json(&db, &find("sent")).await;
+        assert_eq!(sent["verdict"]["errorType"], "http");
+        assert_eq!(sent["verdict"]["errorCode"], 200);
+        let failed = explain_json(&db, &find("failed")).await;
+        assert_eq!(failed["verdict"]["errorCode"], "disabled");
+
+        let tripped = explain_json(&db, &find("breaker-open")).await;
+        assert_eq!(tripped["verdict"]["failures"], 10);
+        assert_eq!(tripped["verdict"]["threshold"], 10);
+        assert_eq!(tripped["verdict"]["windowSecs"], 300);
+
+        let leased = explain_json(&db, &find("in-lease")).await;
+        assert_eq!(leased["verdict"]["leaseSecs"], 30);
+        let backoff = explain_json(&db, &find("retry-backoff")).await;
+        assert_eq!(backoff["verdict"]["backoffSecs"], 60);
+
+        for (code, hook_error) in [
+            ("hook-disabled", "disabled"),
+            ("hook-missing", "not-found"),
+            ("properties-unparseable", "invalid-properties"),
+            ("invalid-row", "invalid-row"),
+        ] {
+            let json = explain_json(&db, &find(code)).await;
+            assert_eq!(json["verdict"]["hookError"], hook_error, "{code}");
+        }
+        let defect = explain_json(&db, &find("invalid-row")).await;
+        let reason = defect["request"]["defect"].as_str().expect("defect shown");
+        assert!(reason.contains("lastRequestResult"), "{reason}");
+        assert_eq!(defect["payload"], Value::Null);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_effective_windows_come_from_the_environment() {
+    with_db(|db| async move {
+        let cases = seed_every_case(&db).await;
+        let id = |code: &str| {
+            cases
+                .iter()
+                .find(|c| c.code == code)
+                .expect(code)
+                .id
+                .to_string()
+        };
+        let now = NOW.to_string();
+        // A 5 s lease is raised to the 15 s timeout + 2: the leased row
+        // (claimed at NOW - 10) is free at NOW + 7. A 10 s backoff lets the
+        // failed row (NOW - 40) through: it is eligible.
+        let vars = db_env(
+            &db,
+            &[
+                ("GORGE_WEBHOOK_CLAIM_LEASE_SEC", "5"),
+                ("GORGE_WEBHOOK_RETRY_BACKOFF_SEC", "10"),
+                ("GORGE_WEBHOOK_ERROR_THRESHOLD", "11"),
+            ],
+        );
+        let leased = run(&vars, &["explain", &id("in-lease"), "--json", "--at", &now]).await;
+        assert_eq!(leased.json()["verdict"]["until"], NOW + 7, "{leased:?}");
+        let retried = run(
+            &vars,
+            &["explain", &id("retry-backoff"), "--json", "--at", &now],
+        )
+        .await;
+        assert_eq!(retried.json()["verdict"]["code"], "eligible");
+        let tripped = run(
+            &vars,
+            &["explain", &id("breaker-open"), "--json", "--at", &now],
+        )
+        .await;
+        assert_eq!(
+            tripped.json()["verdict"]["code"],
+            "eligible",
+            "threshold 11"
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_row_is_judged_again_at_a_later_time() {
+    with_db(|db| async move {
+        let cases = seed_every_case(&db).await;
+        let leased = cases.iter().find(|c| c.code == "in-lease").expect("case");
+        let id = leased.id.to_string();
+        let before = (NOW + 19).to_string();
+        let after = (NOW + 20).to_string();
+        let out = on_db(&db, &["explain", &id, "--json", "--at", &before]).await;
+        assert_eq!(out.json()["verdict"]["code"], "in-lease");
+        let out = on_db(&db, &["explain", &id, "--json", "--at", &after]).await;
+        assert_eq!(out.json()["verdict"]["code"], "eligible");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_output_reads_in_plain_words() {
+    with_db(|db| async move {
+        let cases = seed_every_case(&db).await;
+        let now = NOW.to_string();
+        let leased = cases.iter().find(|c| c.code == "in-lease").expect("case");
+        let out = on_db(&db, &["explain", &leased.id.to_string(), "--at", &now]).await;
+        assert_eq!(out.status, 0, "{out:?}");
+        assert!(
+            out.stdout
+                .contains("verdict: in-lease (not being delivered now)"),
+            "{}",
+            out.stdout
+        );
+        assert!(
+            out.stdout.contains(
+                "inside a claim lease until 2023-11-14 22:13:40 UTC (1700000020, in 20s): \
+                 dateModified 1699999990 + effective lease 30 s"
+            ),
+            "{}",
+            out.stdout
+        );
+        assert!(
+            out.stdout.contains("\"ok hook\" (enabled)"),
+            "{}",
+            out.stdout
+        );
+        assert!(
+            out.stdout.contains("X-Phabricator-Webhook-Signature: "),
+            "{}",
+            out.stdout
+        );
+        assert!(!out.stdout.contains(KEY));
+        assert!(!out.stdout.contains("uri-secret"), "no URI in explain");
+
+        let tripped = cases
+            .iter()
+            .find(|c| c.code == "breaker-open")
+            .expect("case");
+        let out = on_db(&db, &["explain", &tripped.id.to_string(), "--at", &now]).await;
+        assert!(
+            out.stdout.contains(
+                "hook breaker open until about 2023-11-14 22:16:41 UTC (1700000201, in 3m 21s): \
+                 10 failed rows in the last 300 s, threshold 10"
+            ),
+            "{}",
+            out.stdout
+        );
+        let missing = cases
+            .iter()
+            .find(|c| c.code == "hook-missing")
+            .expect("case");
+        let out = on_db(&db, &["explain", &missing.id.to_string(), "--at", &now]).await;
+        assert!(out.stdout.contains("(no such hook)"), "{}", out.stdout);
+        assert!(
+            out.stdout.contains("no signature: the hook does not exist"),
+            "{}",
+            out.stdout
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_are_found_by_phid_and_judged_by_the_clock_without_at() {
+    with_db(|db| async move {
+        db.insert_hook(&hook(HOOK_OK, "ok hook", "enabled")).await;
+        let id = db
+            .insert_request(&NewRequest {
+                phid: "PHID-HWBR-explainbyphidaaaaa".to_owned(),
+                ..NewRequest::queued(HOOK_OK, "{}")
+            })
+            .await;
+        let out = on_db(&db, &["explain", "PHID-HWBR-explainbyphidaaaaa", "--json"]).await;
+        assert_eq!(out.status, 0, "{out:?}");
+        let json = out.json();
+        assert_eq!(json["request"]["id"], id);
+        // A fresh row is a candidate whatever the clock says.
+        assert_eq!(json["verdict"]["code"], "eligible");
+        let now = json["now"].as_u64().expect("now");
+        let server_now = db.now().await;
+        assert!(now.abs_diff(server_now) < 3_600, "{now} vs {server_now}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_hook_lock_is_noted_and_left_alone() {
+    with_db(|db| async move {
+        db.insert_hook(&hook(HOOK_OK, "ok hook", "enabled")).await;
+        let id = db.insert_request(&fresh(HOOK_OK, "{}")).await;
+        // Another deliverer (here: a second store) holds Phorge's lock.
+        let holder = db.store();
+        let lock = holder
+            .try_lock_hook(HOOK_OK)
+            .await
+            .expect("lock")
+            .expect("free");
+        let now = NOW.to_string();
+        let out = on_db(&db, &["explain", &id.to_string(), "--json", "--at", &now]).await;
+        let json = out.json();
+        assert_eq!(json["verdict"]["code"], "eligible");
+        let note = json["notes"][0].as_str().expect("a note");
+        assert!(
+            note.contains(&format!("database session {}", lock.connection_id())),
+            "{note}"
+        );
+        // Still held by its owner: explain only looked.
+        assert_eq!(
+            db.lock_holder(&holder.hook_lock_name(HOOK_OK)).await,
+            Some(lock.connection_id())
+        );
+        webhook_core::HookLock::release(Box::new(lock))
+            .await
+            .expect("release");
+    })
+    .await;
+}

@@ -1,0 +1,14 @@
+//! Integration tests of `webhook-admin`: every subcommand runs as a
+//! process (the built binary), against fresh databases on the local
+//! MariaDB (127.0.0.1:3306, root, no password) seeded with rows for each
+//! case, or against a local `listen` receiver.
+
+mod config;
+mod errors;
+mod explain;
+mod listen;
+mod payload;
+mod readonly;
+mod signing;
+mod stats;
+mod support;
