@@ -26,6 +26,7 @@ mod phpjson;
 pub mod properties;
 pub mod store;
 pub mod transport;
+pub mod vectors;
 pub mod windows;
 
 pub use clock::{Clock, ManualClock};

@@ -98,8 +98,7 @@ pub fn verify(key: &[u8], body: &[u8], signature_hex: &str) -> bool {
 mod tests {
     use super::*;
     use crate::model::{LastResult, RequestStatus};
-
-    const KEY: &str = "abcdefghijklmnopqrstuvwxyz234567";
+    use crate::vectors::{self, KEY};
 
     fn row(object_phid: &str, date_created: u64, properties: &str) -> RequestRow {
         RequestRow {
@@ -126,65 +125,31 @@ mod tests {
     #[test]
     fn spec_vector_is_byte_exact() {
         let row = row(
-            "PHID-TASK-abcdefghijklmnopqrst",
-            1_700_000_000,
-            r#"{"retry":"forever","transactionPHIDs":["PHID-XACT-TASK-bbbbbbbbbbbbbbb","PHID-XACT-TASK-aaaaaaaaaaaaaaa"],"triggerPHIDs":["PHID-HRUL-abcdefghijklmnopqrst"],"silent":false,"secure":false}"#,
+            vectors::OBJECT_PHID,
+            vectors::DATE_CREATED,
+            vectors::PROPERTIES,
         );
-        let expected = r#"{
-  "object": {
-    "type": "TASK",
-    "phid": "PHID-TASK-abcdefghijklmnopqrst"
-  },
-  "triggers": [
-    {
-      "phid": "PHID-HRUL-abcdefghijklmnopqrst"
-    }
-  ],
-  "action": {
-    "test": false,
-    "silent": false,
-    "secure": false,
-    "epoch": 1700000000
-  },
-  "transactions": [
-    {
-      "phid": "PHID-XACT-TASK-bbbbbbbbbbbbbbb"
-    },
-    {
-      "phid": "PHID-XACT-TASK-aaaaaaaaaaaaaaa"
-    }
-  ]
-}
-"#;
         let payload = payload_for(&row);
-        assert_eq!(std::str::from_utf8(payload.as_bytes()), Ok(expected));
+        assert_eq!(std::str::from_utf8(payload.as_bytes()), Ok(vectors::BODY));
         assert_eq!(payload.as_bytes().len(), 415);
-        assert_eq!(
-            payload.sign(KEY),
-            "29cf1cc7b8f35a03d8258d0e14fcef0740e4667135a4c85460a06ee0f8526a48"
-        );
+        assert_eq!(payload.sign(KEY), vectors::SIGNATURE);
     }
 
     /// SPEC §7, escaping vector.
     #[test]
     fn escaping_vector_is_byte_exact() {
         let row = row(
-            "PHID-TEST-a/b\"c\\d\u{e9}\u{4e2d}\u{1F600}<&>",
-            5,
-            r#"{"triggerPHIDs":[]}"#,
+            vectors::ESCAPING_OBJECT_PHID,
+            vectors::ESCAPING_DATE_CREATED,
+            vectors::ESCAPING_PROPERTIES,
         );
         let payload = payload_for(&row);
         let text = std::str::from_utf8(payload.as_bytes()).expect("ASCII");
-        assert_eq!(payload.as_bytes().len(), 238);
-        assert!(
-            text.contains("\"phid\": \"PHID-TEST-a/b\\\"c\\\\d\\u00e9\\u4e2d\\ud83d\\ude00<&>\"\n")
-        );
+        assert_eq!(payload.as_bytes().len(), vectors::ESCAPING_BODY_LEN);
+        assert!(text.contains(vectors::ESCAPING_PHID_LINE));
         assert!(text.contains("\"triggers\": [],\n"));
         assert!(text.contains("\"transactions\": []\n"));
-        assert_eq!(
-            payload.sign(KEY),
-            "c936d5c09dbf58a4f00e7da63bbd9e2c1a33ee54951013234e98cb646ace7184"
-        );
+        assert_eq!(payload.sign(KEY), vectors::ESCAPING_SIGNATURE);
     }
 
     #[test]

@@ -9,36 +9,10 @@ use crate::support::{hook, on_db, KEY};
 
 const HOOK: &str = "PHID-HWBH-payloadaaaaaaaaaaaa";
 
-/// SPEC §7's test vector.
-const VECTOR_PROPERTIES: &str = r#"{"retry":"forever","transactionPHIDs":["PHID-XACT-TASK-bbbbbbbbbbbbbbb","PHID-XACT-TASK-aaaaaaaaaaaaaaa"],"triggerPHIDs":["PHID-HRUL-abcdefghijklmnopqrst"],"silent":false,"secure":false}"#;
-const VECTOR_BODY: &str = r#"{
-  "object": {
-    "type": "TASK",
-    "phid": "PHID-TASK-abcdefghijklmnopqrst"
-  },
-  "triggers": [
-    {
-      "phid": "PHID-HRUL-abcdefghijklmnopqrst"
-    }
-  ],
-  "action": {
-    "test": false,
-    "silent": false,
-    "secure": false,
-    "epoch": 1700000000
-  },
-  "transactions": [
-    {
-      "phid": "PHID-XACT-TASK-bbbbbbbbbbbbbbb"
-    },
-    {
-      "phid": "PHID-XACT-TASK-aaaaaaaaaaaaaaa"
-    }
-  ]
-}
-"#;
-const VECTOR_SIGNATURE: &str = "29cf1cc7b8f35a03d8258d0e14fcef0740e4667135a4c85460a06ee0f8526a48";
-const ESCAPING_SIGNATURE: &str = "c936d5c09dbf58a4f00e7da63bbd9e2c1a33ee54951013234e98cb646ace7184";
+use webhook_core::vectors::{
+    BODY as VECTOR_BODY, ESCAPING_SIGNATURE, PROPERTIES as VECTOR_PROPERTIES,
+    SIGNATURE as VECTOR_SIGNATURE,
+};
 
 async fn insert(db: &TestDb, object: &str, created: u64, properties: &str) -> u64 {
     db.insert_request(&NewRequest {

@@ -28,36 +28,11 @@ const EFFECTIVE_LEASE_SECS: u64 = 4;
 /// max(effective lease, GORGE_WEBHOOK_RETRY_BACKOFF_SEC=1).
 const EFFECTIVE_SPACING_SECS: u64 = 4;
 
-/// SPEC §7's first test vector.
-const VECTOR_KEY: &str = "abcdefghijklmnopqrstuvwxyz234567";
-const VECTOR_OBJECT: &str = "PHID-TASK-abcdefghijklmnopqrst";
-const VECTOR_SIGNATURE: &str = "29cf1cc7b8f35a03d8258d0e14fcef0740e4667135a4c85460a06ee0f8526a48";
-const VECTOR_BODY: &str = r#"{
-  "object": {
-    "type": "TASK",
-    "phid": "PHID-TASK-abcdefghijklmnopqrst"
-  },
-  "triggers": [
-    {
-      "phid": "PHID-HRUL-abcdefghijklmnopqrst"
-    }
-  ],
-  "action": {
-    "test": false,
-    "silent": false,
-    "secure": false,
-    "epoch": 1700000000
-  },
-  "transactions": [
-    {
-      "phid": "PHID-XACT-TASK-bbbbbbbbbbbbbbb"
-    },
-    {
-      "phid": "PHID-XACT-TASK-aaaaaaaaaaaaaaa"
-    }
-  ]
-}
-"#;
+use webhook_core::vectors::{
+    BODY as VECTOR_BODY, KEY as VECTOR_KEY, OBJECT_PHID as VECTOR_OBJECT,
+    SIGNATURE as VECTOR_SIGNATURE,
+};
+
 /// The vector's properties as PHP stores them, plus a key Phorge does not
 /// know (with PHP's `\/` and `\u00e9`, and a nested order) in the middle.
 const VECTOR_PROPERTIES: &str = r#"{"retry":"forever","transactionPHIDs":["PHID-XACT-TASK-bbbbbbbbbbbbbbb","PHID-XACT-TASK-aaaaaaaaaaaaaaa"],"gorgeTestUnknown":{"z":[1,2.5,null],"a":"https:\/\/x\/\u00e9"},"triggerPHIDs":["PHID-HRUL-abcdefghijklmnopqrst"],"silent":false,"secure":false}"#;
