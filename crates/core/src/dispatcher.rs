@@ -21,6 +21,7 @@ use futures::{FutureExt, StreamExt};
 use tracing::{debug, error, info, warn};
 
 use crate::clock::Clock;
+use crate::hold::SilentMode;
 use crate::metrics::{bump, Metrics};
 use crate::model::{Hook, RequestRow};
 use crate::outcome::{attempt_write, hook_error_write, AttemptOutcome, DeliveryResult, HookError};
@@ -51,6 +52,7 @@ pub struct Dispatcher {
     metrics: Arc<Metrics>,
     open_breakers: Mutex<HashSet<String>>,
     hooks: Mutex<HashMap<String, CachedHook>>,
+    silent_mode: Option<Arc<SilentMode>>,
 }
 
 /// A hook row (or its absence) and when it was read.
@@ -215,7 +217,20 @@ impl Dispatcher {
             metrics: Arc::new(Metrics::default()),
             open_breakers: Mutex::new(HashSet::new()),
             hooks: Mutex::new(HashMap::new()),
+            silent_mode: None,
         }
+    }
+
+    /// Holds delivery while `silent_mode` says Phorge is silent: no polls,
+    /// no claims, no writes, so rows stay queued for Phorge's own worker.
+    pub fn with_silent_mode(mut self, silent_mode: Arc<SilentMode>) -> Self {
+        self.silent_mode = Some(silent_mode);
+        self
+    }
+
+    /// Whether delivery is held right now (cached; see [`SilentMode`]).
+    fn held(&self) -> bool {
+        self.silent_mode.as_ref().is_some_and(|s| s.is_held())
     }
 
     /// The live counters, for a metrics endpoint.
@@ -254,7 +269,12 @@ impl Dispatcher {
         loop {
             let now = self.clock.monotonic();
             if !stopping && now >= next_poll && backlog.pending.len() < low_water {
-                let full = self.poll_once(&mut backlog, &mut poller).await;
+                if let Some(silent_mode) = &self.silent_mode {
+                    if silent_mode.refresh(self.clock.as_ref()).await {
+                        backlog.drop_waiting();
+                    }
+                }
+                let full = !self.held() && self.poll_once(&mut backlog, &mut poller).await;
                 next_poll = if full {
                     now
                 } else {
@@ -412,6 +432,11 @@ impl Dispatcher {
 
     /// SPEC §5 for one row, in order.
     async fn process(&self, run: &mut HookRun, row: &RequestRow) -> Step {
+        if let Some(silent_mode) = &self.silent_mode {
+            if silent_mode.refresh(self.clock.as_ref()).await {
+                return Step::StopRun;
+            }
+        }
         if let Some(defect) = &row.defect {
             warn!(event = "row_invalid", request_id = row.id, hook = %row.webhook_phid,
                   defect = %defect, "failed without delivery");

@@ -16,6 +16,7 @@ pub mod clock;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 pub mod dispatcher;
+pub mod hold;
 pub mod lock_name;
 pub mod memory_store;
 pub mod metrics;
@@ -31,6 +32,7 @@ pub mod windows;
 
 pub use clock::{Clock, ManualClock};
 pub use dispatcher::Dispatcher;
+pub use hold::{PhorgeConfig, SilentMode};
 pub use lock_name::hook_lock_name;
 pub use memory_store::{MemoryStore, NewRequest};
 pub use metrics::{Metrics, MetricsSnapshot};

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 
 use crate::clock::Clock;
+use crate::hold::PhorgeConfig;
 use crate::model::{Hook, LastResult, RequestRow, RequestStatus, UnixTime};
 use crate::outcome::ResultWrite;
 use crate::store::{CandidateQuery, Claim, HookLock, QueueStats, Store, StoreError, Written};
@@ -85,6 +86,9 @@ struct Inner {
     next_id: u64,
     faults: HashMap<StoreOp, u32>,
     calls: HashMap<StoreOp, u64>,
+    /// Phorge's `phabricator.silent`; `None` = the configuration is not
+    /// readable.
+    silent: Option<bool>,
 }
 
 /// An in-memory `herald_webhookrequest` + `herald_webhook`.
@@ -111,6 +115,7 @@ impl MemoryStore {
             clock,
             inner: Arc::new(Mutex::new(Inner {
                 next_id: 1,
+                silent: Some(false),
                 ..Inner::default()
             })),
         }
@@ -179,6 +184,12 @@ impl MemoryStore {
         if let Some(row) = self.lock().rows.get_mut(&id) {
             row.defect = Some(defect.to_owned());
         }
+    }
+
+    /// Sets Phorge's global silent mode as [`PhorgeConfig`] reports it;
+    /// `None` makes the configuration unreadable.
+    pub fn set_silent_mode(&self, silent: Option<bool>) {
+        self.lock().silent = silent;
     }
 
     /// Makes the next `times` calls of `op` fail with `Unavailable`.
@@ -319,6 +330,15 @@ impl Store for MemoryStore {
         let mut inner = self.lock();
         Self::check_fault(&mut inner, StoreOp::HookCount)?;
         Ok(inner.hooks.len() as u64)
+    }
+}
+
+#[async_trait]
+impl PhorgeConfig for MemoryStore {
+    async fn silent_mode(&self) -> Result<bool, StoreError> {
+        self.lock()
+            .silent
+            .ok_or_else(|| StoreError::Query("configuration table not readable".into()))
     }
 }
 

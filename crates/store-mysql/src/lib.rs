@@ -17,15 +17,21 @@
 //! * Read-only lookups for the admin tool ([`MysqlStore::request_by_id`],
 //!   [`MysqlStore::hook_summaries`], [`HookSummary`], …): plain `SELECT`s
 //!   that never write, claim or lock.
+//! * The hand-off checks: Phorge's global silent mode
+//!   ([`webhook_core::PhorgeConfig`]) and leftover PHP delivery tasks
+//!   ([`MysqlStore::php_delivery_tasks`]), read from Phorge's config and
+//!   worker databases.
 //!
-//! Values read from the database are validated, never trusted: a VARBINARY
-//! column that is not UTF-8, an unknown `status` / `lastRequestResult`, a
-//! NULL or a negative number all become [`webhook_core::StoreError::MalformedRow`]
-//! (strictly: no lossy conversion, because a repaired string written back
-//! would silently destroy Phorge's bytes).
+//! Values read from the database are validated, never trusted. A request
+//! row whose PHID columns are not UTF-8 or whose `lastRequestResult` is
+//! unknown is returned read lossily with `RequestRow::defect` set (the
+//! dispatcher fails it alone; PHID columns are never written back); any
+//! other surprise — an unknown `status`, a NULL or a negative number —
+//! becomes [`webhook_core::StoreError::MalformedRow`].
 
 mod config;
 mod error;
+mod handoff;
 mod lock;
 mod reads;
 mod rows;
@@ -35,6 +41,7 @@ mod store;
 
 pub use config::{MysqlConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_MAX};
 pub use error::{MysqlError, NotReady};
+pub use handoff::PhpDeliveryTasks;
 pub use lock::MysqlHookLock;
 pub use reads::HookSummary;
 pub use schema::{SchemaWarning, HOOK_COLUMNS, REQUEST_COLUMNS};

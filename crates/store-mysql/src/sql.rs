@@ -137,6 +137,24 @@ pub const BREAKER_FAILURE_EPOCHS: &str = "SELECT lastRequestEpoch FROM herald_we
 /// Parameter: the lock name.
 pub const IS_USED_LOCK: &str = "SELECT IS_USED_LOCK(?)";
 
+/// Phorge's global silent mode from its database-stored configuration,
+/// for `namespace` (validated: no quoting characters). No row = off.
+pub fn silent_mode(namespace: &str) -> String {
+    format!(
+        "SELECT value FROM `{namespace}_config`.config_entry \
+         WHERE namespace = 'default' AND configKey = 'phabricator.silent' AND isDeleted = 0"
+    )
+}
+
+/// PHP delivery tasks in Phorge's task queue: waiting, and leased by a
+/// worker, for `namespace` (validated: no quoting characters).
+pub fn php_delivery_tasks(namespace: &str) -> String {
+    format!(
+        "SELECT COALESCE(SUM(leaseOwner IS NULL), 0), COALESCE(SUM(leaseOwner IS NOT NULL), 0) \
+         FROM `{namespace}_worker`.worker_activetask WHERE taskClass = 'HeraldWebhookWorker'"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -580,6 +580,72 @@ fn a_hook_edit_is_seen_within_the_cache_time() {
 }
 
 #[test]
+fn silent_mode_holds_every_claim_and_write_until_it_ends() {
+    let mut h = Harness::new(Settings {
+        max_concurrent: 1,
+        ..Settings::default()
+    });
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    let mut disabled = hook(HOOK_B, URI_B);
+    disabled.status = "disabled".into();
+    h.store.put_hook(disabled);
+    h.transport.always(URI_A, Reply::status(200).after(secs(1)));
+    let a_rows: Vec<u64> = (0..6)
+        .map(|_| h.store.insert_request(NewRequest::queued(HOOK_A, NEVER)))
+        .collect();
+    let for_disabled = h.store.insert_request(NewRequest::queued(HOOK_B, NEVER));
+    h.start();
+    assert_eq!(h.transport.posts().len(), 1, "first in flight");
+    h.store.set_silent_mode(Some(true));
+    // Seen within the check interval; the delivery in flight finishes.
+    h.run_for(webhook_core::hold::CHECK_INTERVAL + secs(1));
+    assert!(h.silent_mode.is_held());
+    let sent_before_hold = h.transport.posts().len();
+    assert!(sent_before_hold < a_rows.len(), "{sent_before_hold}");
+    h.run_for(secs(60));
+    assert_eq!(
+        h.transport.posts().len(),
+        sent_before_hold,
+        "nothing claimed"
+    );
+    let untouched: Vec<u64> = a_rows[sent_before_hold..]
+        .iter()
+        .copied()
+        .chain([for_disabled])
+        .collect();
+    for id in &untouched {
+        let row = h.store.row(*id).expect("row");
+        assert!(
+            row.is_fresh() && row.status == RequestStatus::Queued,
+            "{row:?}"
+        );
+    }
+    h.store.set_silent_mode(Some(false));
+    h.run_for(secs(15));
+    for id in &a_rows {
+        assert_eq!(h.store.row(*id).expect("row").status, RequestStatus::Sent);
+    }
+    assert_eq!(
+        h.store.row(for_disabled).expect("row").status,
+        RequestStatus::Failed
+    );
+}
+
+#[test]
+fn unreadable_configuration_does_not_stop_delivery() {
+    let mut h = Harness::with_defaults();
+    h.store.set_silent_mode(None);
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    let id = h.store.insert_request(NewRequest::queued(HOOK_A, NEVER));
+    h.start();
+    assert_eq!(h.store.row(id).expect("row").status, RequestStatus::Sent);
+    assert_eq!(
+        h.silent_mode.visibility(),
+        webhook_core::hold::Visibility::Invisible
+    );
+}
+
+#[test]
 fn an_idle_dispatcher_polls_once_per_interval() {
     let mut h = Harness::with_defaults();
     h.start();

@@ -12,7 +12,7 @@ use futures::task::LocalSpawnExt;
 use futures::FutureExt;
 use webhook_core::{
     Clock, DeliveryResult, Dispatcher, Hook, ManualClock, MemoryStore, OutboundRequest, Resolution,
-    Settings, Target, Transport, TransportFailure, UriRefusal, Windows,
+    Settings, SilentMode, Target, Transport, TransportFailure, UriRefusal, Windows,
 };
 
 pub const START: u64 = 1_700_000_000;
@@ -194,6 +194,7 @@ pub struct Harness {
     pub store: MemoryStore,
     pub transport: FakeTransport,
     pub dispatcher: Arc<Dispatcher>,
+    pub silent_mode: Arc<SilentMode>,
     pool: LocalPool,
     shutdown: Option<oneshot::Sender<()>>,
     finished: Arc<Mutex<bool>>,
@@ -205,17 +206,22 @@ impl Harness {
         let store = MemoryStore::new(Arc::new(clock.clone()));
         let transport = FakeTransport::new(clock.clone());
         let windows = Windows::try_new(settings).expect("valid settings");
-        let dispatcher = Arc::new(Dispatcher::new(
-            Arc::new(store.clone()),
-            Arc::new(transport.clone()),
-            Arc::new(clock.clone()),
-            windows,
-        ));
+        let silent_mode = Arc::new(SilentMode::new(Arc::new(store.clone())));
+        let dispatcher = Arc::new(
+            Dispatcher::new(
+                Arc::new(store.clone()),
+                Arc::new(transport.clone()),
+                Arc::new(clock.clone()),
+                windows,
+            )
+            .with_silent_mode(Arc::clone(&silent_mode)),
+        );
         Self {
             clock,
             store,
             transport,
             dispatcher,
+            silent_mode,
             pool: LocalPool::new(),
             shutdown: None,
             finished: Arc::default(),

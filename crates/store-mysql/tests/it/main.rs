@@ -5,6 +5,7 @@
 mod claims;
 mod conformance;
 mod fixture;
+mod handoff;
 mod indexes;
 mod locks;
 mod properties;
