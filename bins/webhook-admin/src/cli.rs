@@ -47,6 +47,15 @@ pub enum Command {
     ))]
     Config(Output),
 
+    /// The hand-off checks: database and schema, Phorge's global silent
+    /// mode, and PHP delivery tasks still in Phorge's task queue — each with
+    /// what to do.
+    #[command(after_help = format!(
+        "Exit status 1 when PHP still delivers webhooks (receivers get requests twice) \
+         or the schema is unusable.\n\n{ENVIRONMENT_HELP}\n\n{EXIT_STATUS_HELP}"
+    ))]
+    Doctor(Output),
+
     /// Queue counts, as GET /api/webhook/stats reports them:
     /// {"data":{"queuedCount","sentCount","failedCount","activeWebhooks"}}.
     #[command(after_help = format!("{ENVIRONMENT_HELP}\n\n{EXIT_STATUS_HELP}"))]

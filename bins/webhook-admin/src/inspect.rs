@@ -41,6 +41,16 @@ impl Db {
         })
     }
 
+    /// The store, for the read-only checks of other commands.
+    pub fn store(&self) -> &MysqlStore {
+        &self.store
+    }
+
+    /// The error for a database that answers but cannot serve.
+    pub fn unusable(&self, reason: String) -> AdminError {
+        self.fail(StoreError::Unavailable(reason.into()))
+    }
+
     fn fail(&self, source: StoreError) -> AdminError {
         AdminError::Database {
             database: self.store.database().to_owned(),

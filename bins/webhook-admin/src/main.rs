@@ -10,6 +10,7 @@
 
 mod cli;
 mod clock;
+mod doctor;
 mod error;
 mod explain;
 mod inspect;
@@ -101,6 +102,10 @@ fn run(cli: Cli) -> Result<u8, AdminError> {
                 &db,
                 inspect::explain_request(&db, &config, &which, now, output.json),
             ))
+        }
+        Command::Doctor(output) => {
+            let (_, db, rt) = open_db()?;
+            rt.block_on(closing(&db, doctor::run(&db, output.json)))
         }
         Command::Payload { request } => {
             let which = RequestRef::parse(&request)?;

@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 use tracing::warn;
 use webhook_core::{Metrics, Store};
 
+use crate::handoff::{self, HandOff};
 use crate::metrics_text::{self, Scrape};
 
 /// Whether the daemon can do its work: the `/readyz` verdict.
@@ -94,6 +95,7 @@ pub struct Api {
     readiness: Arc<dyn Readiness>,
     metrics: Arc<Metrics>,
     token: ServiceToken,
+    handoff: Option<Arc<HandOff>>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -135,7 +137,14 @@ impl Api {
             readiness,
             metrics,
             token,
+            handoff: None,
         }
+    }
+
+    /// Reports the hand-off checks in `/readyz` and `/metrics`.
+    pub fn with_handoff(mut self, handoff: Arc<HandOff>) -> Self {
+        self.handoff = Some(handoff);
+        self
     }
 
     /// Answers one request.
@@ -180,7 +189,20 @@ impl Api {
 
     async fn ready(&self) -> Reply {
         match self.readiness.check().await {
-            Ok(()) => Reply::json(StatusCode::OK, &json!({"status": "ok"})),
+            Ok(()) => {
+                let note = self
+                    .handoff
+                    .as_ref()
+                    .and_then(|h| handoff::readiness_note(&h.status()));
+                match note {
+                    // Still ready: holding is the correct behaviour.
+                    Some(delivery) => Reply::json(
+                        StatusCode::OK,
+                        &json!({"status": "ok", "delivery": delivery}),
+                    ),
+                    None => Reply::json(StatusCode::OK, &json!({"status": "ok"})),
+                }
+            }
             Err(reason) => Reply::json(
                 StatusCode::SERVICE_UNAVAILABLE,
                 &json!({"status": "unavailable", "reason": reason}),
@@ -221,6 +243,7 @@ impl Api {
         let scrape = Scrape {
             dispatcher: self.metrics.snapshot(),
             queue,
+            handoff: self.handoff.as_ref().map(|h| h.status()),
         };
         match metrics_text::render(scrape) {
             Ok(text) => Reply {

@@ -10,13 +10,14 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
-use webhook_core::{Dispatcher, Store, Windows};
+use webhook_core::{Dispatcher, PhorgeConfig, SilentMode, Store, Windows};
 use webhook_store_mysql::MysqlStore;
 use webhook_transport_hyper::HyperTransport;
 
 use crate::api::{Api, Readiness, ServiceToken};
 use crate::clock::SystemClock;
 use crate::config::DaemonConfig;
+use crate::handoff::HandOff;
 use crate::server;
 
 /// How often the startup schema check retries while the database is not
@@ -81,12 +82,17 @@ pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
     let store = Arc::new(MysqlStore::new(&config.mysql)?);
     let transport = Arc::new(HyperTransport::new(config.transport.clone())?);
     log_windows(&config.windows);
-    let dispatcher = Arc::new(Dispatcher::new(
-        Arc::clone(&store) as Arc<dyn Store>,
-        transport,
-        Arc::new(SystemClock::new()),
-        config.windows.clone(),
-    ));
+    let silent_mode = Arc::new(SilentMode::new(Arc::clone(&store) as Arc<dyn PhorgeConfig>));
+    let handoff = Arc::new(HandOff::new(Arc::clone(&silent_mode)));
+    let dispatcher = Arc::new(
+        Dispatcher::new(
+            Arc::clone(&store) as Arc<dyn Store>,
+            transport,
+            Arc::new(SystemClock::new()),
+            config.windows.clone(),
+        )
+        .with_silent_mode(silent_mode),
+    );
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|source| StartError::Listen {
@@ -96,15 +102,19 @@ pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
     info!(event = "listening", addr = %config.listen, database = %store.database(),
           auth = !config.service_token.is_empty());
 
-    let api = Arc::new(Api::new(
-        Arc::clone(&store) as Arc<dyn Store>,
-        Arc::new(MysqlReadiness(Arc::clone(&store))),
-        dispatcher.metrics(),
-        ServiceToken::new(&config.service_token),
-    ));
+    let api = Arc::new(
+        Api::new(
+            Arc::clone(&store) as Arc<dyn Store>,
+            Arc::new(MysqlReadiness(Arc::clone(&store))),
+            dispatcher.metrics(),
+            ServiceToken::new(&config.service_token),
+        )
+        .with_handoff(Arc::clone(&handoff)),
+    );
     let (stop, stopped) = watch::channel(false);
     let server = tokio::spawn(server::serve(listener, api, signalled(stopped.clone())));
     let schema = tokio::spawn(check_schema_when_ready(Arc::clone(&store)));
+    let php_watch = tokio::spawn(handoff.watch_php_delivery(Arc::clone(&store)));
     let delivering = {
         let dispatcher = Arc::clone(&dispatcher);
         tokio::spawn(async move { dispatcher.run(signalled(stopped)).await })
@@ -117,6 +127,7 @@ pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
     );
     let _ = stop.send(true);
     schema.abort();
+    php_watch.abort();
     match tokio::time::timeout(config.shutdown_grace, delivering).await {
         Ok(_) => info!(event = "deliveries_drained"),
         Err(_) => warn!(

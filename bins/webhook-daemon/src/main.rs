@@ -8,6 +8,7 @@ mod app;
 mod clock;
 mod config;
 mod demo;
+mod handoff;
 mod metrics_text;
 mod server;
 

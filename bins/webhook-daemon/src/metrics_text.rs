@@ -8,8 +8,11 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
+use webhook_core::hold::Visibility;
 use webhook_core::metrics::LATENCY_BUCKETS;
 use webhook_core::{MetricsSnapshot, QueueStats};
+
+use crate::handoff::HandOffStatus;
 
 /// What one scrape reports.
 #[derive(Debug, Clone)]
@@ -18,6 +21,8 @@ pub struct Scrape {
     pub dispatcher: MetricsSnapshot,
     /// Row counts, when the database answered.
     pub queue: Option<QueueStats>,
+    /// The hand-off checks, where the daemon runs them.
+    pub handoff: Option<HandOffStatus>,
 }
 
 #[derive(Debug)]
@@ -164,6 +169,9 @@ impl Collector for ScrapeCollector {
                 ],
             )?;
         }
+        if let Some(handoff) = &self.0.handoff {
+            encode_handoff(&mut encoder, handoff)?;
+        }
         let mut histogram = encoder.encode_descriptor(
             "gorge_webhook_delivery_duration_seconds",
             "Time from request start to the receiver's final answer",
@@ -177,6 +185,40 @@ impl Collector for ScrapeCollector {
             None,
         )
     }
+}
+
+fn encode_handoff(
+    encoder: &mut DescriptorEncoder<'_>,
+    status: &HandOffStatus,
+) -> Result<(), std::fmt::Error> {
+    let none = Labels::new;
+    gauge(
+        encoder,
+        "gorge_webhook_silent_mode",
+        "1 while Phorge is in global silent mode and delivery is held",
+        &[(none(), i64::from(status.silent_mode == Visibility::On))],
+    )?;
+    gauge(
+        encoder,
+        "gorge_webhook_silent_mode_visible",
+        "0 when Phorge's configuration cannot be read, so silent mode cannot be seen",
+        &[(
+            none(),
+            i64::from(status.silent_mode != Visibility::Invisible),
+        )],
+    )?;
+    if let Some(tasks) = status.php_tasks {
+        gauge(
+            encoder,
+            "gorge_webhook_php_delivery_tasks",
+            "HeraldWebhookWorker tasks in Phorge's queue: PHP is delivering too when above 0",
+            &[
+                (vec![("state", "queued")], signed(tasks.queued)),
+                (vec![("state", "leased")], signed(tasks.leased)),
+            ],
+        )?;
+    }
+    Ok(())
 }
 
 /// The core keeps cumulative bucket counts; the encoder wants each bucket's
@@ -223,6 +265,7 @@ mod tests {
                 failed: 0,
                 active_hooks: 2,
             }),
+            handoff: None,
         })
         .expect("encodes");
         assert!(
@@ -247,6 +290,7 @@ mod tests {
                 ..MetricsSnapshot::default()
             },
             queue: None,
+            handoff: None,
         })
         .expect("encodes");
         assert!(text.contains("gorge_webhook_database_up 0"), "{text}");

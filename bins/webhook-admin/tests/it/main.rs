@@ -4,6 +4,7 @@
 //! case, or against a local `listen` receiver.
 
 mod config;
+mod doctor;
 mod errors;
 mod explain;
 mod listen;

@@ -7,3 +7,4 @@
 mod contracts;
 mod daemon;
 mod e2e;
+mod handoff;

@@ -1,0 +1,184 @@
+//! Hand-off safety end to end, on tables created from Phorge's definitions
+//! next to the herald database: global silent mode in
+//! `{ns}_config.config_entry` holds every claim until it ends, leftover PHP
+//! delivery tasks in `{ns}_worker.worker_activetask` are reported loudly,
+//! and absent tables give one clear message each without stopping
+//! delivery.
+
+use std::time::Duration;
+
+use webhook_core::{Hook, NewRequest, RequestStatus};
+use webhook_test_support::mariadb::{dropping_after, PhorgeSide};
+use webhook_test_support::{with_db, Receiver, TestDb};
+
+use crate::daemon::{database_env, Daemon};
+
+const DEADLINE: Duration = Duration::from_secs(60);
+const HOOK: &str = "PHID-HWBH-handoffaaaaaaaaaaaaa";
+const NEVER: &str = r#"{"retry":"never","triggerPHIDs":["PHID-HRUL-handoff"]}"#;
+
+fn env(namespace: &str) -> Vec<(String, String)> {
+    let mut env = database_env(namespace);
+    env.extend(
+        [
+            ("GORGE_WEBHOOK_POLL_INTERVAL_MS", "100"),
+            ("GORGE_WEBHOOK_OUTBOUND_ALLOW", "127.0.0.1/32"),
+            ("GORGE_LOG_LEVEL", "info"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned())),
+    );
+    env
+}
+
+async fn hook_to(db: &TestDb, receiver: &Receiver) {
+    db.insert_hook(&Hook {
+        phid: HOOK.to_owned(),
+        name: "hand-off".to_owned(),
+        uri: receiver.url("/handoff"),
+        status: "enabled".to_owned(),
+        hmac_key: "abcdefghijklmnopqrstuvwxyz234567".to_owned(),
+    })
+    .await;
+}
+
+async fn until(daemon: &Daemon, what: &str, mut ready: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while !ready().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never happened: {what}\n{}",
+            daemon.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn metrics(daemon: &Daemon) -> String {
+    daemon.get("/metrics", &[]).await.text()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_mode_holds_delivery_until_phorge_leaves_it() {
+    with_db(|db| async move {
+        let side = PhorgeSide::create(&db.namespace).await;
+        let (config, worker) = (side.config.clone(), side.worker.clone());
+        dropping_after(
+            &config,
+            dropping_after(&worker, async {
+                let receiver = Receiver::start().await;
+                hook_to(&db, &receiver).await;
+                side.set_silent(Some("true")).await;
+                let id = db.insert_request(&NewRequest::queued(HOOK, NEVER)).await;
+                let mut daemon = Daemon::start("silent", &env(&db.namespace)).await;
+
+                until(&daemon, "the silent_mode_on log line", async || {
+                    daemon.stderr().contains("silent_mode_on")
+                })
+                .await;
+                let ready = daemon.get("/readyz", &[]).await;
+                assert_eq!(ready.status, 200, "holding is not unreadiness");
+                assert!(
+                    ready.text().contains("global silent mode"),
+                    "{}",
+                    ready.text()
+                );
+                assert!(metrics(&daemon)
+                    .await
+                    .contains("gorge_webhook_silent_mode 1"));
+                // Many poll intervals later the row is still untouched.
+                tokio::time::sleep(Duration::from_millis(1_500)).await;
+                let row = db.row(id).await;
+                assert!(
+                    row.is_fresh() && row.status == RequestStatus::Queued,
+                    "{row:?}"
+                );
+                assert!(receiver.requests().is_empty());
+                assert_eq!(
+                    daemon.stderr().matches("silent_mode_on").count(),
+                    1,
+                    "one line per change, not per poll"
+                );
+
+                side.set_silent(Some("false")).await;
+                until(&daemon, "delivery after silent mode", async || {
+                    db.row(id).await.status == RequestStatus::Sent
+                })
+                .await;
+                assert_eq!(receiver.requests().len(), 1);
+                assert!(daemon.stderr().contains("silent_mode_off"));
+                assert_eq!(
+                    daemon.get("/readyz", &[]).await.text().trim(),
+                    r#"{"status":"ok"}"#
+                );
+                daemon.terminate();
+                daemon.wait_exit(DEADLINE).await;
+                side.drop().await;
+            }),
+        )
+        .await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leftover_php_delivery_is_reported_loudly_and_counted() {
+    with_db(|db| async move {
+        let side = PhorgeSide::create(&db.namespace).await;
+        let (config, worker) = (side.config.clone(), side.worker.clone());
+        dropping_after(
+            &config,
+            dropping_after(&worker, async {
+                side.queue_php_task(false).await;
+                side.queue_php_task(true).await;
+                let mut daemon = Daemon::start("php-tasks", &env(&db.namespace)).await;
+                until(&daemon, "the php_delivery_detected warning", async || {
+                    daemon.stderr().contains("php_delivery_detected")
+                })
+                .await;
+                let text = metrics(&daemon).await;
+                assert!(
+                    text.contains("gorge_webhook_php_delivery_tasks{state=\"queued\"} 1"),
+                    "{text}"
+                );
+                assert!(text.contains("gorge_webhook_php_delivery_tasks{state=\"leased\"} 1"));
+                assert!(daemon.stderr().contains("receivers get requests twice"));
+                daemon.terminate();
+                daemon.wait_exit(DEADLINE).await;
+                side.drop().await;
+            }),
+        )
+        .await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn absent_phorge_tables_are_said_once_and_delivery_goes_on() {
+    with_db(|db| async move {
+        let receiver = Receiver::start().await;
+        hook_to(&db, &receiver).await;
+        let mut daemon = Daemon::start("no-side-tables", &env(&db.namespace)).await;
+        let first = db.insert_request(&NewRequest::queued(HOOK, NEVER)).await;
+        until(
+            &daemon,
+            "delivery without Phorge's config tables",
+            async || db.row(first).await.status == RequestStatus::Sent,
+        )
+        .await;
+        // Later polls do not repeat the message.
+        let second = db.insert_request(&NewRequest::queued(HOOK, NEVER)).await;
+        until(&daemon, "a second delivery", async || {
+            db.row(second).await.status == RequestStatus::Sent
+        })
+        .await;
+        let log = daemon.stderr();
+        assert_eq!(log.matches("silent_mode_invisible").count(), 1, "{log}");
+        assert_eq!(log.matches("php_delivery_invisible").count(), 1, "{log}");
+        assert!(metrics(&daemon)
+            .await
+            .contains("gorge_webhook_silent_mode_visible 0"));
+        daemon.terminate();
+        daemon.wait_exit(DEADLINE).await;
+    })
+    .await;
+}
