@@ -21,11 +21,15 @@ use futures::{FutureExt, StreamExt};
 use tracing::{debug, error, info, warn};
 
 use crate::clock::Clock;
+use crate::events::{Event, EventKind, EventSink};
 use crate::hold::SilentMode;
 use crate::metrics::{bump, Metrics};
 use crate::model::{Hook, RequestRow};
-use crate::outcome::{attempt_write, hook_error_write, AttemptOutcome, DeliveryResult, HookError};
+use crate::outcome::{
+    attempt_error, attempt_write, hook_error_write, AttemptOutcome, DeliveryResult, HookError,
+};
 use crate::payload::Payload;
+use crate::properties::ErrorCode;
 use crate::properties::Properties;
 use crate::store::{CandidateQuery, Claim, HookLock, Store, StoreError, Written};
 use crate::transport::{OutboundRequest, Resolution, Transport};
@@ -53,6 +57,9 @@ pub struct Dispatcher {
     open_breakers: Mutex<HashSet<String>>,
     hooks: Mutex<HashMap<String, CachedHook>>,
     silent_mode: Option<Arc<SilentMode>>,
+    events: Option<Arc<dyn EventSink>>,
+    /// The hold last reported as an event.
+    reported_hold: AtomicBool,
 }
 
 /// A hook row (or its absence) and when it was read.
@@ -218,7 +225,39 @@ impl Dispatcher {
             open_breakers: Mutex::new(HashSet::new()),
             hooks: Mutex::new(HashMap::new()),
             silent_mode: None,
+            events: None,
+            reported_hold: AtomicBool::new(false),
         }
+    }
+
+    /// Reports what happens to `events` (see [`crate::events`]).
+    pub fn with_events(mut self, events: Arc<dyn EventSink>) -> Self {
+        self.events = Some(events);
+        self
+    }
+
+    fn emit(&self, request: Option<&str>, hook: Option<&str>, kind: EventKind) {
+        if let Some(events) = &self.events {
+            events.emit(Event {
+                at: self.clock.now(),
+                request: request.map(str::to_owned),
+                hook: hook.map(str::to_owned),
+                kind,
+            });
+        }
+    }
+
+    /// Asks the silent-mode watch (if any) whether to hold, reporting a
+    /// change of verdict as an event.
+    async fn hold_now(&self) -> bool {
+        let Some(silent_mode) = &self.silent_mode else {
+            return false;
+        };
+        let held = silent_mode.refresh(self.clock.as_ref()).await;
+        if self.reported_hold.swap(held, Ordering::Relaxed) != held {
+            self.emit(None, None, EventKind::SilentHold { on: held });
+        }
+        held
     }
 
     /// Holds delivery while `silent_mode` says Phorge is silent: no polls,
@@ -269,10 +308,8 @@ impl Dispatcher {
         loop {
             let now = self.clock.monotonic();
             if !stopping && now >= next_poll && backlog.pending.len() < low_water {
-                if let Some(silent_mode) = &self.silent_mode {
-                    if silent_mode.refresh(self.clock.as_ref()).await {
-                        backlog.drop_waiting();
-                    }
+                if self.hold_now().await {
+                    backlog.drop_waiting();
                 }
                 let full = !self.held() && self.poll_once(&mut backlog, &mut poller).await;
                 next_poll = if full {
@@ -432,10 +469,8 @@ impl Dispatcher {
 
     /// SPEC §5 for one row, in order.
     async fn process(&self, run: &mut HookRun, row: &RequestRow) -> Step {
-        if let Some(silent_mode) = &self.silent_mode {
-            if silent_mode.refresh(self.clock.as_ref()).await {
-                return Step::StopRun;
-            }
+        if self.hold_now().await {
+            return Step::StopRun;
         }
         if let Some(defect) = &row.defect {
             warn!(event = "row_invalid", request_id = row.id, hook = %row.webhook_phid,
@@ -484,9 +519,13 @@ impl Dispatcher {
             return Step::StopRun;
         }
         match self.store.claim(row.id, row.date_modified).await {
-            Ok(Claim::Won) => bump(&self.metrics.claims_won),
+            Ok(Claim::Won) => {
+                bump(&self.metrics.claims_won);
+                self.emit(Some(&row.phid), Some(&hook.phid), EventKind::ClaimWon);
+            }
             Ok(Claim::Lost) => {
                 bump(&self.metrics.claims_lost);
+                self.emit(Some(&row.phid), Some(&hook.phid), EventKind::ClaimLost);
                 debug!(event = "claim_lost", request = %row.phid, hook = %hook.phid);
                 return Step::Next;
             }
@@ -495,13 +534,18 @@ impl Dispatcher {
                 return Step::StopRun;
             }
         }
-        let result = match target {
+        let (result, latency) = match target {
             Ok(target) => self.deliver(row, &properties, &hook, target).await,
-            Err(failure) => DeliveryResult::Failed(failure),
+            Err(failure) => (DeliveryResult::Failed(failure), Duration::ZERO),
         };
         self.count_result(&result);
         let (write, outcome) = attempt_write(row.id, &properties, &result, self.clock.now());
         log_attempt(row, &result, outcome);
+        self.emit(
+            Some(&row.phid),
+            Some(&hook.phid),
+            attempt_event(&result, outcome, latency),
+        );
         self.write_back(&write, &row.phid).await;
         if outcome != AttemptOutcome::Sent {
             // A new failure may have opened the breaker: look again before
@@ -593,13 +637,29 @@ impl Dispatcher {
     fn note_breaker(&self, hook_phid: &str, open: bool, failures: u64) {
         let breaker = self.windows.breaker();
         let mut open_hooks = self.open_breakers.lock().unwrap_or_else(|e| e.into_inner());
+        let threshold = breaker.threshold;
         if open && open_hooks.insert(hook_phid.to_owned()) {
             warn!(event = "breaker_opened", hook = %hook_phid, failures,
-                  threshold = breaker.threshold, window_secs = breaker.window_secs,
+                  threshold, window_secs = breaker.window_secs,
                   "hook not called until failures slide out of the window");
+            self.emit(
+                None,
+                Some(hook_phid),
+                EventKind::BreakerOpened {
+                    failures,
+                    threshold,
+                },
+            );
         } else if !open && open_hooks.remove(hook_phid) {
-            info!(event = "breaker_closed", hook = %hook_phid, failures,
-                  threshold = breaker.threshold);
+            info!(event = "breaker_closed", hook = %hook_phid, failures, threshold);
+            self.emit(
+                None,
+                Some(hook_phid),
+                EventKind::BreakerClosed {
+                    failures,
+                    threshold,
+                },
+            );
         }
         self.metrics
             .breaker_open_hooks
@@ -612,7 +672,7 @@ impl Dispatcher {
         properties: &Properties,
         hook: &Hook,
         target: crate::transport::Target,
-    ) -> DeliveryResult {
+    ) -> (DeliveryResult, Duration) {
         let payload = Payload::build(row, properties);
         let signature = payload.sign(&hook.hmac_key);
         let request = OutboundRequest {
@@ -625,9 +685,9 @@ impl Dispatcher {
         let _in_flight = InFlight::enter(&self.metrics);
         let started = self.clock.monotonic();
         let result = self.transport.deliver(request).await;
-        self.metrics
-            .observe_latency(self.clock.monotonic().saturating_sub(started));
-        result
+        let latency = self.clock.monotonic().saturating_sub(started);
+        self.metrics.observe_latency(latency);
+        (result, latency)
     }
 
     fn count_result(&self, result: &DeliveryResult) {
@@ -645,6 +705,11 @@ impl Dispatcher {
     /// version that was judged.
     async fn fail_hook(&self, row: &RequestRow, properties: &Properties, error: HookError) {
         bump(&self.metrics.hook_errors);
+        self.emit(
+            Some(&row.phid),
+            Some(&row.webhook_phid),
+            EventKind::HookError { code: error.code() },
+        );
         let write = hook_error_write(
             row.id,
             Some(row.date_modified),
@@ -712,6 +777,28 @@ fn log_attempt(row: &RequestRow, result: &DeliveryResult, outcome: AttemptOutcom
         (result, outcome) => info!(event = "attempt_failed", request = %row.phid,
                                    hook = %row.webhook_phid, result = ?result,
                                    will_retry = outcome == AttemptOutcome::WillRetry),
+    }
+}
+
+/// The event for a finished attempt.
+fn attempt_event(result: &DeliveryResult, outcome: AttemptOutcome, latency: Duration) -> EventKind {
+    let latency_ms = u64::try_from(latency.as_millis()).unwrap_or(u64::MAX);
+    match (result, attempt_error(result)) {
+        (DeliveryResult::Response { status }, _) if outcome == AttemptOutcome::Sent => {
+            EventKind::Delivered {
+                status: *status,
+                latency_ms,
+            }
+        }
+        (_, Some((error_type, code))) => EventKind::AttemptFailed {
+            error_type: error_type.as_str(),
+            error_code: ErrorCode::Number(code),
+            will_retry: outcome == AttemptOutcome::WillRetry,
+            latency_ms,
+        },
+        (_, None) => EventKind::HookError {
+            code: HookError::Uri.code(),
+        },
     }
 }
 

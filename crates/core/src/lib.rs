@@ -16,6 +16,7 @@ pub mod clock;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 pub mod dispatcher;
+pub mod events;
 pub mod hold;
 pub mod lock_name;
 pub mod memory_store;
@@ -32,6 +33,7 @@ pub mod windows;
 
 pub use clock::{Clock, ManualClock};
 pub use dispatcher::Dispatcher;
+pub use events::{Event, EventKind, EventSink};
 pub use hold::{PhorgeConfig, SilentMode};
 pub use lock_name::hook_lock_name;
 pub use memory_store::{MemoryStore, NewRequest};

@@ -168,6 +168,17 @@ pub enum AttemptOutcome {
     GaveUp,
 }
 
+/// The `errorType` / `errorCode` an attempt records; `None` for a refused
+/// hop, which is a hook error (`uri`) instead.
+pub fn attempt_error(result: &DeliveryResult) -> Option<(ErrorType, i64)> {
+    match result {
+        DeliveryResult::Response { status } => Some((ErrorType::Http, i64::from(*status))),
+        DeliveryResult::Timeout => Some((ErrorType::Timeout, CURL_TIMEOUT_CODE)),
+        DeliveryResult::Failed(failure) => Some((ErrorType::Http, failure.curl_code())),
+        DeliveryResult::Refused(_) => None,
+    }
+}
+
 /// The write-back after a claimed delivery attempt.
 pub fn attempt_write(
     id: u64,
@@ -175,16 +186,11 @@ pub fn attempt_write(
     result: &DeliveryResult,
     now: UnixTime,
 ) -> (ResultWrite, AttemptOutcome) {
-    let (error_type, code) = match result {
-        DeliveryResult::Response { status } => (ErrorType::Http, i64::from(*status)),
-        DeliveryResult::Timeout => (ErrorType::Timeout, CURL_TIMEOUT_CODE),
-        DeliveryResult::Failed(failure) => (ErrorType::Http, failure.curl_code()),
-        DeliveryResult::Refused(_) => {
-            return (
-                hook_error_write(id, None, properties, HookError::Uri, now),
-                AttemptOutcome::GaveUp,
-            );
-        }
+    let Some((error_type, code)) = attempt_error(result) else {
+        return (
+            hook_error_write(id, None, properties, HookError::Uri, now),
+            AttemptOutcome::GaveUp,
+        );
     };
     let mut updated = properties.clone();
     updated.set_error(error_type, &ErrorCode::Number(code));

@@ -646,6 +646,58 @@ fn unreadable_configuration_does_not_stop_delivery() {
 }
 
 #[test]
+fn events_tell_the_story_in_order_without_secrets() {
+    let mut h = Harness::new(Settings {
+        breaker_threshold: 2,
+        max_concurrent: 1,
+        ..Settings::default()
+    });
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    let mut disabled = hook(HOOK_B, URI_B);
+    disabled.status = "disabled".into();
+    h.store.put_hook(disabled);
+    h.transport.always(URI_A, Reply::status(500));
+    for _ in 0..3 {
+        h.store.insert_request(NewRequest::queued(HOOK_A, NEVER));
+    }
+    let hook_error = h.store.insert_request(NewRequest::queued(HOOK_B, NEVER));
+    h.start();
+    h.store.set_silent_mode(Some(true));
+    h.run_for(secs(3));
+    assert_eq!(
+        h.events.names(),
+        [
+            "claim_won",
+            "attempt_failed",
+            "claim_won",
+            "attempt_failed",
+            "breaker_opened",
+            "hook_error",
+            "silent_hold"
+        ]
+    );
+    let events = h.events.events();
+    assert_eq!(
+        events[1].to_json()["errorCode"],
+        500,
+        "the integer PHP would write"
+    );
+    assert_eq!(events[1].to_json()["willRetry"], false);
+    assert_eq!(events[4].to_json()["failures"], 2);
+    let phid = h.store.row(hook_error).expect("row").phid;
+    assert_eq!(events[5].request.as_deref(), Some(phid.as_str()));
+    assert_eq!(events[5].to_json()["errorCode"], "disabled");
+    assert_eq!(events[6].to_json()["held"], true);
+    for event in &events {
+        let text = event.to_json().to_string();
+        assert!(
+            !text.contains(KEY) && !text.contains("receiver-a.test"),
+            "{text}"
+        );
+    }
+}
+
+#[test]
 fn an_idle_dispatcher_polls_once_per_interval() {
     let mut h = Harness::with_defaults();
     h.start();

@@ -11,8 +11,9 @@ use futures::executor::LocalPool;
 use futures::task::LocalSpawnExt;
 use futures::FutureExt;
 use webhook_core::{
-    Clock, DeliveryResult, Dispatcher, Hook, ManualClock, MemoryStore, OutboundRequest, Resolution,
-    Settings, SilentMode, Target, Transport, TransportFailure, UriRefusal, Windows,
+    Clock, DeliveryResult, Dispatcher, Event, EventSink, Hook, ManualClock, MemoryStore,
+    OutboundRequest, Resolution, Settings, SilentMode, Target, Transport, TransportFailure,
+    UriRefusal, Windows,
 };
 
 pub const START: u64 = 1_700_000_000;
@@ -177,6 +178,27 @@ impl Transport for FakeTransport {
     }
 }
 
+/// Keeps every event the dispatcher emits, in order.
+#[derive(Default)]
+pub struct RecordingSink(Mutex<Vec<Event>>);
+
+impl RecordingSink {
+    pub fn events(&self) -> Vec<Event> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// `type` names, for compact assertions.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.events().iter().map(|e| e.kind.name()).collect()
+    }
+}
+
+impl EventSink for RecordingSink {
+    fn emit(&self, event: Event) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(event);
+    }
+}
+
 pub fn hook(phid: &str, uri: &str) -> Hook {
     Hook {
         phid: phid.to_owned(),
@@ -195,6 +217,7 @@ pub struct Harness {
     pub transport: FakeTransport,
     pub dispatcher: Arc<Dispatcher>,
     pub silent_mode: Arc<SilentMode>,
+    pub events: Arc<RecordingSink>,
     pool: LocalPool,
     shutdown: Option<oneshot::Sender<()>>,
     finished: Arc<Mutex<bool>>,
@@ -207,6 +230,7 @@ impl Harness {
         let transport = FakeTransport::new(clock.clone());
         let windows = Windows::try_new(settings).expect("valid settings");
         let silent_mode = Arc::new(SilentMode::new(Arc::new(store.clone())));
+        let events = Arc::new(RecordingSink::default());
         let dispatcher = Arc::new(
             Dispatcher::new(
                 Arc::new(store.clone()),
@@ -214,7 +238,8 @@ impl Harness {
                 Arc::new(clock.clone()),
                 windows,
             )
-            .with_silent_mode(Arc::clone(&silent_mode)),
+            .with_silent_mode(Arc::clone(&silent_mode))
+            .with_events(Arc::clone(&events) as Arc<dyn EventSink>),
         );
         Self {
             clock,
@@ -222,6 +247,7 @@ impl Harness {
             transport,
             dispatcher,
             silent_mode,
+            events,
             pool: LocalPool::new(),
             shutdown: None,
             finished: Arc::default(),
