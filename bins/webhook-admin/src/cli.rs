@@ -2,6 +2,7 @@
 //! texts. Parsing only; what each command does lives in its own module.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
@@ -159,5 +160,44 @@ pub enum Command {
         #[arg(long, value_name = "N",
               value_parser = clap::value_parser!(u64).range(1..))]
         count: Option<u64>,
+    },
+
+    /// Follow the daemon's live events (GET /api/webhook/events): one line
+    /// per claim, delivery, failed attempt, hook error, breaker change and
+    /// silent-mode hold, with a running summary per hook.
+    #[command(after_help = format!(
+        "Sends GORGE_SERVICE_TOKEN as X-Service-Token. Without --url it connects to \
+         127.0.0.1 at GORGE_LISTEN_ADDR's port (the host too, when that names one). Colour \
+         when standard output is a terminal (and NO_COLOR is unset). The summary counts \
+         every event of the watched hooks, --failures-only or not; \"in backoff\" are hooks \
+         whose breaker is open. Stops when the daemon ends the stream (it does on \
+         shutdown), after --count events, or on Ctrl-C, and prints a final summary. Never \
+         changes anything in the daemon.\n\n{EXIT_STATUS_HELP}"
+    ))]
+    Watch {
+        /// The daemon's diagnostics address (e.g. http://127.0.0.1:8160).
+        #[arg(long, value_name = "URL")]
+        url: Option<String>,
+        /// Only this hook's events (and those about every hook: silent-mode
+        /// holds, dropped events).
+        #[arg(long, value_name = "PHID")]
+        hook: Option<String>,
+        /// Hide claims and deliveries: show failed attempts, hook errors,
+        /// breaker changes, silent-mode holds and dropped events.
+        #[arg(long)]
+        failures_only: bool,
+        /// Print each event's JSON line as received (summaries as JSON too).
+        #[arg(long)]
+        json: bool,
+        /// Stop after this many events shown.
+        #[arg(long, value_name = "N",
+              value_parser = clap::value_parser!(u64).range(1..))]
+        count: Option<u64>,
+        /// Print the summary after every N events shown; 0 = only at the end.
+        #[arg(long, value_name = "N", default_value_t = 20)]
+        summary_every: u64,
+        /// Read a recorded stream from FILE instead of connecting.
+        #[arg(long, value_name = "FILE", hide = true, conflicts_with = "url")]
+        from_file: Option<PathBuf>,
     },
 }

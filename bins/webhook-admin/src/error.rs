@@ -18,6 +18,8 @@ pub mod exit {
     pub const USAGE: u8 = 2;
     /// The database is unreachable or unusable.
     pub const DATABASE: u8 = 3;
+    /// `watch`: the daemon's event stream could not be followed.
+    pub const STREAM: u8 = 4;
 }
 
 /// The text `--help` shows about exit statuses.
@@ -27,7 +29,8 @@ Exit status:
   1  check failed or not found (no such request, signature mismatch,
      no payload for this row, unusable row data)
   2  usage error or bad setting (the message names the variable)
-  3  database unreachable or unusable (down, missing database, failed query)";
+  3  database unreachable or unusable (down, missing database, failed query)
+  4  watch: the daemon's event stream unreachable, refused or broken off";
 
 /// Why a command could not do its job.
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +76,14 @@ pub enum AdminError {
     /// Writing the answer failed (e.g. a closed pipe).
     #[error("cannot write output: {0}")]
     Output(#[source] std::io::Error),
+    /// `watch` could not follow the daemon's event stream.
+    #[error("event stream {url}: {reason}")]
+    Stream {
+        /// The stream's URL.
+        url: String,
+        /// What went wrong (the daemon's error envelope, when it sent one).
+        reason: String,
+    },
 }
 
 impl AdminError {
@@ -90,6 +101,7 @@ impl AdminError {
                 ..
             } => exit::CHECK_FAILED,
             Self::Database { .. } => exit::DATABASE,
+            Self::Stream { .. } => exit::STREAM,
         }
     }
 }
@@ -147,6 +159,11 @@ mod tests {
             exit::CHECK_FAILED
         );
         assert_eq!(AdminError::NotFound("x".into()).exit_status(), 1);
+        let stream = AdminError::Stream {
+            url: "http://127.0.0.1:1/api/webhook/events".into(),
+            reason: "cannot connect".into(),
+        };
+        assert_eq!(stream.exit_status(), exit::STREAM);
         assert_eq!(
             AdminError::Setting {
                 variable: "V".into(),

@@ -1,8 +1,8 @@
 //! `webhook-admin`, the operator's tool for the webhook daemon: shows the
 //! effective settings and their pitfalls, the queue's numbers, why one
 //! request is or is not being delivered (by the dispatcher's own rules),
-//! the exact bytes and signature it would send, and a local receiver to
-//! try hooks against.
+//! the exact bytes and signature it would send, a local receiver to try
+//! hooks against, and a live view of the daemon's events.
 //!
 //! It composes the workspace's libraries and holds no delivery logic of
 //! its own; it never writes to Phorge's tables (read-only `SELECT`s only).
@@ -18,7 +18,10 @@ mod listen;
 mod out;
 mod settings;
 mod signing;
+mod sse;
+mod watch;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -76,6 +79,36 @@ fn run(cli: Cli) -> Result<u8, AdminError> {
                 status,
                 delay: Duration::from_millis(delay_ms),
                 count,
+            }))
+        }
+        Command::Watch {
+            url,
+            hook,
+            failures_only,
+            json,
+            count,
+            summary_every,
+            from_file,
+        } => {
+            let source = match (from_file, url) {
+                (Some(path), _) => watch::Source::File(path),
+                (None, Some(url)) => watch::Source::Url(watch::StreamUrl::parse(&url)?),
+                (None, None) => watch::Source::Url(watch::StreamUrl::from_listen_addr(
+                    env_lookup("GORGE_LISTEN_ADDR").as_deref(),
+                )?),
+            };
+            let colour = std::io::stdout().is_terminal() && env_lookup("NO_COLOR").is_none();
+            runtime()?.block_on(watch::run(watch::WatchOptions {
+                source,
+                token: env_lookup("GORGE_SERVICE_TOKEN"),
+                view: watch::ViewOptions {
+                    hook,
+                    failures_only,
+                    json,
+                    colour,
+                    count,
+                    summary_every,
+                },
             }))
         }
         Command::Stats(output) => {

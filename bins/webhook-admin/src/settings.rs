@@ -280,7 +280,7 @@ pub fn report(get: Lookup<'_>) -> Result<Report, AdminError> {
         (
             "GORGE_LOG_FORMAT",
             raw("GORGE_LOG_FORMAT", "text"),
-            daemon_only,
+            daemon_only.clone(),
         ),
         (
             "GORGE_WEBHOOK_SIGNATURE_HEADERS",
@@ -344,6 +344,11 @@ pub fn report(get: Lookup<'_>) -> Result<Report, AdminError> {
                 .clone()
                 .unwrap_or_else(|| "(off)".to_owned()),
             None,
+        ),
+        (
+            "GORGE_WEBHOOK_EVENT_STREAMS",
+            raw("GORGE_WEBHOOK_EVENT_STREAMS", "16"),
+            daemon_only,
         ),
     ];
     let entries = rows

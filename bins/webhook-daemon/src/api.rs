@@ -1,6 +1,8 @@
 //! The read-only diagnostics API (SPEC §8) as a pure request → response
 //! function over the `Store`: routes, token check, envelopes and error
-//! codes. The socket side lives in `server`.
+//! codes. The socket side lives in `server`. The one route that does not
+//! end, `/api/webhook/events`, is answered here too ([`Api::answer`]); its
+//! stream comes from `live`.
 //!
 //! No response ever carries a hook URI, an HMAC key, SQL, a host or a port:
 //! store failures become an opaque `ERR_INTERNAL` and are logged instead.
@@ -16,6 +18,7 @@ use tracing::warn;
 use webhook_core::{Metrics, Store};
 
 use crate::handoff::{self, HandOff};
+use crate::live::{EventHub, Subscription};
 use crate::metrics_text::{self, Scrape};
 
 /// Whether the daemon can do its work: the `/readyz` verdict.
@@ -89,6 +92,21 @@ impl Reply {
     }
 }
 
+/// The path of the live event stream.
+pub const EVENTS_PATH: &str = "/api/webhook/events";
+
+/// `Content-Type` of the event stream.
+pub const EVENT_STREAM: &str = "text/event-stream";
+
+/// What a request gets: a whole reply, or the event stream.
+#[derive(Debug)]
+pub enum Answer {
+    /// A response with its whole body.
+    Whole(Reply),
+    /// `200 text/event-stream`, with this stream as its body.
+    Events(Subscription),
+}
+
 /// Routes a request.
 pub struct Api {
     store: Arc<dyn Store>,
@@ -96,6 +114,7 @@ pub struct Api {
     metrics: Arc<Metrics>,
     token: ServiceToken,
     handoff: Option<Arc<HandOff>>,
+    events: Option<Arc<EventHub>>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -105,6 +124,7 @@ enum Route {
     Stats,
     Hooks,
     Metrics,
+    Events,
 }
 
 impl Route {
@@ -115,12 +135,16 @@ impl Route {
             "/api/webhook/stats" => Some(Self::Stats),
             "/api/webhook/hooks" => Some(Self::Hooks),
             "/metrics" => Some(Self::Metrics),
+            EVENTS_PATH => Some(Self::Events),
             _ => None,
         }
     }
 
     fn needs_token(self) -> bool {
-        matches!(self, Self::Stats | Self::Hooks | Self::Metrics)
+        matches!(
+            self,
+            Self::Stats | Self::Hooks | Self::Metrics | Self::Events
+        )
     }
 }
 
@@ -138,6 +162,42 @@ impl Api {
             metrics,
             token,
             handoff: None,
+            events: None,
+        }
+    }
+
+    /// Serves `hub`'s events on `/api/webhook/events` (without a hub the
+    /// path is not found).
+    pub fn with_events(mut self, hub: Arc<EventHub>) -> Self {
+        self.events = Some(hub);
+        self
+    }
+
+    /// Answers one request, opening an event stream for an admitted
+    /// `GET /api/webhook/events`, or refusing it with 503
+    /// `ERR_TOO_MANY_STREAMS` when the cap is reached. Every other answer
+    /// is [`Api::handle`]'s.
+    pub async fn answer(
+        &self,
+        method: &Method,
+        path: &str,
+        query: Option<&str>,
+        headers: &HeaderMap,
+    ) -> Answer {
+        let reply = self.handle(method, path, query, headers).await;
+        if method != Method::GET || reply.status != StatusCode::OK || path != EVENTS_PATH {
+            return Answer::Whole(reply);
+        }
+        let Some(hub) = &self.events else {
+            return Answer::Whole(reply);
+        };
+        match hub.subscribe() {
+            Ok(subscription) => Answer::Events(subscription),
+            Err(_) => Answer::Whole(Reply::error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ERR_TOO_MANY_STREAMS",
+                "too many event streams are open; try again later",
+            )),
         }
     }
 
@@ -147,7 +207,8 @@ impl Api {
         self
     }
 
-    /// Answers one request.
+    /// Answers one request with a whole reply. For the event stream that
+    /// is its head (`HEAD`, and the verdict [`Api::answer`] starts from).
     pub async fn handle(
         &self,
         method: &Method,
@@ -155,7 +216,9 @@ impl Api {
         query: Option<&str>,
         headers: &HeaderMap,
     ) -> Reply {
-        let Some(route) = Route::find(path) else {
+        let route =
+            Route::find(path).filter(|route| *route != Route::Events || self.events.is_some());
+        let Some(route) = route else {
             return Reply::error(StatusCode::NOT_FOUND, "ERR_NOT_FOUND", "not found");
         };
         if method != Method::GET && method != Method::HEAD {
@@ -184,6 +247,12 @@ impl Api {
             Route::Stats => self.stats().await,
             Route::Hooks => self.hooks().await,
             Route::Metrics => self.metrics().await,
+            Route::Events => Reply {
+                status: StatusCode::OK,
+                content_type: EVENT_STREAM,
+                body: Bytes::new(),
+                allow: None,
+            },
         }
     }
 
@@ -437,6 +506,104 @@ mod tests {
                 json!({"status": "unavailable", "reason": "database server unreachable"})
             )
         );
+    }
+
+    fn headers(token: Option<&str>) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        if let Some(token) = token {
+            headers.insert(
+                "x-service-token",
+                HeaderValue::from_str(token).expect("header"),
+            );
+        }
+        headers
+    }
+
+    /// The whole reply, or "stream" for an opened stream.
+    async fn answer(
+        api: &Api,
+        method: Method,
+        query: Option<&str>,
+        token: Option<&str>,
+    ) -> (u16, Value) {
+        match api
+            .answer(&method, EVENTS_PATH, query, &headers(token))
+            .await
+        {
+            Answer::Whole(reply) => (
+                reply.status.as_u16(),
+                serde_json::from_slice(&reply.body).unwrap_or(Value::Null),
+            ),
+            Answer::Events(_) => (200, json!("stream")),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_event_stream_needs_the_token_and_respects_the_cap() {
+        let (api, _) = api("s3cret", Ok(()));
+        let hub = Arc::new(EventHub::new(1));
+        let api = api.with_events(Arc::clone(&hub));
+        let unauthorized = json!({"error": {"code": "ERR_UNAUTHORIZED", "message": "missing or invalid service token"}});
+        assert_eq!(
+            answer(&api, Method::GET, None, None).await,
+            (401, unauthorized.clone())
+        );
+        assert_eq!(
+            answer(&api, Method::GET, None, Some("wrong")).await,
+            (401, unauthorized.clone())
+        );
+        assert_eq!(
+            answer(&api, Method::GET, Some("token=wrong"), None).await,
+            (401, unauthorized)
+        );
+        assert_eq!(
+            answer(&api, Method::POST, None, Some("s3cret")).await.0,
+            405
+        );
+        assert_eq!(
+            answer(&api, Method::GET, None, Some("s3cret")).await,
+            (200, json!("stream"))
+        );
+        // The stream above was dropped at once, freeing its slot.
+        assert_eq!(hub.open_streams(), 0);
+        let open = match api
+            .answer(
+                &Method::GET,
+                EVENTS_PATH,
+                Some("token=s3cret"),
+                &HeaderMap::new(),
+            )
+            .await
+        {
+            Answer::Events(subscription) => subscription,
+            Answer::Whole(reply) => panic!("no stream: {reply:?}"),
+        };
+        assert_eq!(
+            answer(&api, Method::GET, None, Some("s3cret")).await,
+            (
+                503,
+                json!({"error": {"code": "ERR_TOO_MANY_STREAMS", "message": "too many event streams are open; try again later"}})
+            )
+        );
+        // HEAD shows the stream's head without opening one.
+        let head = api
+            .handle(&Method::HEAD, EVENTS_PATH, None, &headers(Some("s3cret")))
+            .await;
+        assert_eq!(
+            (head.status, head.content_type),
+            (StatusCode::OK, EVENT_STREAM)
+        );
+        drop(open);
+        assert_eq!(
+            answer(&api, Method::GET, None, Some("s3cret")).await,
+            (200, json!("stream"))
+        );
+    }
+
+    #[tokio::test]
+    async fn without_a_hub_there_is_no_event_stream() {
+        let (api, _) = api("", Ok(()));
+        assert_eq!(answer(&api, Method::GET, None, None).await.0, 404);
     }
 
     #[tokio::test]

@@ -10,7 +10,7 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
-use webhook_core::{Dispatcher, PhorgeConfig, SilentMode, Store, Windows};
+use webhook_core::{Dispatcher, EventSink, PhorgeConfig, SilentMode, Store, Windows};
 use webhook_store_mysql::MysqlStore;
 use webhook_transport_hyper::HyperTransport;
 
@@ -18,6 +18,7 @@ use crate::api::{Api, Readiness, ServiceToken};
 use crate::clock::SystemClock;
 use crate::config::DaemonConfig;
 use crate::handoff::HandOff;
+use crate::live::EventHub;
 use crate::server;
 
 /// How often the startup schema check retries while the database is not
@@ -84,6 +85,7 @@ pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
     log_windows(&config.windows);
     let silent_mode = Arc::new(SilentMode::new(Arc::clone(&store) as Arc<dyn PhorgeConfig>));
     let handoff = Arc::new(HandOff::new(Arc::clone(&silent_mode)));
+    let events = Arc::new(EventHub::new(config.event_streams));
     let dispatcher = Arc::new(
         Dispatcher::new(
             Arc::clone(&store) as Arc<dyn Store>,
@@ -91,7 +93,8 @@ pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
             Arc::new(SystemClock::new()),
             config.windows.clone(),
         )
-        .with_silent_mode(silent_mode),
+        .with_silent_mode(silent_mode)
+        .with_events(Arc::clone(&events) as Arc<dyn EventSink>),
     );
     let listener = TcpListener::bind(config.listen)
         .await
@@ -109,7 +112,8 @@ pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
             dispatcher.metrics(),
             ServiceToken::new(&config.service_token),
         )
-        .with_handoff(Arc::clone(&handoff)),
+        .with_handoff(Arc::clone(&handoff))
+        .with_events(Arc::clone(&events)),
     );
     let (stop, stopped) = watch::channel(false);
     let server = tokio::spawn(server::serve(listener, api, signalled(stopped.clone())));
@@ -136,6 +140,8 @@ pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
             "in-flight deliveries abandoned; their rows are delivered again after the lease"
         ),
     }
+    // Only now: watchers see the results of the deliveries drained above.
+    events.close();
     let _ = server.await;
     if let Err(err) = store.disconnect().await {
         warn!(event = "pool_close_failed", error = %err);

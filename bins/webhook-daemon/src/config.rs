@@ -178,6 +178,11 @@ pub const VARIABLES: &[Variable] = &[
         "",
         "header carrying the request PHID (stable across retries); empty = off",
     ),
+    var(
+        "GORGE_WEBHOOK_EVENT_STREAMS",
+        "16",
+        "live /api/webhook/events streams open at once (1..1024)",
+    ),
 ];
 
 /// A setting that cannot be used; the message starts with its variable.
@@ -225,6 +230,8 @@ pub struct DaemonConfig {
     pub log_format: LogFormat,
     /// How long shutdown waits for in-flight deliveries.
     pub shutdown_grace: Duration,
+    /// `/api/webhook/events` streams open at once at most.
+    pub event_streams: usize,
 }
 
 /// Reads variables through `get`, with every default applied.
@@ -286,6 +293,14 @@ impl DaemonConfig {
                 format!("must be between 1 and 3600 (got {grace})"),
             ));
         }
+        let event_streams: usize =
+            read.number("GORGE_WEBHOOK_EVENT_STREAMS", crate::live::DEFAULT_STREAMS)?;
+        if !(1..=1_024).contains(&event_streams) {
+            return Err(invalid(
+                "GORGE_WEBHOOK_EVENT_STREAMS",
+                format!("must be between 1 and 1024 (got {event_streams})"),
+            ));
+        }
         let transport = TransportConfig::from_env_with(|name| (read.get)(name))
             .map_err(|e| invalid(e.setting.env_name(), e.reason))?;
         Ok(Self {
@@ -297,6 +312,7 @@ impl DaemonConfig {
             log_filter,
             log_format,
             shutdown_grace: Duration::from_secs(grace),
+            event_streams,
         })
     }
 }
@@ -318,7 +334,10 @@ fn parse_listen(text: &str) -> Result<SocketAddr, String> {
 pub fn help() -> String {
     let mut out = format!(
         "webhook-daemon {}: delivers Phorge's queued Herald webhook requests.\n\n\
-         usage: webhook-daemon [--help | --version | demo]\n\n  demo  a self-contained demonstration on an in-memory queue (no database)\n\n\
+         usage: webhook-daemon [--help | --version | demo [--listen ADDR]]\n\n  \
+         demo  a self-contained demonstration on an in-memory queue (no database); it serves\n        \
+         the diagnostics API and its live event stream on --listen (a loopback address;\n        \
+         default a free port), waiting up to 20 s for a watcher when --listen is given\n\n\
          Configuration comes from the environment (same names as the Go gorge-webhook):\n\n",
         env!("CARGO_PKG_VERSION")
     );
@@ -364,6 +383,7 @@ mod tests {
         assert_eq!(config.windows.settings(), &Settings::default());
         assert_eq!(config.log_format, LogFormat::Text);
         assert_eq!(config.shutdown_grace, Duration::from_secs(30));
+        assert_eq!(config.event_streams, 16);
     }
 
     #[test]
@@ -376,8 +396,10 @@ mod tests {
             ("GORGE_LOG_LEVEL", "webhook_core=debug,info"),
             ("GORGE_LOG_FORMAT", "json"),
             ("GORGE_WEBHOOK_OUTBOUND_ALLOW", "127.0.0.1/32"),
+            ("GORGE_WEBHOOK_EVENT_STREAMS", "3"),
         ])
         .expect("valid");
+        assert_eq!(config.event_streams, 3);
         assert_eq!(config.listen, "127.0.0.1:9000".parse().expect("addr"));
         assert_eq!(config.mysql.database(), "phabricator_herald");
         assert_eq!(config.windows.max_concurrent(), 4);
@@ -409,6 +431,9 @@ mod tests {
             ("GORGE_LOG_FORMAT", "xml"),
             ("GORGE_WEBHOOK_OUTBOUND_ALLOW", "not-a-cidr"),
             ("GORGE_WEBHOOK_MAX_REDIRECTS", "many"),
+            ("GORGE_WEBHOOK_EVENT_STREAMS", "0"),
+            ("GORGE_WEBHOOK_EVENT_STREAMS", "2000"),
+            ("GORGE_WEBHOOK_EVENT_STREAMS", "lots"),
         ];
         for (name, value) in cases {
             let err = parse(&[(name, value)]).expect_err(&format!("{name}={value}"));

@@ -3,6 +3,10 @@
 //! hooks that show what the daemon does — deliveries with verified
 //! signatures, retries, a hook error, and a breaker opening and closing.
 //! Needs no database; exits by itself.
+//!
+//! It also serves the diagnostics API, without a token, on loopback, so
+//! `webhook-admin watch` can follow the dispatcher's live events; with
+//! `--listen` it waits a little for such a watcher before it starts.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -10,6 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -20,12 +25,16 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use webhook_core::{
-    verify, Dispatcher, Hook, MemoryStore, NewRequest, RequestStatus, Settings, Store, Windows,
+    verify, Dispatcher, EventSink, Hook, MemoryStore, NewRequest, RequestStatus, Settings, Store,
+    Windows,
 };
 use webhook_transport_hyper::{HyperTransport, TransportConfig};
 
+use crate::api::{Api, Readiness, ServiceToken};
 use crate::app::log_windows;
 use crate::clock::SystemClock;
+use crate::live::{EventHub, DEFAULT_STREAMS};
+use crate::server;
 
 /// `println!` panics when stdout is closed (e.g. piped into `head`); the
 /// demo just stops talking instead.
@@ -37,6 +46,8 @@ macro_rules! say {
 }
 
 const DEADLINE: Duration = Duration::from_secs(50);
+/// How long `demo --listen` waits for a watcher before it starts.
+const WATCHER_WAIT: Duration = Duration::from_secs(20);
 const SIGNATURE_HEADER: &str = "x-phabricator-webhook-signature";
 
 struct DemoHook {
@@ -137,6 +148,41 @@ async fn serve_receiver(listener: TcpListener, receiver: Arc<Receiver>) {
     }
 }
 
+/// The in-memory queue is always there.
+struct AlwaysReady;
+
+#[async_trait]
+impl Readiness for AlwaysReady {
+    async fn check(&self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// `demo [--listen ADDR]`: the address to serve the diagnostics API on, if
+/// given. Only loopback: the demo's API has no token.
+pub fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Option<SocketAddr>, String> {
+    let mut listen = None;
+    while let Some(arg) = args.next() {
+        let value = match arg.strip_prefix("--listen=") {
+            Some(value) => value.to_owned(),
+            None if arg == "--listen" => args
+                .next()
+                .ok_or("--listen needs an address such as 127.0.0.1:8170")?,
+            None => return Err(format!("unknown argument {arg:?}")),
+        };
+        let addr: SocketAddr = value
+            .parse()
+            .map_err(|_| format!("--listen {value:?} is not an address such as 127.0.0.1:8170"))?;
+        if !addr.ip().is_loopback() {
+            return Err(format!(
+                "--listen {addr}: the demo serves its API without a token, so on loopback only"
+            ));
+        }
+        listen = Some(addr);
+    }
+    Ok(listen)
+}
+
 fn settings() -> Settings {
     Settings {
         poll_interval: Duration::from_millis(200),
@@ -150,14 +196,59 @@ fn settings() -> Settings {
     }
 }
 
-/// Runs the demo; returns an error message when something went wrong.
-pub async fn run() -> Result<(), String> {
+/// Runs the demo, serving the diagnostics API on `listen` (a free loopback
+/// port when `None`); returns an error message when something went wrong.
+pub async fn run(listen: Option<SocketAddr>) -> Result<(), String> {
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(|e| format!("cannot listen on loopback: {e}"))?;
     let addr: SocketAddr = listener
         .local_addr()
         .map_err(|e| format!("receiver address: {e}"))?;
+    let api_addr = listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+    let api_listener = TcpListener::bind(api_addr)
+        .await
+        .map_err(|e| format!("cannot listen on {api_addr}: {e}"))?;
+    let api_addr = api_listener
+        .local_addr()
+        .map_err(|e| format!("diagnostics address: {e}"))?;
+
+    let clock = Arc::new(SystemClock::new());
+    let store = MemoryStore::new(clock.clone());
+    seed(&store, addr);
+    let windows = Windows::try_new(settings()).map_err(|e| e.to_string())?;
+    say!("gorge-webhook demo: in-memory queue, real dispatcher, real HTTP to a receiver on {addr}");
+    say!(
+        "live events on http://{api_addr}/api/webhook/events; watch them with: \
+         webhook-admin watch --url http://{api_addr}\n"
+    );
+    log_windows(&windows);
+    let transport = HyperTransport::new(TransportConfig {
+        outbound_allow: vec!["127.0.0.0/8".parse().map_err(|e| format!("{e}"))?],
+        ..TransportConfig::default()
+    })
+    .map_err(|e| e.to_string())?;
+    let events = Arc::new(EventHub::new(DEFAULT_STREAMS));
+    let dispatcher = Arc::new(
+        Dispatcher::new(Arc::new(store.clone()), Arc::new(transport), clock, windows)
+            .with_events(Arc::clone(&events) as Arc<dyn EventSink>),
+    );
+    let api = Arc::new(
+        Api::new(
+            Arc::new(store.clone()),
+            Arc::new(AlwaysReady),
+            dispatcher.metrics(),
+            ServiceToken::new(""),
+        )
+        .with_events(Arc::clone(&events)),
+    );
+    let (api_stop, mut api_stopped) = watch::channel(false);
+    let api_server = tokio::spawn(server::serve(api_listener, api, async move {
+        let _ = api_stopped.wait_for(|s| *s).await;
+    }));
+    if listen.is_some() {
+        wait_for_watcher(&events).await;
+    }
     let receiver = Arc::new(Receiver {
         keys: HOOKS.iter().map(|h| (h.path, h.key)).collect(),
         flaky_calls: AtomicU32::new(0),
@@ -166,25 +257,6 @@ pub async fn run() -> Result<(), String> {
     });
     tokio::spawn(serve_receiver(listener, Arc::clone(&receiver)));
 
-    let clock = Arc::new(SystemClock::new());
-    let store = MemoryStore::new(clock.clone());
-    seed(&store, addr);
-    let windows = Windows::try_new(settings()).map_err(|e| e.to_string())?;
-    say!(
-        "gorge-webhook demo: in-memory queue, real dispatcher, real HTTP to a receiver on {addr}\n"
-    );
-    log_windows(&windows);
-    let transport = HyperTransport::new(TransportConfig {
-        outbound_allow: vec!["127.0.0.0/8".parse().map_err(|e| format!("{e}"))?],
-        ..TransportConfig::default()
-    })
-    .map_err(|e| e.to_string())?;
-    let dispatcher = Arc::new(Dispatcher::new(
-        Arc::new(store.clone()),
-        Arc::new(transport),
-        clock,
-        windows,
-    ));
     let (stop, mut stopped) = watch::channel(false);
     let running = {
         let dispatcher = Arc::clone(&dispatcher);
@@ -200,6 +272,10 @@ pub async fn run() -> Result<(), String> {
     let outcome = watch_progress(&store, &dispatcher, &receiver).await;
     let _ = stop.send(true);
     let _ = running.await;
+    // Watchers' streams end cleanly, after the last events.
+    events.close();
+    api_stop.send_replace(true);
+    let _ = api_server.await;
     print_rows(&store).await;
     say!(
         "\nTo deliver for a real Phorge, point the daemon at its database (read-write on {{namespace}}_herald):\n\n  \
@@ -208,6 +284,24 @@ pub async fn run() -> Result<(), String> {
          and switch PHP delivery off first (docs/operations.md). `webhook-daemon --help` lists every setting."
     );
     outcome
+}
+
+/// Gives a watcher (`webhook-admin watch`) up to [`WATCHER_WAIT`] to
+/// connect, so it sees the whole story.
+async fn wait_for_watcher(events: &EventHub) {
+    say!(
+        "waiting up to {}s for a watcher before delivering ...",
+        WATCHER_WAIT.as_secs()
+    );
+    let until = Instant::now() + WATCHER_WAIT;
+    while events.open_streams() == 0 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    if events.open_streams() > 0 {
+        say!("a watcher is connected; delivering\n");
+    } else {
+        say!("no watcher connected; delivering anyway\n");
+    }
 }
 
 fn seed(store: &MemoryStore, addr: SocketAddr) {

@@ -9,6 +9,7 @@ mod clock;
 mod config;
 mod demo;
 mod handoff;
+mod live;
 mod metrics_text;
 mod server;
 
@@ -25,7 +26,15 @@ fn main() -> ExitCode {
             print!("{}", config::help());
             return ExitCode::SUCCESS;
         }
-        Some("demo") => return run_demo(),
+        Some("demo") => {
+            return match demo::parse_args(std::env::args().skip(2)) {
+                Ok(listen) => run_demo(listen),
+                Err(message) => {
+                    eprintln!("webhook-daemon demo: {message}; see --help");
+                    ExitCode::from(2)
+                }
+            };
+        }
         Some("--version" | "-V") => {
             println!("webhook-daemon {}", env!("CARGO_PKG_VERSION"));
             return ExitCode::SUCCESS;
@@ -63,8 +72,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// The self-contained demo, logging the dispatcher's events as it goes.
-fn run_demo() -> ExitCode {
+/// The self-contained demo, logging the dispatcher's events as it goes and
+/// serving them on `listen` (or a free loopback port).
+fn run_demo(listen: Option<std::net::SocketAddr>) -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::new("webhook_core=info,webhook_daemon=info"))
         .with_ansi(std::io::stdout().is_terminal())
@@ -82,7 +92,7 @@ fn run_demo() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(demo::run()) {
+    match runtime.block_on(demo::run(listen)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("webhook-daemon demo: {err}");

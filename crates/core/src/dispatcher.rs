@@ -518,6 +518,7 @@ impl Dispatcher {
         if !self.may_call(run, &hook.phid).await {
             return Step::StopRun;
         }
+        let claimed_at = self.clock.monotonic();
         match self.store.claim(row.id, row.date_modified).await {
             Ok(Claim::Won) => {
                 bump(&self.metrics.claims_won);
@@ -546,7 +547,7 @@ impl Dispatcher {
             Some(&hook.phid),
             attempt_event(&result, outcome, latency),
         );
-        self.write_back(&write, &row.phid).await;
+        self.write_back(&write, &row.phid, Some(claimed_at)).await;
         if outcome != AttemptOutcome::Sent {
             // A new failure may have opened the breaker: look again before
             // the next claim.
@@ -717,14 +718,31 @@ impl Dispatcher {
             error,
             self.clock.now(),
         );
-        self.write_back(&write, &row.phid).await;
+        self.write_back(&write, &row.phid, None).await;
     }
 
     /// Writes a result, retrying for a while: a lost write-back means the row
-    /// is delivered again once its lease ends.
-    async fn write_back(&self, write: &crate::outcome::ResultWrite, request_phid: &str) {
+    /// is delivered again once its lease ends. With `claimed_at` (a claimed
+    /// attempt's result), retries stop one second before the claim's lease
+    /// ends: after it another deliverer may own the row, and a late,
+    /// unguarded write would overwrite that deliverer's result.
+    async fn write_back(
+        &self,
+        write: &crate::outcome::ResultWrite,
+        request_phid: &str,
+        claimed_at: Option<Duration>,
+    ) {
+        let lease = Duration::from_secs(self.windows.lease_secs());
+        let give_up_at = claimed_at.map(|at| at + lease.saturating_sub(Duration::from_secs(1)));
         let mut delay = WRITE_RETRY_DELAY;
         for attempt in 1..=WRITE_ATTEMPTS {
+            if attempt > 1 && give_up_at.is_some_and(|end| self.clock.monotonic() >= end) {
+                bump(&self.metrics.writeback_failures);
+                error!(event = "writeback_failed", request = %request_phid, attempts = attempt - 1,
+                       "lease over: result not stored, so as not to overwrite another deliverer's; \
+                        the row will be delivered again");
+                return;
+            }
             match self.store.write_result(write).await {
                 Ok(Written::Yes) => return,
                 Ok(Written::Skipped) => {

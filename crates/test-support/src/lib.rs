@@ -10,4 +10,4 @@ pub mod mariadb;
 pub mod receiver;
 
 pub use mariadb::{with_db, TestDb};
-pub use receiver::{Receiver, Recorded, Reply};
+pub use receiver::{Receiver, Recorded, Replied, Reply};

@@ -1,6 +1,8 @@
 //! A recording webhook receiver on loopback: keeps every request's raw
-//! bytes and headers, answers each path as scripted (status, delay), and
-//! tracks how many requests per path were in flight at once.
+//! bytes and headers, answers each path as scripted (a queue of replies, a
+//! fixed reply, or a reply computed from the request), records when and how
+//! each request was answered, and tracks how many requests per path were in
+//! flight at once.
 //!
 //! Test code: it panics with a clear message when it cannot listen.
 
@@ -54,7 +56,21 @@ pub struct Recorded {
     pub headers: Vec<(String, String)>,
     /// The raw body.
     pub body: Bytes,
-    /// When the request head arrived, from the receiver's start.
+    /// When the request head arrived, on the receiver's clock
+    /// ([`Receiver::now`]).
+    pub at: Duration,
+    /// The answer, once the receiver handed it to the connection. `None`
+    /// while the request is still being answered, and for good when the
+    /// client went away first.
+    pub replied: Option<Replied>,
+}
+
+/// How and when a request was answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replied {
+    /// The status sent.
+    pub status: u16,
+    /// When, on the receiver's clock.
     pub at: Duration,
 }
 
@@ -68,21 +84,39 @@ impl Recorded {
     }
 }
 
+/// A reply computed from the request as received (its `replied` is still
+/// `None`).
+type ReplyFn = Arc<dyn Fn(&Recorded) -> Reply + Send + Sync>;
+
+/// What a path answers once its scripted replies are used up.
+#[derive(Clone)]
+enum Rule {
+    Fixed(Reply),
+    Computed(ReplyFn),
+}
+
 #[derive(Default)]
 struct State {
     requests: Vec<Recorded>,
     scripts: HashMap<String, VecDeque<Reply>>,
-    defaults: HashMap<String, Reply>,
+    rules: HashMap<String, Rule>,
     active: HashMap<String, usize>,
     max_active: HashMap<String, usize>,
+}
+
+type Shared = Arc<Mutex<State>>;
+
+fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A running receiver; stops when dropped.
 #[derive(Clone)]
 pub struct Receiver {
     addr: SocketAddr,
-    state: Arc<Mutex<State>>,
+    state: Shared,
     arrived: Arc<Notify>,
+    started: Instant,
     task: Arc<tokio::task::JoinHandle<()>>,
 }
 
@@ -109,7 +143,7 @@ impl Receiver {
             .await
             .expect("receiver: bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("receiver: local address");
-        let state = Arc::new(Mutex::new(State::default()));
+        let state: Shared = Arc::default();
         let arrived = Arc::new(Notify::new());
         let started = Instant::now();
         let task = tokio::spawn(accept_loop(
@@ -122,12 +156,13 @@ impl Receiver {
             addr,
             state,
             arrived,
+            started,
             task: Arc::new(task),
         }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.state)
     }
 
     /// The listening address.
@@ -140,9 +175,32 @@ impl Receiver {
         format!("http://{}{path}", self.addr)
     }
 
+    /// The receiver's clock: time since it started, the scale of
+    /// [`Recorded::at`] and [`Replied::at`].
+    pub fn now(&self) -> Duration {
+        self.started.elapsed()
+    }
+
     /// Every later request to `path` gets `reply` (after scripted ones).
+    /// Replaces a [`reply_with`](Self::reply_with) function for that path.
     pub fn always(&self, path: &str, reply: Reply) {
-        self.lock().defaults.insert(path.to_owned(), reply);
+        self.lock()
+            .rules
+            .insert(path.to_owned(), Rule::Fixed(reply));
+    }
+
+    /// Every later request to `path` (after scripted ones) gets what `reply`
+    /// computes from it: per-request statuses and delays, e.g. seeded random
+    /// failures and latency. Replaces an [`always`](Self::always) reply for
+    /// that path. `reply` runs outside the receiver's lock, once per request.
+    pub fn reply_with(
+        &self,
+        path: &str,
+        reply: impl Fn(&Recorded) -> Reply + Send + Sync + 'static,
+    ) {
+        self.lock()
+            .rules
+            .insert(path.to_owned(), Rule::Computed(Arc::new(reply)));
     }
 
     /// The next requests to `path` get these replies, in order.
@@ -154,7 +212,8 @@ impl Receiver {
             .extend(replies);
     }
 
-    /// Everything received so far.
+    /// Everything received so far, in arrival order, with the answers given
+    /// so far.
     pub fn requests(&self) -> Vec<Recorded> {
         self.lock().requests.clone()
     }
@@ -181,12 +240,7 @@ impl Receiver {
     }
 }
 
-async fn accept_loop(
-    listener: TcpListener,
-    state: Arc<Mutex<State>>,
-    arrived: Arc<Notify>,
-    started: Instant,
-) {
+async fn accept_loop(listener: TcpListener, state: Shared, arrived: Arc<Notify>, started: Instant) {
     let builder = auto::Builder::new(TokioExecutor::new());
     while let Ok((stream, _)) = listener.accept().await {
         let state = Arc::clone(&state);
@@ -195,7 +249,7 @@ async fn accept_loop(
             let state = Arc::clone(&state);
             let arrived = Arc::clone(&arrived);
             async move {
-                Ok::<_, std::convert::Infallible>(answer(request, &state, &arrived, started).await)
+                Ok::<_, std::convert::Infallible>(answer(request, state, &arrived, started).await)
             }
         });
         let connection = builder
@@ -205,9 +259,40 @@ async fn accept_loop(
     }
 }
 
+/// Counts a request to a path as in flight until dropped, so a request
+/// whose client went away (and whose handler hyper dropped) is counted out
+/// too.
+struct Active {
+    state: Shared,
+    path: String,
+}
+
+impl Active {
+    fn enter(state: &Shared, path: &str) -> Self {
+        let mut s = lock(state);
+        let active = s.active.entry(path.to_owned()).or_default();
+        *active += 1;
+        let now_active = *active;
+        let max = s.max_active.entry(path.to_owned()).or_default();
+        *max = (*max).max(now_active);
+        Self {
+            state: Arc::clone(state),
+            path: path.to_owned(),
+        }
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        if let Some(active) = lock(&self.state).active.get_mut(&self.path) {
+            *active = active.saturating_sub(1);
+        }
+    }
+}
+
 async fn answer(
     request: Request<Incoming>,
-    state: &Mutex<State>,
+    state: Shared,
     arrived: &Notify,
     started: Instant,
 ) -> Response<Full<Bytes>> {
@@ -224,46 +309,126 @@ async fn answer(
             )
         })
         .collect();
-    let reply = {
-        let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
-        let active = s.active.entry(path.clone()).or_default();
-        *active += 1;
-        let now_active = *active;
-        let max = s.max_active.entry(path.clone()).or_default();
-        *max = (*max).max(now_active);
-        s.scripts
-            .get_mut(&path)
-            .and_then(VecDeque::pop_front)
-            .or_else(|| s.defaults.get(&path).copied())
-            .unwrap_or(Reply::status(200))
-    };
+    let _active = Active::enter(&state, &path);
     let body = request
         .into_body()
         .collect()
         .await
         .map(|b| b.to_bytes())
         .unwrap_or_default();
-    {
-        let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
-        s.requests.push(Recorded {
-            method,
-            path: path.clone(),
-            headers,
-            body,
-            at,
-        });
-    }
+    let recorded = Recorded {
+        method,
+        path: path.clone(),
+        headers,
+        body,
+        at,
+        replied: None,
+    };
+    let (scripted, rule) = {
+        let mut s = lock(&state);
+        let scripted = s.scripts.get_mut(&path).and_then(VecDeque::pop_front);
+        (scripted, s.rules.get(&path).cloned())
+    };
+    let reply = match (scripted, rule) {
+        (Some(reply), _) | (None, Some(Rule::Fixed(reply))) => reply,
+        (None, Some(Rule::Computed(compute))) => compute(&recorded),
+        (None, None) => Reply::status(200),
+    };
+    let index = {
+        let mut s = lock(&state);
+        s.requests.push(recorded);
+        s.requests.len() - 1
+    };
     arrived.notify_waiters();
     if !reply.delay.is_zero() {
         tokio::time::sleep(reply.delay).await;
     }
-    {
-        let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(active) = s.active.get_mut(&path) {
-            *active -= 1;
-        }
+    if let Some(recorded) = lock(&state).requests.get_mut(index) {
+        recorded.replied = Some(Replied {
+            status: reply.status,
+            at: started.elapsed(),
+        });
     }
     let mut response = Response::new(Full::new(Bytes::from_static(b"ok\n")));
     *response.status_mut() = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK);
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    /// Sends one POST on a fresh connection and returns the status line.
+    async fn post(receiver: &Receiver, path: &str, body: &str) -> String {
+        let mut stream = TcpStream::connect(receiver.addr()).await.expect("connect");
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).await.expect("write");
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).await.expect("read");
+        String::from_utf8_lossy(&raw)
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    #[tokio::test]
+    async fn computed_replies_are_recorded_with_their_answer() {
+        let receiver = Receiver::start().await;
+        receiver.reply_with("/p", |request| {
+            let status = if request.body.as_ref() == b"fail" {
+                503
+            } else {
+                201
+            };
+            Reply::status(status).after(Duration::from_millis(30))
+        });
+        receiver.script("/p", [Reply::status(418)]);
+        assert!(post(&receiver, "/p", "ok").await.contains(" 418 "));
+        assert!(post(&receiver, "/p", "fail").await.contains(" 503 "));
+        assert!(post(&receiver, "/p", "ok").await.contains(" 201 "));
+        let got = receiver.requests();
+        let statuses: Vec<u16> = got
+            .iter()
+            .map(|r| r.replied.expect("answered").status)
+            .collect();
+        assert_eq!(statuses, vec![418, 503, 201]);
+        let computed = got[1].replied.expect("answered");
+        assert!(computed.at >= got[1].at + Duration::from_millis(30));
+        assert!(receiver.now() >= computed.at);
+        // `always` replaces the function.
+        receiver.always("/p", Reply::status(204));
+        assert!(post(&receiver, "/p", "fail").await.contains(" 204 "));
+    }
+
+    #[tokio::test]
+    async fn a_client_that_goes_away_is_counted_out_and_stays_unanswered() {
+        let receiver = Receiver::start().await;
+        receiver.script("/slow", [Reply::status(200).after(Duration::from_secs(30))]);
+        let mut stream = TcpStream::connect(receiver.addr()).await.expect("connect");
+        stream
+            .write_all(b"POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+            .await
+            .expect("write");
+        let arrived = receiver.wait_for(1, Duration::from_secs(10)).await;
+        assert_eq!(arrived.len(), 1);
+        drop(stream);
+        // The next request finds nothing else in flight on the path.
+        let until = Instant::now() + Duration::from_secs(10);
+        while lock(&receiver.state).active.get("/slow").copied() != Some(0) {
+            assert!(
+                Instant::now() < until,
+                "the abandoned request is still counted"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(post(&receiver, "/slow", "").await.contains(" 200 "));
+        assert_eq!(receiver.max_concurrent("/slow"), 1);
+        assert_eq!(receiver.requests()[0].replied, None);
+    }
 }

@@ -1,7 +1,8 @@
 //! Integration tests of `webhook-admin`: every subcommand runs as a
 //! process (the built binary), against fresh databases on the local
 //! MariaDB (127.0.0.1:3306, root, no password) seeded with rows for each
-//! case, or against a local `listen` receiver.
+//! case, or against a local `listen` receiver, or (`watch`) recorded and
+//! locally served event streams.
 
 mod config;
 mod doctor;
@@ -13,3 +14,4 @@ mod readonly;
 mod signing;
 mod stats;
 mod support;
+mod watch;

@@ -6,6 +6,10 @@
 //!
 //! A failure lists every fixture that did not hold, by name, with the
 //! expected and the actual answer.
+//!
+//! The event stream never ends by itself: a fixture marked
+//! `request.stream` is read only until every `expect.contains` string has
+//! arrived (or 10 s passed), then the harness hangs up.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -17,6 +21,7 @@ use webhook_test_support::mariadb::{create_database, dropping_after, unique_name
 use webhook_test_support::{with_db, TestDb};
 
 use crate::daemon::{database_env, free_port, http, Daemon, HttpResponse};
+use crate::live::stream_prefix;
 
 /// The `GORGE_SERVICE_TOKEN` every contract daemon runs with.
 const TOKEN: &str = "contract-token";
@@ -43,7 +48,17 @@ const REQUIRED: &[&str] = &[
     "metrics-missing-token",
     "metrics",
     "stats-store-failure-is-opaque",
+    "events",
+    "events-missing-token",
 ];
+
+/// Error codes `openapi.json` documents that no fixture can produce, each
+/// with why and where it is tested instead.
+const CODES_WITHOUT_FIXTURE: &[(&str, &str)] = &[(
+    "ERR_TOO_MANY_STREAMS",
+    "needs GORGE_WEBHOOK_EVENT_STREAMS streams held open while the fixture runs; \
+     tests/it/live.rs `the_stream_cap_answers_503_and_frees_slots` checks it on the real daemon",
+)];
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -93,6 +108,9 @@ struct RequestSpec {
     headers: BTreeMap<String, String>,
     #[serde(default)]
     body: Option<String>,
+    /// The response is an event stream: read it until `expect.contains`.
+    #[serde(default)]
+    stream: bool,
 }
 
 fn get() -> String {
@@ -300,15 +318,25 @@ async fn run_fixtures(setup: DatabaseSetup, daemon: &Daemon, ctx: &Context) -> u
             .collect();
         let body = request.body.as_deref().unwrap_or("").as_bytes();
         let line = format!("{} {}", request.method, target(request));
-        match http(
-            daemon.addr(),
-            &request.method,
-            &target(request),
-            &headers,
-            body,
-        )
-        .await
-        {
+        let response = if request.stream {
+            let expect: Vec<String> = fixture
+                .expect
+                .contains
+                .iter()
+                .map(|needle| ctx.expand(needle))
+                .collect();
+            stream_prefix(daemon.addr(), &target(request), &headers, &expect).await
+        } else {
+            http(
+                daemon.addr(),
+                &request.method,
+                &target(request),
+                &headers,
+                body,
+            )
+            .await
+        };
+        match response {
             Ok(response) => {
                 let problems = mismatches(&fixture.expect, &response, ctx);
                 if !problems.is_empty() {
@@ -521,6 +549,12 @@ fn contracts_fixtures_are_complete_and_match_openapi() {
                 ));
             }
         }
+        if fixture.request.stream && (fixture.request.method != "GET" || expect.contains.is_empty())
+        {
+            problems.push(format!(
+                "`{name}`: a stream fixture is a GET with `expect.contains` (what to read up to)"
+            ));
+        }
         let path = fixture.request.path.as_str();
         let method = fixture.request.method.to_ascii_lowercase();
         let Some(item) = paths.get(path) else {
@@ -561,6 +595,13 @@ fn contracts_fixtures_are_complete_and_match_openapi() {
         if !documented_and_ok.contains(path) {
             problems.push(format!("openapi path {path} has no fixture answering 200"));
         }
+    }
+    for (code, why) in CODES_WITHOUT_FIXTURE {
+        assert!(!why.is_empty());
+        assert!(
+            codes.insert((*code).to_owned()),
+            "{code} has a fixture now: drop it from CODES_WITHOUT_FIXTURE"
+        );
     }
     let documented: BTreeSet<String> = openapi["components"]["schemas"]["ErrorCode"]["enum"]
         .as_array()

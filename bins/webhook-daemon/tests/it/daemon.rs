@@ -20,6 +20,13 @@ use tokio::net::TcpStream;
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_webhook-daemon");
 
+/// [`BIN`], unless `WEBHOOK_DAEMON_BIN` names another build of it (a
+/// release build, or a deliberately broken one, to check that the tests
+/// notice).
+pub fn bin() -> String {
+    std::env::var("WEBHOOK_DAEMON_BIN").unwrap_or_else(|_| BIN.to_owned())
+}
+
 /// How long a daemon may take to answer `/healthz` after its start. Very
 /// generous: the machine may be busy compiling.
 pub const START_DEADLINE: Duration = Duration::from_secs(60);
@@ -108,7 +115,8 @@ impl Daemon {
         let addr = listen
             .parse()
             .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 9)));
-        let mut command = Command::new(BIN);
+        let bin = bin();
+        let mut command = Command::new(&bin);
         command
             .args(args)
             .stdin(Stdio::null())
@@ -123,7 +131,7 @@ impl Daemon {
         command.envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         let mut child = command
             .spawn()
-            .unwrap_or_else(|e| panic!("{label}: cannot start {BIN}: {e}"));
+            .unwrap_or_else(|e| panic!("{label}: cannot start {bin}: {e}"));
         let stdout = Captured::default();
         let stderr = Captured::default();
         let mut readers = Vec::new();
@@ -193,6 +201,39 @@ impl Daemon {
         http(self.addr, "GET", target, &headers, b"")
             .await
             .unwrap_or_else(|e| panic!("{}: GET {target}: {e}\n{}", self.label, self.log()))
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether the process is still running (reaps it if it exited).
+    pub fn is_running(&mut self) -> bool {
+        if self.exited.is_some() {
+            return false;
+        }
+        match self.child.try_wait() {
+            Ok(Some(status)) => {
+                self.reap(status);
+                false
+            }
+            Ok(None) => true,
+            Err(e) => panic!("{}: waiting for the daemon: {e}", self.label),
+        }
+    }
+
+    /// `kill -9`: the process dies at once, deliveries in flight and all,
+    /// as in a crash or an OOM kill. Returns when it is gone.
+    pub async fn kill_hard(&mut self) {
+        self.signal("KILL");
+        let status = self.wait_exit(START_DEADLINE).await;
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(9),
+            "{}: expected death by SIGKILL, got {status}",
+            self.label
+        );
     }
 
     /// Sends SIGTERM, as an init system would.

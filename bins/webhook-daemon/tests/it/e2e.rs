@@ -20,7 +20,7 @@ use webhook_test_support::{with_db, Receiver, Reply, TestDb};
 use crate::daemon::{database_env, free_port, Daemon};
 
 /// A condition expected to hold "soon" must hold within this.
-const DEADLINE: Duration = Duration::from_secs(60);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(60);
 
 /// GORGE_WEBHOOK_DELIVERY_TIMEOUT=2 raises GORGE_WEBHOOK_CLAIM_LEASE_SEC=1
 /// to 2 + 2.
@@ -40,14 +40,14 @@ const VECTOR_PROPERTIES: &str = r#"{"retry":"forever","transactionPHIDs":["PHID-
 /// `retry=forever`, PHP's map-shaped transaction PHIDs.
 const RETRY_PROPERTIES: &str = r#"{"retry":"forever","triggerPHIDs":["PHID-HRUL-aaaaaaaaaaaaaaaaaaaa"],"transactionPHIDs":{"PHID-XACT-TASK-ccccccccccccccc":"PHID-XACT-TASK-ccccccccccccccc"}}"#;
 
-fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+pub(crate) fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
     list.iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect()
 }
 
 /// A delivering daemon's settings on `namespace`, with short windows.
-fn delivery_env(namespace: &str) -> Vec<(String, String)> {
+pub(crate) fn delivery_env(namespace: &str) -> Vec<(String, String)> {
     let mut env = database_env(namespace);
     env.extend(pairs(&[
         ("GORGE_WEBHOOK_OUTBOUND_ALLOW", "127.0.0.1/32"),
@@ -60,13 +60,17 @@ fn delivery_env(namespace: &str) -> Vec<(String, String)> {
     env
 }
 
-fn with_setting(mut env: Vec<(String, String)>, name: &str, value: &str) -> Vec<(String, String)> {
+pub(crate) fn with_setting(
+    mut env: Vec<(String, String)>,
+    name: &str,
+    value: &str,
+) -> Vec<(String, String)> {
     env.retain(|(k, _)| k != name);
     env.push((name.to_owned(), value.to_owned()));
     env
 }
 
-async fn add_hook(db: &TestDb, phid: &str, uri: String, key: &str) {
+pub(crate) async fn add_hook(db: &TestDb, phid: &str, uri: String, key: &str) {
     db.insert_hook(&Hook {
         phid: phid.to_owned(),
         name: phid.to_owned(),
@@ -102,7 +106,7 @@ async fn wait_row(
 }
 
 /// Waits until the daemon's log contains `needle`.
-async fn wait_log(daemon: &Daemon, needle: &str) {
+pub(crate) async fn wait_log(daemon: &Daemon, needle: &str) {
     let until = tokio::time::Instant::now() + DEADLINE;
     while !daemon.stderr().contains(needle) {
         assert!(

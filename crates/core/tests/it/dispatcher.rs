@@ -462,6 +462,26 @@ fn a_failed_write_back_is_retried_until_stored() {
 }
 
 #[test]
+fn a_write_back_is_not_retried_past_the_claims_lease() {
+    // Lease 30 s; the POST times out at 15 s; write-back tries at 15, 15.5,
+    // 16.5, 18.5 and 22.5 s fail. The sixth would come at 30.5 s, past the
+    // lease, when another deliverer may own the row: it is not made.
+    let mut h = Harness::with_defaults();
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    h.transport
+        .always(URI_A, Reply::status(500).after(secs(20)));
+    h.store.fail_next(StoreOp::WriteResult, 10);
+    let id = h.store.insert_request(NewRequest::queued(HOOK_A, FOREVER));
+    h.start();
+    h.run_for(secs(40));
+    assert_eq!(h.store.calls(StoreOp::WriteResult), 5);
+    let snap = h.dispatcher.metrics().snapshot();
+    assert_eq!((snap.writeback_retries, snap.writeback_failures), (5, 1));
+    // Never written: still the claimed, queued row.
+    assert_eq!(h.store.row(id).expect("row").status, RequestStatus::Queued);
+}
+
+#[test]
 fn a_failed_poll_is_retried_on_the_next_tick() {
     let mut h = Harness::with_defaults();
     h.store.put_hook(hook(HOOK_A, URI_A));

@@ -1,0 +1,387 @@
+//! Helpers shared by the reliability, outage, hostile-input and secrets
+//! tests: seeded per-request randomness for receivers, bulk inserts and
+//! reads of Phorge's request table, waiting for the whole table to reach a
+//! state, scraping `/metrics`, and the checks every such test ends with
+//! (Phorge's value domain, no panic in the log).
+//!
+//! Reads go through the test's own MariaDB session, never through the
+//! daemon, so they see what Phorge would see.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use serde_json::Value;
+use webhook_test_support::{Recorded, TestDb};
+
+use crate::daemon::Daemon;
+
+/// The header the reliability tests ask the daemon to put the request PHID
+/// in (`GORGE_WEBHOOK_REQUEST_ID_HEADER`), as sent and as received.
+pub const REQUEST_ID_HEADER: &str = "X-Gorge-Request";
+/// [`REQUEST_ID_HEADER`] as the receiver records it.
+pub const REQUEST_ID_RECEIVED: &str = "x-gorge-request";
+
+/// The seed of the receivers' per-request randomness: `RELIABILITY_SEED`
+/// when set (to replay a failure), else a fixed one so CI runs the same
+/// schedule of failures and latencies every time.
+pub fn seed() -> u64 {
+    std::env::var("RELIABILITY_SEED")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0x5eed_2026_0008)
+}
+
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// A pseudo-random number that depends only on its inputs: the same row,
+/// attempt and purpose get the same draw whatever order requests arrive in
+/// (three processes racing cannot make a seed's schedule differ).
+pub fn draw(seed: u64, key: &str, attempt: u32, purpose: u64) -> u64 {
+    let mut h = splitmix(seed ^ purpose.wrapping_mul(0x2545_f491_4f6c_dd1d));
+    for byte in key.bytes() {
+        h = splitmix(h ^ u64::from(byte));
+    }
+    splitmix(h ^ u64::from(attempt))
+}
+
+/// One request row as stored, read back with raw SQL.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    /// `id`.
+    pub id: u64,
+    /// `phid` (the request PHID).
+    pub phid: String,
+    /// `webhookPHID`.
+    pub hook: String,
+    /// `objectPHID`.
+    pub object: String,
+    /// `status`.
+    pub status: String,
+    /// `properties`.
+    pub properties: String,
+    /// `lastRequestResult`.
+    pub last_result: String,
+    /// `lastRequestEpoch`.
+    pub last_epoch: u64,
+    /// `dateCreated`.
+    pub date_created: u64,
+    /// `dateModified`.
+    pub date_modified: u64,
+}
+
+impl Stored {
+    /// `properties` as JSON; panics with the row when it is not.
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.properties).unwrap_or_else(|e| {
+            panic!(
+                "row {} properties are not JSON ({e}): {:.300}",
+                self.id, self.properties
+            )
+        })
+    }
+
+    /// `(status, lastRequestResult, errorType, errorCode)`, the code as
+    /// stored (integer or string).
+    pub fn outcome(&self) -> (String, String, String, Value) {
+        let props = self.json();
+        (
+            self.status.clone(),
+            self.last_result.clone(),
+            props["errorType"].as_str().unwrap_or_default().to_owned(),
+            props["errorCode"].clone(),
+        )
+    }
+}
+
+/// Every request row, in id order.
+pub async fn all_rows(db: &TestDb) -> Vec<Stored> {
+    type Columns = (
+        u64,
+        String,
+        String,
+        String,
+        String,
+        String,
+        String,
+        u64,
+        u64,
+        u64,
+    );
+    let rows: Vec<Columns> = db
+        .conn()
+        .await
+        .query(
+            "SELECT id, phid, webhookPHID, objectPHID, status, properties, lastRequestResult, \
+             lastRequestEpoch, dateCreated, dateModified FROM herald_webhookrequest ORDER BY id",
+        )
+        .await
+        .expect("read every request row");
+    rows.into_iter()
+        .map(
+            |(
+                id,
+                phid,
+                hook,
+                object,
+                status,
+                properties,
+                last_result,
+                last_epoch,
+                date_created,
+                date_modified,
+            )| Stored {
+                id,
+                phid,
+                hook,
+                object,
+                status,
+                properties,
+                last_result,
+                last_epoch,
+                date_created,
+                date_modified,
+            },
+        )
+        .collect()
+}
+
+/// A row to insert as Phorge does (`queued`, `none`, epoch 0, both dates
+/// the server's now).
+#[derive(Debug, Clone)]
+pub struct NewRow {
+    /// Request PHID.
+    pub phid: String,
+    /// Hook PHID.
+    pub hook: String,
+    /// Object PHID.
+    pub object: String,
+    /// `properties` text.
+    pub properties: String,
+}
+
+/// Inserts `rows` with multi-row INSERTs of up to `chunk` rows each, in
+/// order; returns when all are in.
+pub async fn insert_rows(db: &TestDb, rows: &[NewRow], chunk: usize) {
+    let mut conn = db.conn().await;
+    for part in rows.chunks(chunk.max(1)) {
+        let values = vec![
+            "(?, ?, ?, 'queued', ?, 'none', 0, UNIX_TIMESTAMP(), UNIX_TIMESTAMP())";
+            part.len()
+        ];
+        let sql = format!(
+            "INSERT INTO herald_webhookrequest (phid, webhookPHID, objectPHID, status, properties, \
+             lastRequestResult, lastRequestEpoch, dateCreated, dateModified) VALUES {}",
+            values.join(", ")
+        );
+        let params: Vec<mysql_async::Value> = part
+            .iter()
+            .flat_map(|r| {
+                [
+                    r.phid.as_str().into(),
+                    r.hook.as_str().into(),
+                    r.object.as_str().into(),
+                    r.properties.as_str().into(),
+                ]
+            })
+            .collect();
+        conn.exec_drop(sql, params)
+            .await
+            .expect("insert request rows");
+    }
+}
+
+/// Polls the table until `done` holds for all rows; panics after
+/// `deadline` with a summary and the daemons' logs.
+pub async fn wait_table(
+    db: &TestDb,
+    daemons: &[&Daemon],
+    what: &str,
+    deadline: Duration,
+    done: impl Fn(&[Stored]) -> bool,
+) -> Vec<Stored> {
+    let until = tokio::time::Instant::now() + deadline;
+    loop {
+        let rows = all_rows(db).await;
+        if done(&rows) {
+            return rows;
+        }
+        if tokio::time::Instant::now() >= until {
+            let mut by_state: BTreeMap<(String, String), usize> = BTreeMap::new();
+            for row in &rows {
+                *by_state
+                    .entry((row.status.clone(), row.last_result.clone()))
+                    .or_default() += 1;
+            }
+            let logs: Vec<String> = daemons.iter().map(|d| d.log()).collect();
+            panic!(
+                "the table never became {what} within {deadline:?}; rows by (status, \
+                 lastRequestResult): {by_state:?}\n{}",
+                logs.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// True when every row is `sent`.
+pub fn all_sent(rows: &[Stored]) -> bool {
+    !rows.is_empty() && rows.iter().all(|r| r.status == "sent")
+}
+
+/// Receipts grouped by the request-id header, each group in arrival order.
+pub fn by_request(receipts: &[Recorded]) -> BTreeMap<String, Vec<Recorded>> {
+    let mut groups: BTreeMap<String, Vec<Recorded>> = BTreeMap::new();
+    for receipt in receipts {
+        let id = receipt
+            .header(REQUEST_ID_RECEIVED)
+            .unwrap_or_else(|| panic!("a receipt without {REQUEST_ID_HEADER}: {receipt:?}"))
+            .to_owned();
+        groups.entry(id).or_default().push(receipt.clone());
+    }
+    for group in groups.values_mut() {
+        group.sort_by_key(|r| r.at);
+    }
+    groups
+}
+
+/// The daemon's `/metrics` text (the tests run without a service token).
+pub async fn metrics(daemon: &Daemon) -> String {
+    let response = daemon.get("/metrics", &[]).await;
+    assert_eq!(response.status, 200, "/metrics: {}", response.text());
+    response.text()
+}
+
+/// The value of one sample line, `name{labels}` exactly as rendered.
+pub fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .filter_map(|line| line.strip_prefix(series))
+        .find_map(|rest| rest.strip_prefix(' '))
+        .and_then(|value| value.trim().parse().ok())
+}
+
+/// [`sample`] of a counter or gauge that must be present, as a count.
+pub fn count(text: &str, series: &str) -> u64 {
+    sample(text, series).unwrap_or_else(|| panic!("no sample {series} in\n{text}")) as u64
+}
+
+/// Every row holds values from Phorge's domain (SPEC §2, §3, §5):
+/// `status` and `lastRequestResult` from their sets, `properties` a JSON
+/// object whose `errorType`/`errorCode` agree with the row's state.
+pub fn assert_value_domain(rows: &[Stored]) {
+    for row in rows {
+        let context = || format!("row {} ({}): {:.400}", row.id, row.phid, row.properties);
+        assert!(
+            ["queued", "sent", "failed"].contains(&row.status.as_str()),
+            "status {:?} — {}",
+            row.status,
+            context()
+        );
+        assert!(
+            ["none", "okay", "fail"].contains(&row.last_result.as_str()),
+            "lastRequestResult {:?} — {}",
+            row.last_result,
+            context()
+        );
+        let props = row.json();
+        assert!(
+            props.is_object(),
+            "properties not an object — {}",
+            context()
+        );
+        let error_type = &props["errorType"];
+        let code = &props["errorCode"];
+        match row.last_result.as_str() {
+            "okay" => {
+                assert_eq!(row.status, "sent", "{}", context());
+                assert_eq!(error_type, "http", "{}", context());
+                assert!(
+                    code.as_u64().is_some_and(|c| (200..300).contains(&c)),
+                    "okay needs a 2xx integer errorCode — {}",
+                    context()
+                );
+            }
+            "fail" => {
+                assert!(row.last_epoch > 0, "fail without an epoch — {}", context());
+                assert!(
+                    error_type == "http" || error_type == "timeout",
+                    "fail needs errorType http or timeout — {}",
+                    context()
+                );
+                assert!(
+                    code.is_u64(),
+                    "errorCode must be a JSON integer — {}",
+                    context()
+                );
+                if error_type == "timeout" {
+                    assert_eq!(code, 28, "{}", context());
+                }
+            }
+            _ => {
+                if row.status == "failed" {
+                    assert_eq!(row.last_epoch, 0, "{}", context());
+                    assert_eq!(error_type, "hook", "{}", context());
+                    assert!(
+                        code.is_string(),
+                        "a hook error's code is a string — {}",
+                        context()
+                    );
+                } else {
+                    assert_eq!(row.status, "queued", "{}", context());
+                }
+            }
+        }
+    }
+}
+
+/// The daemon is still running and its log shows no panic.
+pub fn assert_alive_without_panic(daemon: &mut Daemon) {
+    assert!(daemon.is_running(), "the daemon exited\n{}", daemon.log());
+    assert!(
+        !daemon.stderr().contains("panicked"),
+        "the daemon panicked\n{}",
+        daemon.log()
+    );
+}
+
+#[test]
+fn draws_depend_only_on_their_inputs() {
+    assert_eq!(draw(1, "a", 1, 1), draw(1, "a", 1, 1));
+    let distinct: std::collections::BTreeSet<u64> = [
+        draw(1, "a", 1, 1),
+        draw(2, "a", 1, 1),
+        draw(1, "b", 1, 1),
+        draw(1, "a", 2, 1),
+        draw(1, "a", 1, 2),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(distinct.len(), 5);
+    // Roughly uniform: about 10 % of 10,000 draws fall under 10 of 100.
+    let low = (0..10_000)
+        .filter(|n| draw(7, &format!("row{n}"), 1, 2) % 100 < 10)
+        .count();
+    assert!((800..1_200).contains(&low), "{low}");
+}
+
+#[test]
+fn samples_are_read_by_exact_series() {
+    let text = "gorge_webhook_claims_total{result=\"won\"} 12\n\
+                gorge_webhook_claims_total{result=\"lost\"} 3\n\
+                gorge_webhook_in_flight 0\n";
+    assert_eq!(
+        count(text, "gorge_webhook_claims_total{result=\"won\"}"),
+        12
+    );
+    assert_eq!(
+        count(text, "gorge_webhook_claims_total{result=\"lost\"}"),
+        3
+    );
+    assert_eq!(count(text, "gorge_webhook_in_flight"), 0);
+    assert_eq!(sample(text, "gorge_webhook_claims_total"), None);
+}
