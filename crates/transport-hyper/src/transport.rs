@@ -261,7 +261,7 @@ impl HyperTransport {
                     let _ = drain(response.into_body(), self.response_body_limit).await;
                     followed += 1;
                     debug!(event = "redirect_followed", request = %request.request_phid,
-                           status = status.as_u16(), hop = followed, location = %next_uri.uri());
+                           status = status.as_u16(), hop = followed, location = %next_uri.origin());
                     uri = next_uri;
                     method = next_method;
                 }

@@ -8,6 +8,25 @@ use std::net::IpAddr;
 
 use http::uri::{Scheme, Uri};
 
+/// `uri` without `user:password@`: it is not sent (no Basic auth, as
+/// documented), and keeping it would put credentials into connection-pool
+/// keys and their debug logs.
+fn without_user_info(uri: Uri) -> Result<Uri, String> {
+    let Some(authority) = uri.authority() else {
+        return Ok(uri);
+    };
+    let Some((_, host_port)) = authority.as_str().rsplit_once('@') else {
+        return Ok(uri);
+    };
+    let mut parts = uri.clone().into_parts();
+    parts.authority = Some(
+        host_port
+            .parse()
+            .map_err(|err| format!("cannot parse the URI's host ({err})"))?,
+    );
+    Uri::from_parts(parts).map_err(|err| format!("cannot rebuild the URI ({err})"))
+}
+
 /// A URI the transport may try to call: absolute, `http`/`https`, with a
 /// host. Cheap to clone.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,7 +39,8 @@ impl HookUri {
     pub(crate) fn parse(text: &str) -> Result<Self, String> {
         let uri: Uri = text
             .parse()
-            .map_err(|err| format!("cannot parse {text:?}: {err}"))?;
+            // The text stays out of the message: it may carry credentials.
+            .map_err(|err| format!("cannot parse the URI ({err})"))?;
         Self::check(uri)
     }
 
@@ -34,7 +54,20 @@ impl HookUri {
             Some(host) if !host.is_empty() && host != "[]" => {}
             _ => return Err("no host".to_owned()),
         }
-        Ok(Self { uri })
+        Ok(Self {
+            uri: without_user_info(uri)?,
+        })
+    }
+
+    /// `scheme://host:port` of this URI, for logs: never its path, query or
+    /// user-info, which may carry credentials.
+    pub(crate) fn origin(&self) -> String {
+        format!(
+            "{}://{}:{}",
+            self.uri.scheme_str().unwrap_or("http"),
+            self.uri.host().unwrap_or_default(),
+            self.port()
+        )
     }
 
     /// The parsed URI.
@@ -164,6 +197,22 @@ fn remove_dot_segments(path: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn user_info_is_dropped_and_never_quoted() {
+        let uri =
+            HookUri::parse("https://user:s3cret@hooks.example:8443/p?token=t").expect("valid");
+        assert_eq!(
+            uri.uri().to_string(),
+            "https://hooks.example:8443/p?token=t"
+        );
+        assert_eq!(uri.origin(), "https://hooks.example:8443");
+        let err = HookUri::parse("http://bad host/x?token=s3cret").expect_err("malformed");
+        assert!(
+            !err.contains("s3cret") && !err.contains("bad host"),
+            "{err}"
+        );
+    }
+
     use super::*;
 
     #[test]
