@@ -1,13 +1,22 @@
 //! `cargo xtask`: project chores that would otherwise be shell scripts.
 //!
 //! - `ci`: everything a submission must pass (fmt, clippy, the whole test
-//!   suite with MariaDB started when it is not running).
+//!   suite with MariaDB started when it is not running, and the
+//!   supply-chain checks).
 //! - `layers`: the crate layering rules of docs/ARCHITECTURE.md, checked on
 //!   the real dependency graph.
 //! - `contract-test`: the diagnostics API's fixtures (`contracts/`) against
 //!   the real daemon binary; `cargo test --workspace` (and so `ci`) runs
 //!   them as well.
+//! - `bench`: the backlog benchmark (`bins/webhook-daemon/benches/backlog.rs`)
+//!   against the local MariaDB; its last stdout line is one JSON object.
+//! - `deny`: cargo-deny's bans, licenses and sources checks (`deny.toml`),
+//!   installing cargo-deny when it is missing.
+//! - `fuzz`: the libFuzzer targets of `fuzz/` on the stable toolchain
+//!   (docs/fuzzing.md).
 
+mod deny;
+mod fuzz;
 mod layers;
 mod mariadb;
 #[cfg(test)]
@@ -22,6 +31,9 @@ fn main() -> ExitCode {
         Some("layers") => layers::check().map(|()| println!("layering rules hold")),
         Some("mariadb") => mariadb::ensure_running(),
         Some("contract-test") => contract_test(&args[1..]),
+        Some("bench") => bench(&args[1..]),
+        Some("deny") => deny::check(),
+        Some("fuzz") => fuzz::fuzz(&args[1..]),
         _ => {
             eprintln!(
                 "usage: cargo xtask <command>\n\n\
@@ -30,7 +42,13 @@ fn main() -> ExitCode {
                  layers   check the crate layering rules\n  \
                  mariadb  start the local MariaDB if it is not running\n  \
                  contract-test  run contracts/api/*.json against the real daemon and check\n           \
-                 contracts/openapi.json (needs MariaDB; extra args go to the test binary)"
+                 contracts/openapi.json (needs MariaDB; extra args go to the test binary)\n  \
+                 bench    drain a seeded backlog through the release daemon and\n           \
+                 compare with the claim protocol's floor (docs/performance.md);\n           \
+                 options after `bench` go to the harness (`bench --help`)\n  \
+                 deny     cargo-deny: banned crates, licenses, sources (installs cargo-deny)\n  \
+                 fuzz     run the fuzz targets: [--seconds N] [--target NAME]... [--merge]\n           \
+                 [-- LIBFUZZER_FLAGS] (docs/fuzzing.md)"
             );
             return ExitCode::from(2);
         }
@@ -61,7 +79,17 @@ fn ci() -> Result<(), String> {
     )?;
     mariadb::ensure_running()?;
     run("cargo", &["test", "--workspace"])?;
+    deny::check()?;
     Ok(())
+}
+
+/// The backlog benchmark: a release build of the daemon and the harness,
+/// run against the local MariaDB (started when it is not running).
+fn bench(forwarded: &[String]) -> Result<(), String> {
+    mariadb::ensure_running()?;
+    let mut args = vec!["bench", "-p", "webhook-daemon", "--bench", "backlog", "--"];
+    args.extend(forwarded.iter().map(String::as_str));
+    run("cargo", &args)
 }
 
 /// The API contract (bins/webhook-daemon/tests/it/contracts.rs): every

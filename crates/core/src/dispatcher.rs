@@ -305,13 +305,20 @@ impl Dispatcher {
             batch_size = self.windows.batch_size()
         );
 
+        let mut finished: Vec<RunReport> = Vec::new();
         loop {
             let now = self.clock.monotonic();
             if !stopping && now >= next_poll && backlog.pending.len() < low_water {
-                if self.hold_now().await {
+                if alongside(self.hold_now(), &mut runs, &mut finished).await {
                     backlog.drop_waiting();
                 }
-                let full = !self.held() && self.poll_once(&mut backlog, &mut poller).await;
+                let full = !self.held()
+                    && alongside(
+                        self.poll_once(&mut backlog, &mut poller),
+                        &mut runs,
+                        &mut finished,
+                    )
+                    .await;
                 next_poll = if full {
                     now
                 } else {
@@ -327,7 +334,19 @@ impl Dispatcher {
                 let kept = held.remove(&hook);
                 runs.push(self.hook_run(hook, rows, kept, &stop).boxed());
             }
-            self.release_idle_locks(&mut held, stopping).await;
+            alongside(
+                self.release_idle_locks(&mut held, runs.len(), stopping),
+                &mut runs,
+                &mut finished,
+            )
+            .await;
+            if !finished.is_empty() {
+                for report in finished.drain(..) {
+                    self.run_finished(report, &mut backlog, &mut held);
+                }
+                // Their hooks may have more rows, and slots are free again.
+                continue;
+            }
             if stopping && runs.is_empty() {
                 break;
             }
@@ -360,17 +379,24 @@ impl Dispatcher {
                     backlog.drop_waiting();
                     info!(event = "dispatcher_stopping", in_flight_runs = runs.len());
                 }
-                Wake::RunDone(mut report) => {
-                    let until = self.clock.monotonic() + self.windows.poll_interval();
-                    backlog.finish(&report, until);
-                    if let Some(kept) = report.kept.take() {
-                        held.insert(report.hook, kept);
-                    }
-                }
+                Wake::RunDone(report) => self.run_finished(report, &mut backlog, &mut held),
                 Wake::Timer => timer = None,
             }
         }
         info!(event = "dispatcher_stopped");
+    }
+
+    fn run_finished(
+        &self,
+        mut report: RunReport,
+        backlog: &mut Backlog,
+        held: &mut HashMap<String, HeldLock>,
+    ) {
+        let until = self.clock.monotonic() + self.windows.poll_interval();
+        backlog.finish(&report, until);
+        if let Some(kept) = report.kept.take() {
+            held.insert(report.hook, kept);
+        }
     }
 
     /// One candidate query; returns true when it came back full of rows new
@@ -444,9 +470,14 @@ impl Dispatcher {
     }
 
     /// Frees kept locks that went idle for a poll interval, the oldest ones
-    /// beyond `max_concurrent` (each pins a database connection), or all of
-    /// them when stopping.
-    async fn release_idle_locks(&self, held: &mut HashMap<String, HeldLock>, stopping: bool) {
+    /// beyond what `max_concurrent` allows beside the `active` runs' locks
+    /// (each pins a database connection), or all of them when stopping.
+    async fn release_idle_locks(
+        &self,
+        held: &mut HashMap<String, HeldLock>,
+        active: usize,
+        stopping: bool,
+    ) {
         if held.is_empty() {
             return;
         }
@@ -457,7 +488,7 @@ impl Dispatcher {
             .map(|(hook, h)| (h.idle_since, hook.clone()))
             .collect();
         by_age.sort();
-        let surplus = held.len().saturating_sub(self.windows.max_concurrent());
+        let surplus = (held.len() + active).saturating_sub(self.windows.max_concurrent());
         for (n, (idle_since, hook)) in by_age.into_iter().enumerate() {
             if stopping || n < surplus || now.saturating_sub(idle_since) >= idle_limit {
                 if let Some(h) = held.remove(&hook) {
@@ -770,6 +801,25 @@ impl Dispatcher {
         bump(&self.metrics.store_errors);
         warn!(event = "store_error", operation, error = %err, "hook skipped until the next poll");
     }
+}
+
+/// Awaits `work` while still driving the hook runs. The loop's own store
+/// calls must not freeze the runs: a run waiting to be polled may hold the
+/// pooled connection `work` is waiting for, and with the pool exhausted
+/// neither would ever move (a stall until the connect timeout).
+async fn alongside<'a, T>(
+    work: impl Future<Output = T>,
+    runs: &mut FuturesUnordered<BoxFuture<'a, RunReport>>,
+    finished: &mut Vec<RunReport>,
+) -> T {
+    let mut work = pin!(work);
+    poll_fn(|cx| {
+        while let Poll::Ready(Some(report)) = runs.poll_next_unpin(cx) {
+            finished.push(report);
+        }
+        work.as_mut().poll(cx)
+    })
+    .await
 }
 
 async fn release(lock: Box<dyn HookLock>, hook_phid: &str) {

@@ -1,0 +1,8 @@
+//! The fuzz checks under plain `cargo test` (one binary, as elsewhere in
+//! the workspace): the reference encoder against SPEC §7's vectors, every
+//! committed corpus and regression input, pseudo-random inputs from fixed
+//! seeds, and the findings fuzzing made that are not fixed yet.
+
+mod findings;
+mod reference;
+mod replay;
