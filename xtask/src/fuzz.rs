@@ -1,9 +1,10 @@
 //! `cargo xtask fuzz`: the libFuzzer targets of `fuzz/` (docs/fuzzing.md),
 //! built with coverage instrumentation on the stable toolchain and run one
 //! after another, each in one process (one core) for a fixed time, seeded
-//! from the committed corpus. `cargo xtask ci` runs a short round; longer
-//! runs, and `--merge` to fold what they found into `fuzz/corpus/`, are for
-//! developers.
+//! from the committed corpus. The default is a short round (30 s per
+//! target); longer runs, and `--merge` to fold what they found into
+//! `fuzz/corpus/`, are for developers. (`cargo xtask ci` replays the corpus
+//! through `cargo test`; it does not run libFuzzer.)
 //!
 //! Nothing is installed: the instrumentation is cargo-fuzz's without a
 //! sanitizer, and every flag it needs is a stable rustc option. Scratch
@@ -16,7 +17,7 @@ use std::process::{Command, Stdio};
 /// Every target, as `fuzz/fuzz_targets/<name>.rs` names it.
 pub(crate) const TARGETS: &[&str] = &["properties", "payload", "config", "api"];
 
-/// Seconds per target when `--seconds` is not given (and in `ci`).
+/// Seconds per target when `--seconds` is not given.
 pub(crate) const DEFAULT_SECONDS: u64 = 30;
 
 /// cargo-fuzz's flags for `--sanitizer none`: SanitizerCoverage with
@@ -95,8 +96,10 @@ struct Stats {
 
 fn parse_stats(log: &str) -> Stats {
     let mut stats = Stats::default();
+    // The last report wins (a log can hold more than one run's).
     let stat = |name: &str| {
         log.lines()
+            .rev()
             .find_map(|line| line.strip_prefix(name))
             .and_then(|rest| rest.trim().parse().ok())
     };
