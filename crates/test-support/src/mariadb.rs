@@ -346,8 +346,8 @@ pub const WORKER_ACTIVETASK_DDL: &str = "CREATE TABLE worker_activetask (
 
 /// Phorge's config and worker databases next to a test's herald database:
 /// `{namespace}_config` and `{namespace}_worker`, with their tables. Drop
-/// them with [`PhorgeSide::drop`].
-#[derive(Debug)]
+/// them with [`PhorgeSide::drop`], or let [`with_phorge_side`] do it.
+#[derive(Debug, Clone)]
 pub struct PhorgeSide {
     /// `{namespace}_config`.
     pub config: String,
@@ -424,4 +424,15 @@ impl PhorgeSide {
         drop_database(&self.config).await;
         drop_database(&self.worker).await;
     }
+}
+
+/// Creates Phorge's config and worker databases for `namespace`, runs
+/// `body` with them, and drops both afterwards, also when `body` panics.
+pub async fn with_phorge_side<Fut>(namespace: &str, body: impl FnOnce(PhorgeSide) -> Fut)
+where
+    Fut: Future<Output = ()>,
+{
+    let side = PhorgeSide::create(namespace).await;
+    let (config, worker) = (side.config.clone(), side.worker.clone());
+    dropping_after(&config, dropping_after(&worker, body(side))).await;
 }

@@ -2,7 +2,7 @@
 //! definitions — silent mode and leftover PHP delivery tasks — and what it
 //! says when those tables cannot be read.
 
-use webhook_test_support::mariadb::{dropping_after, PhorgeSide};
+use webhook_test_support::mariadb::with_phorge_side;
 use webhook_test_support::with_db;
 
 use crate::support::on_db;
@@ -10,38 +10,33 @@ use crate::support::on_db;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn doctor_reports_silent_mode_and_php_delivery() {
     with_db(|db| async move {
-        let side = PhorgeSide::create(&db.namespace).await;
-        let (config, worker) = (side.config.clone(), side.worker.clone());
-        dropping_after(
-            &config,
-            dropping_after(&worker, async {
-                let healthy = on_db(&db, &["doctor"]).await;
-                assert_eq!(healthy.status, 0, "{}", healthy.all_output());
-                assert!(
-                    healthy.stdout.contains("ok    silent-mode"),
-                    "{}",
-                    healthy.stdout
-                );
-                assert!(healthy.stdout.contains("ok    php-delivery"));
+        let db = &db;
+        with_phorge_side(&db.namespace, |side| async move {
+            let healthy = on_db(db, &["doctor"]).await;
+            assert_eq!(healthy.status, 0, "{}", healthy.all_output());
+            assert!(
+                healthy.stdout.contains("ok    silent-mode"),
+                "{}",
+                healthy.stdout
+            );
+            assert!(healthy.stdout.contains("ok    php-delivery"));
 
-                side.set_silent(Some("true")).await;
-                side.queue_php_task(true).await;
-                let worried = on_db(&db, &["doctor", "--json"]).await;
-                assert_eq!(worried.status, 1, "PHP delivering is a failed check");
-                let checks = worried.json()["checks"].clone();
-                let verdict = |name: &str| {
-                    checks
-                        .as_array()
-                        .and_then(|all| all.iter().find(|c| c["check"] == name))
-                        .map(|c| c["verdict"].as_str().unwrap_or_default().to_owned())
-                };
-                assert_eq!(verdict("silent-mode").as_deref(), Some("warn"));
-                assert_eq!(verdict("php-delivery").as_deref(), Some("fail"));
-                assert_eq!(verdict("schema").as_deref(), Some("ok"));
-                assert!(worried.stdout.contains("1 leased"), "{}", worried.stdout);
-                side.drop().await;
-            }),
-        )
+            side.set_silent(Some("true")).await;
+            side.queue_php_task(true).await;
+            let worried = on_db(db, &["doctor", "--json"]).await;
+            assert_eq!(worried.status, 1, "PHP delivering is a failed check");
+            let checks = worried.json()["checks"].clone();
+            let verdict = |name: &str| {
+                checks
+                    .as_array()
+                    .and_then(|all| all.iter().find(|c| c["check"] == name))
+                    .map(|c| c["verdict"].as_str().unwrap_or_default().to_owned())
+            };
+            assert_eq!(verdict("silent-mode").as_deref(), Some("warn"));
+            assert_eq!(verdict("php-delivery").as_deref(), Some("fail"));
+            assert_eq!(verdict("schema").as_deref(), Some("ok"));
+            assert!(worried.stdout.contains("1 leased"), "{}", worried.stdout);
+        })
         .await;
     })
     .await;

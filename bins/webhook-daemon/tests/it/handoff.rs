@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use webhook_core::{Hook, NewRequest, RequestStatus};
-use webhook_test_support::mariadb::{dropping_after, PhorgeSide};
+use webhook_test_support::mariadb::with_phorge_side;
 use webhook_test_support::{with_db, Receiver, TestDb};
 
 use crate::daemon::{database_env, Daemon};
@@ -60,61 +60,56 @@ async fn metrics(daemon: &Daemon) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_mode_holds_delivery_until_phorge_leaves_it() {
     with_db(|db| async move {
-        let side = PhorgeSide::create(&db.namespace).await;
-        let (config, worker) = (side.config.clone(), side.worker.clone());
-        dropping_after(
-            &config,
-            dropping_after(&worker, async {
-                let receiver = Receiver::start().await;
-                hook_to(&db, &receiver).await;
-                side.set_silent(Some("true")).await;
-                let id = db.insert_request(&NewRequest::queued(HOOK, NEVER)).await;
-                let mut daemon = Daemon::start("silent", &env(&db.namespace)).await;
+        let db = &db;
+        with_phorge_side(&db.namespace, |side| async move {
+            let receiver = Receiver::start().await;
+            hook_to(db, &receiver).await;
+            side.set_silent(Some("true")).await;
+            let id = db.insert_request(&NewRequest::queued(HOOK, NEVER)).await;
+            let mut daemon = Daemon::start("silent", &env(&db.namespace)).await;
 
-                until(&daemon, "the silent_mode_on log line", async || {
-                    daemon.stderr().contains("silent_mode_on")
-                })
-                .await;
-                let ready = daemon.get("/readyz", &[]).await;
-                assert_eq!(ready.status, 200, "holding is not unreadiness");
-                assert!(
-                    ready.text().contains("global silent mode"),
-                    "{}",
-                    ready.text()
-                );
-                assert!(metrics(&daemon)
-                    .await
-                    .contains("gorge_webhook_silent_mode 1"));
-                // Many poll intervals later the row is still untouched.
-                tokio::time::sleep(Duration::from_millis(1_500)).await;
-                let row = db.row(id).await;
-                assert!(
-                    row.is_fresh() && row.status == RequestStatus::Queued,
-                    "{row:?}"
-                );
-                assert!(receiver.requests().is_empty());
-                assert_eq!(
-                    daemon.stderr().matches("silent_mode_on").count(),
-                    1,
-                    "one line per change, not per poll"
-                );
+            until(&daemon, "the silent_mode_on log line", async || {
+                daemon.stderr().contains("silent_mode_on")
+            })
+            .await;
+            let ready = daemon.get("/readyz", &[]).await;
+            assert_eq!(ready.status, 200, "holding is not unreadiness");
+            assert!(
+                ready.text().contains("global silent mode"),
+                "{}",
+                ready.text()
+            );
+            assert!(metrics(&daemon)
+                .await
+                .contains("gorge_webhook_silent_mode 1"));
+            // Many poll intervals later the row is still untouched.
+            tokio::time::sleep(Duration::from_millis(1_500)).await;
+            let row = db.row(id).await;
+            assert!(
+                row.is_fresh() && row.status == RequestStatus::Queued,
+                "{row:?}"
+            );
+            assert!(receiver.requests().is_empty());
+            assert_eq!(
+                daemon.stderr().matches("silent_mode_on").count(),
+                1,
+                "one line per change, not per poll"
+            );
 
-                side.set_silent(Some("false")).await;
-                until(&daemon, "delivery after silent mode", async || {
-                    db.row(id).await.status == RequestStatus::Sent
-                })
-                .await;
-                assert_eq!(receiver.requests().len(), 1);
-                assert!(daemon.stderr().contains("silent_mode_off"));
-                assert_eq!(
-                    daemon.get("/readyz", &[]).await.text().trim(),
-                    r#"{"status":"ok"}"#
-                );
-                daemon.terminate();
-                daemon.wait_exit(DEADLINE).await;
-                side.drop().await;
-            }),
-        )
+            side.set_silent(Some("false")).await;
+            until(&daemon, "delivery after silent mode", async || {
+                db.row(id).await.status == RequestStatus::Sent
+            })
+            .await;
+            assert_eq!(receiver.requests().len(), 1);
+            assert!(daemon.stderr().contains("silent_mode_off"));
+            assert_eq!(
+                daemon.get("/readyz", &[]).await.text().trim(),
+                r#"{"status":"ok"}"#
+            );
+            daemon.terminate();
+            daemon.wait_exit(DEADLINE).await;
+        })
         .await;
     })
     .await;
@@ -123,30 +118,25 @@ async fn silent_mode_holds_delivery_until_phorge_leaves_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leftover_php_delivery_is_reported_loudly_and_counted() {
     with_db(|db| async move {
-        let side = PhorgeSide::create(&db.namespace).await;
-        let (config, worker) = (side.config.clone(), side.worker.clone());
-        dropping_after(
-            &config,
-            dropping_after(&worker, async {
-                side.queue_php_task(false).await;
-                side.queue_php_task(true).await;
-                let mut daemon = Daemon::start("php-tasks", &env(&db.namespace)).await;
-                until(&daemon, "the php_delivery_detected warning", async || {
-                    daemon.stderr().contains("php_delivery_detected")
-                })
-                .await;
-                let text = metrics(&daemon).await;
-                assert!(
-                    text.contains("gorge_webhook_php_delivery_tasks{state=\"queued\"} 1"),
-                    "{text}"
-                );
-                assert!(text.contains("gorge_webhook_php_delivery_tasks{state=\"leased\"} 1"));
-                assert!(daemon.stderr().contains("receivers get requests twice"));
-                daemon.terminate();
-                daemon.wait_exit(DEADLINE).await;
-                side.drop().await;
-            }),
-        )
+        let db = &db;
+        with_phorge_side(&db.namespace, |side| async move {
+            side.queue_php_task(false).await;
+            side.queue_php_task(true).await;
+            let mut daemon = Daemon::start("php-tasks", &env(&db.namespace)).await;
+            until(&daemon, "the php_delivery_detected warning", async || {
+                daemon.stderr().contains("php_delivery_detected")
+            })
+            .await;
+            let text = metrics(&daemon).await;
+            assert!(
+                text.contains("gorge_webhook_php_delivery_tasks{state=\"queued\"} 1"),
+                "{text}"
+            );
+            assert!(text.contains("gorge_webhook_php_delivery_tasks{state=\"leased\"} 1"));
+            assert!(daemon.stderr().contains("receivers get requests twice"));
+            daemon.terminate();
+            daemon.wait_exit(DEADLINE).await;
+        })
         .await;
     })
     .await;

@@ -4,7 +4,7 @@
 
 use webhook_core::PhorgeConfig;
 use webhook_store_mysql::PhpDeliveryTasks;
-use webhook_test_support::mariadb::{dropping_after, PhorgeSide};
+use webhook_test_support::mariadb::with_phorge_side;
 
 use crate::fixture::with_db;
 
@@ -16,29 +16,24 @@ async fn silent_mode_follows_phorges_config_entry() {
             store.silent_mode().await.is_err(),
             "no config database: an error, for the caller to report once"
         );
-        let side = PhorgeSide::create(&db.namespace).await;
         let namespace = db.namespace.clone();
-        let (config, worker) = (side.config.clone(), side.worker.clone());
-        dropping_after(
-            &config,
-            dropping_after(&worker, async {
-                assert!(!store.silent_mode().await.expect("readable"), "no row: off");
-                side.set_silent(Some("true")).await;
-                assert!(store.silent_mode().await.expect("readable"));
-                side.set_silent(Some("false")).await;
-                assert!(!store.silent_mode().await.expect("readable"));
-                side.set_silent(Some("true")).await;
-                db.exec(&format!(
-                    "UPDATE `{namespace}_config`.config_entry SET isDeleted = 1"
-                ))
-                .await;
-                assert!(
-                    !store.silent_mode().await.expect("readable"),
-                    "deleted: off"
-                );
-                side.drop().await;
-            }),
-        )
+        let (db, store) = (&db, &store);
+        with_phorge_side(&db.namespace, |side| async move {
+            assert!(!store.silent_mode().await.expect("readable"), "no row: off");
+            side.set_silent(Some("true")).await;
+            assert!(store.silent_mode().await.expect("readable"));
+            side.set_silent(Some("false")).await;
+            assert!(!store.silent_mode().await.expect("readable"));
+            side.set_silent(Some("true")).await;
+            db.exec(&format!(
+                "UPDATE `{namespace}_config`.config_entry SET isDeleted = 1"
+            ))
+            .await;
+            assert!(
+                !store.silent_mode().await.expect("readable"),
+                "deleted: off"
+            );
+        })
         .await;
     })
     .await;
@@ -52,35 +47,31 @@ async fn php_delivery_tasks_are_counted_queued_and_leased() {
             store.php_delivery_tasks().await.is_err(),
             "no worker database"
         );
-        let side = PhorgeSide::create(&db.namespace).await;
-        let (config, worker) = (side.config.clone(), side.worker.clone());
-        dropping_after(
-            &config,
-            dropping_after(&worker, async {
-                assert_eq!(
-                    store.php_delivery_tasks().await.expect("readable"),
-                    PhpDeliveryTasks::default()
-                );
-                side.queue_php_task(false).await;
-                side.queue_php_task(false).await;
-                side.queue_php_task(true).await;
-                db.exec(&format!(
-                    "INSERT INTO `{worker}`.worker_activetask (taskClass, failureCount, dataID, \
-                 priority) VALUES ('PhabricatorSearchWorker', 0, 999, 1)"
-                ))
-                .await;
-                let tasks = store.php_delivery_tasks().await.expect("readable");
-                assert_eq!(
-                    tasks,
-                    PhpDeliveryTasks {
-                        queued: 2,
-                        leased: 1
-                    }
-                );
-                assert!(tasks.any());
-                side.drop().await;
-            }),
-        )
+        let db = &db;
+        with_phorge_side(&db.namespace, |side| async move {
+            assert_eq!(
+                store.php_delivery_tasks().await.expect("readable"),
+                PhpDeliveryTasks::default()
+            );
+            side.queue_php_task(false).await;
+            side.queue_php_task(false).await;
+            side.queue_php_task(true).await;
+            db.exec(&format!(
+                "INSERT INTO `{}`.worker_activetask (taskClass, failureCount, dataID, \
+                 priority) VALUES ('PhabricatorSearchWorker', 0, 999, 1)",
+                side.worker
+            ))
+            .await;
+            let tasks = store.php_delivery_tasks().await.expect("readable");
+            assert_eq!(
+                tasks,
+                PhpDeliveryTasks {
+                    queued: 2,
+                    leased: 1
+                }
+            );
+            assert!(tasks.any());
+        })
         .await;
     })
     .await;
