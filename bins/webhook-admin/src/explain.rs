@@ -411,15 +411,14 @@ pub fn explain(windows: &Windows, now: UnixTime, facts: &Facts<'_>) -> Explanati
 fn candidate_waits(windows: &Windows, now: UnixTime, row: &RequestRow) -> Vec<Verdict> {
     let cutoffs = windows.cutoffs(now);
     let mut waits = Vec::new();
-    if !(row.is_fresh() || row.date_modified <= cutoffs.lease_cutoff) {
+    if !cutoffs.past_lease(row) {
         waits.push(Verdict::InLease {
             date_modified: row.date_modified,
             lease_secs: windows.lease_secs(),
             until: row.date_modified.saturating_add(windows.lease_secs()),
         });
     }
-    if row.last_request_result == LastResult::Fail && row.last_request_epoch > cutoffs.retry_cutoff
-    {
+    if !cutoffs.past_backoff(row) {
         let backoff_secs = windows.settings().retry_backoff_secs;
         waits.push(Verdict::RetryBackoff {
             last_request_epoch: row.last_request_epoch,

@@ -232,10 +232,7 @@ impl Store for MemoryStore {
             .rows
             .values()
             .filter(|r| r.status == RequestStatus::Queued)
-            .filter(|r| r.date_modified == r.date_created || r.date_modified <= c.lease_cutoff)
-            .filter(|r| {
-                r.last_request_result != LastResult::Fail || r.last_request_epoch <= c.retry_cutoff
-            })
+            .filter(|r| c.past_lease(r) && c.past_backoff(r))
             .filter(|r| !query.exclude_hooks.contains(&r.webhook_phid))
             .take(query.limit)
             .cloned()

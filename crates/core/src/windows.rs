@@ -6,7 +6,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::model::UnixTime;
+use crate::model::{LastResult, RequestRow, UnixTime};
 
 /// A tunable, named by the environment variable operators set. Errors and
 /// warnings name settings this way so a message points at what to fix.
@@ -193,6 +193,21 @@ pub struct Cutoffs {
     pub lease_cutoff: UnixTime,
     /// Failed rows with `lastRequestEpoch <= retry_cutoff` may be retried.
     pub retry_cutoff: UnixTime,
+}
+
+impl Cutoffs {
+    /// The lease half of the candidate predicate: `dateModified =
+    /// dateCreated OR dateModified <= lease_cutoff` (fresh, or no claim
+    /// protects it any more).
+    pub fn past_lease(&self, row: &RequestRow) -> bool {
+        row.is_fresh() || row.date_modified <= self.lease_cutoff
+    }
+
+    /// The retry half: `lastRequestResult <> 'fail' OR lastRequestEpoch <=
+    /// retry_cutoff` (no failed attempt, or its backoff is over).
+    pub fn past_backoff(&self, row: &RequestRow) -> bool {
+        row.last_request_result != LastResult::Fail || row.last_request_epoch <= self.retry_cutoff
+    }
 }
 
 /// Validated settings with the effective windows worked out.
