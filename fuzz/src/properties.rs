@@ -2,13 +2,9 @@
 //! stored. Whatever they are, nothing panics; text that parses survives
 //! `to_column` and a second parse unchanged (value and bytes); `set_error`
 //! changes `errorType` and `errorCode` and nothing else; text that does not
-//! parse is kept verbatim by `preserving_unparseable`.
-//!
-//! One allowance, for a finding not fixed yet (docs/fuzzing.md#findings):
-//! a float may move by a rounding step per round trip, because serde_json's
-//! default float parsing is not correctly rounded. [`run`] tolerates exactly
-//! that; [`run_exact`] does not, and replays the finding's inputs in an
-//! ignored test until the workspace enables serde_json's `float_roundtrip`.
+//! parse is kept verbatim by `preserving_unparseable`. Floats included: the
+//! workspace enables serde_json's `float_roundtrip` (a finding of this
+//! target, docs/fuzzing.md#findings).
 
 use serde_json::{Map, Value};
 use webhook_core::properties::ORIGINAL_PROPERTIES_KEY;
@@ -33,26 +29,8 @@ fn errors() -> [(ErrorType, ErrorCode); 6] {
     ]
 }
 
-/// How round trips of floats are judged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Floats {
-    /// Exactly, like everything else.
-    Exact,
-    /// Within a few rounding steps (the finding above).
-    KnownDrift,
-}
-
 /// Runs the check on the fuzzer's bytes; panics when a property fails.
 pub fn run(data: &[u8]) {
-    check(data, Floats::KnownDrift);
-}
-
-/// [`run`] without the allowance for drifting floats.
-pub fn run_exact(data: &[u8]) {
-    check(data, Floats::Exact);
-}
-
-fn check(data: &[u8], floats: Floats) {
     let Ok(text) = std::str::from_utf8(data) else {
         // The store hands the core text; a column that is not UTF-8 is a
         // row defect handled before properties are looked at.
@@ -75,14 +53,12 @@ fn check(data: &[u8], floats: Floats) {
     assert_php_spelling(&column);
     let again = Properties::parse(&column)
         .unwrap_or_else(|e| panic!("to_column gave text that does not parse ({e}): {column}"));
-    assert_same(&again, &properties, floats, text);
-    if again == properties {
-        assert_eq!(
-            again.to_column(),
-            column,
-            "to_column is not stable for {text:?}"
-        );
-    }
+    assert_same(&again, &properties, text);
+    assert_eq!(
+        again.to_column(),
+        column,
+        "to_column is not stable for {text:?}"
+    );
 
     let before = as_map(&column);
     for (error_type, code) in errors() {
@@ -93,7 +69,7 @@ fn check(data: &[u8], floats: Floats) {
         let after = as_map(&written);
         check_only_error_changed(&before, &after, error_type, &code, text);
         let reread = Properties::parse(&written).expect("written properties parse");
-        assert_same(&reread, &changed, floats, text);
+        assert_same(&reread, &changed, text);
         assert_eq!(
             reread.error(),
             (Some(error_type.as_str()), Some(&code_json(&code)))
@@ -118,42 +94,12 @@ fn check_unparseable(text: &str) {
     assert!(Properties::parse(&column).is_ok());
 }
 
-/// `a` and `b` are equal; with [`Floats::KnownDrift`], floats may differ
-/// by a few rounding steps (nothing else may).
-fn assert_same(a: &Properties, b: &Properties, floats: Floats, text: &str) {
-    if a == b {
-        return;
-    }
-    let (left, right) = (as_map(&a.to_column()), as_map(&b.to_column()));
+/// `a` and `b` are equal, floats to the bit.
+fn assert_same(a: &Properties, b: &Properties, text: &str) {
     assert!(
-        floats == Floats::KnownDrift && close(&Value::Object(left), &Value::Object(right)),
+        a == b,
         "round trip changed the value of {text:?}:\n  {a:?}\n  {b:?}"
     );
-}
-
-/// Equal, but for floats that are within a relative 1e-15 (a few units in
-/// the last place) of each other.
-fn close(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) if x.is_f64() && y.is_f64() => {
-            let (x, y) = (
-                x.as_f64().unwrap_or(f64::NAN),
-                y.as_f64().unwrap_or(f64::NAN),
-            );
-            (x - y).abs() <= x.abs().max(y.abs()) * 1e-15
-        }
-        (Value::Array(xs), Value::Array(ys)) => {
-            xs.len() == ys.len() && xs.iter().zip(ys).all(|(x, y)| close(x, y))
-        }
-        (Value::Object(xs), Value::Object(ys)) => {
-            xs.len() == ys.len()
-                && xs
-                    .iter()
-                    .zip(ys)
-                    .all(|((kx, x), (ky, y))| kx == ky && close(x, y))
-        }
-        _ => a == b,
-    }
 }
 
 fn code_json(code: &ErrorCode) -> Value {

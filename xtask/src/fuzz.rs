@@ -3,8 +3,8 @@
 //! after another, each in one process (one core) for a fixed time, seeded
 //! from the committed corpus. The default is a short round (30 s per
 //! target); longer runs, and `--merge` to fold what they found into
-//! `fuzz/corpus/`, are for developers. (`cargo xtask ci` replays the corpus
-//! through `cargo test`; it does not run libFuzzer.)
+//! `fuzz/corpus/`, are for developers. `cargo xtask ci` runs the short
+//! round after the tests (which replay the corpus without libFuzzer).
 //!
 //! Nothing is installed: the instrumentation is cargo-fuzz's without a
 //! sanitizer, and every flag it needs is a stable rustc option. Scratch

@@ -1,8 +1,8 @@
 //! `cargo xtask`: project chores that would otherwise be shell scripts.
 //!
 //! - `ci`: everything a submission must pass (fmt, clippy, the whole test
-//!   suite with MariaDB started when it is not running, and the
-//!   supply-chain checks).
+//!   suite with MariaDB started when it is not running, the supply-chain
+//!   checks and a short fuzz round).
 //! - `layers`: the crate layering rules of docs/ARCHITECTURE.md, checked on
 //!   the real dependency graph.
 //! - `contract-test`: the diagnostics API's fixtures (`contracts/`) against
@@ -80,6 +80,9 @@ fn ci() -> Result<(), String> {
     mariadb::ensure_running()?;
     run("cargo", &["test", "--workspace"])?;
     deny::check()?;
+    // The short round: every target for its default time, from the
+    // committed corpus (docs/fuzzing.md).
+    fuzz::fuzz(&[])?;
     Ok(())
 }
 

@@ -269,11 +269,12 @@ impl DaemonConfig {
             })?;
         let listen = parse_listen(&read.text("GORGE_LISTEN_ADDR", ":8160"))
             .map_err(|reason| invalid("GORGE_LISTEN_ADDR", reason))?;
-        let log_filter = read.text("GORGE_LOG_LEVEL", "info");
+        let raw_filter = read.text("GORGE_LOG_LEVEL", "info");
+        let log_filter = trim_directives(&raw_filter);
         EnvFilter::try_new(&log_filter).map_err(|e| {
             invalid(
                 "GORGE_LOG_LEVEL",
-                format!("{log_filter:?} is not a level or tracing filter: {e}"),
+                format!("{raw_filter:?} is not a level or tracing filter: {e}"),
             )
         })?;
         let log_format = match read.text("GORGE_LOG_FORMAT", "text").trim() {
@@ -315,6 +316,19 @@ impl DaemonConfig {
             event_streams,
         })
     }
+}
+
+/// A tracing filter with each comma-separated directive trimmed and empty
+/// ones dropped. tracing-subscriber 0.3 panics on a directive that starts
+/// with whitespace and holds a non-ASCII character (it walks the trimmed
+/// text and slices the untrimmed one), so it never sees such a directive.
+fn trim_directives(filter: &str) -> String {
+    filter
+        .split(',')
+        .map(str::trim)
+        .filter(|directive| !directive.is_empty())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// `:8160` (all interfaces, as Go reads it), `host:port` or `[v6]:port`.
@@ -434,11 +448,28 @@ mod tests {
             ("GORGE_WEBHOOK_EVENT_STREAMS", "0"),
             ("GORGE_WEBHOOK_EVENT_STREAMS", "2000"),
             ("GORGE_WEBHOOK_EVENT_STREAMS", "lots"),
+            // Parsed by the transport, refused by its check.
+            ("GORGE_WEBHOOK_CONNECT_TIMEOUT_MS", "0"),
+            ("GORGE_WEBHOOK_SIGNATURE_HEADERS", "bad header"),
         ];
         for (name, value) in cases {
             let err = parse(&[(name, value)]).expect_err(&format!("{name}={value}"));
             assert_eq!(err.variable, name, "{name}={value}: {err}");
             assert!(err.to_string().starts_with(name));
+        }
+    }
+
+    #[test]
+    fn log_directives_are_trimmed() {
+        for (given, kept) in [
+            ("info, webhook_core=debug", "info,webhook_core=debug"),
+            (" \u{e9}=debug", "\u{e9}=debug"),
+            ("\u{3000}a=debug,", "a=debug"),
+            // Untrimmed, these panic inside tracing-subscriber 0.3.
+            ("info, \u{e9}[x]", "info,\u{e9}[x]"),
+        ] {
+            let config = parse(&[("GORGE_LOG_LEVEL", given)]).expect(given);
+            assert_eq!(config.log_filter, kept);
         }
     }
 

@@ -13,6 +13,7 @@ use http::header::{HeaderName, HeaderValue};
 use ipnet::IpNet;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
+use rustls::RootCertStore;
 
 use crate::policy::phorge_deny_list;
 
@@ -169,8 +170,9 @@ impl fmt::Debug for TransportConfig {
 
 impl TransportConfig {
     /// Defaults, overridden by the variables `get` knows (see
-    /// [`TransportSetting::env_name`]). `GORGE_WEBHOOK_CA_FILE` is a path
-    /// and is read here. Pass `|name| std::env::var(name).ok()` for the
+    /// [`TransportSetting::env_name`]), then checked as a whole
+    /// ([`Self::check`]). `GORGE_WEBHOOK_CA_FILE` is a path and is read
+    /// here. Pass `|name| std::env::var(name).ok()` for the
     /// process environment.
     pub fn from_env_with(
         get: impl Fn(&str) -> Option<String>,
@@ -215,7 +217,16 @@ impl TransportConfig {
             let name = text.trim();
             config.request_id_header = (!name.is_empty()).then(|| name.to_owned());
         }
+        // Refused here, where the variables are read, so a bad setting stops
+        // startup as a setting error and not later as a failed transport.
+        config.check()?;
         Ok(config)
+    }
+
+    /// Checks every setting, as [`crate::HyperTransport::new`] does, without
+    /// building anything.
+    pub fn check(&self) -> Result<(), TransportConfigError> {
+        self.validate().map(drop)
     }
 
     /// Checks every setting and prepares what the transport runs with.
@@ -271,12 +282,21 @@ impl TransportConfig {
             }
             None => None,
         };
-        let extra_roots = parse_certificates(&self.extra_root_certificates_pem)?;
+        let mut roots = RootCertStore::empty();
+        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        for cert in parse_certificates(&self.extra_root_certificates_pem)? {
+            roots.add(cert).map_err(|err| {
+                TransportConfigError::new(
+                    S::ExtraRootCertificates,
+                    format!("certificate not usable as a root: {err}"),
+                )
+            })?;
+        }
         Ok(Validated {
             signature_headers,
             user_agent,
             request_id_header,
-            extra_roots,
+            roots,
         })
     }
 }
@@ -287,7 +307,8 @@ pub(crate) struct Validated {
     pub(crate) signature_headers: Vec<HeaderName>,
     pub(crate) user_agent: HeaderValue,
     pub(crate) request_id_header: Option<HeaderName>,
-    pub(crate) extra_roots: Vec<CertificateDer<'static>>,
+    /// webpki's roots and `GORGE_WEBHOOK_CA_FILE`'s.
+    pub(crate) roots: RootCertStore,
 }
 
 /// Headers the transport sets itself; a signature or request-id header by
@@ -462,6 +483,10 @@ mod tests {
             ("GORGE_WEBHOOK_CONNECT_TIMEOUT_MS", "soon"),
             ("GORGE_WEBHOOK_OUTBOUND_DENY", "10.0.0.0/8,nope"),
             ("GORGE_WEBHOOK_CA_FILE", "/nonexistent/ca.pem"),
+            // These parse, and are refused by the check that follows.
+            ("GORGE_WEBHOOK_CONNECT_TIMEOUT_MS", "0"),
+            ("GORGE_WEBHOOK_SIGNATURE_HEADERS", "Content-Type"),
+            ("GORGE_WEBHOOK_USER_AGENT", "line\nbreak"),
         ] {
             let err = TransportConfig::from_env_with(env(&[(name, value)]))
                 .expect_err("must be rejected");

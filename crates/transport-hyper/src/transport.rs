@@ -16,7 +16,6 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::capture_connection;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use rustls::RootCertStore;
 use tracing::debug;
 use webhook_core::{
     DeliveryResult, OutboundRequest, Resolution, Target, Transport, TransportFailure, UriRefusal,
@@ -131,14 +130,6 @@ impl HyperTransport {
             config.outbound_allow.clone(),
         ));
 
-        let mut roots = RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        for cert in valid.extra_roots {
-            roots.add(cert).map_err(|err| TransportConfigError {
-                setting: TransportSetting::ExtraRootCertificates,
-                reason: format!("certificate not usable as a root: {err}"),
-            })?;
-        }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let tls = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
@@ -146,7 +137,7 @@ impl HyperTransport {
                 setting: TransportSetting::ExtraRootCertificates,
                 reason: format!("TLS setup failed: {err}"),
             })?
-            .with_root_certificates(roots)
+            .with_root_certificates(valid.roots)
             .with_no_client_auth();
 
         let tcp = TcpConnector::new(

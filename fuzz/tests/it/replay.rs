@@ -1,7 +1,6 @@
 //! Replays what the fuzzer keeps: `fuzz/corpus/<target>/` (the minimised
-//! corpus of the long runs), `fuzz/regressions/<target>/` (inputs that once
-//! failed) and `fuzz/findings/<target>/` (inputs of findings not fixed
-//! yet, under the checks' allowance for them), then a few thousand
+//! corpus of the long runs) and `fuzz/regressions/<target>/` (inputs that
+//! once failed), then a few thousand
 //! pseudo-random inputs per target from fixed seeds, so a change that
 //! breaks a property fails `cargo test` without libFuzzer. A failure names
 //! the file or the seed.
@@ -50,14 +49,7 @@ fn the_corpus_replays() {
 
 #[test]
 fn the_regressions_replay() {
-    replay_dir("regressions");
-}
-
-/// Inputs of findings not fixed yet pass the checks' allowance for them
-/// (and fail without it: the ignored tests in `findings`).
-#[test]
-fn the_findings_replay_within_their_allowance() {
-    assert!(replay_dir("findings") > 0, "fuzz/findings/ is empty");
+    assert!(replay_dir("regressions") > 0, "fuzz/regressions/ is empty");
 }
 
 /// xorshift64*: fixed seeds, no dependency.
