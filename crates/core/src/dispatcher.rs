@@ -46,6 +46,15 @@ const LOGGED_PROPERTIES_MAX: usize = 512;
 /// How long a looked-up hook row is reused: a hook disabled or edited in
 /// Phorge is seen within this time.
 const HOOK_CACHE_TTL: Duration = Duration::from_secs(5);
+/// While polls come back full (a backlog), each candidate query asks for
+/// twice as many rows as the last, up to this many batches: over many
+/// hooks a small batch holds one row per hook, so every delivery would pay
+/// for its own lock, breaker count and unlock. The first poll after a
+/// quiet spell asks for one batch, so fresh rows never queue behind a
+/// large fetch.
+const BACKLOG_BATCHES_MAX: usize = 16;
+/// Write-backs a hook run may have in flight before it waits for them.
+const WRITES_BEHIND_MAX: usize = 2;
 
 /// Delivers queued requests. Cheap to share: `run` takes `&self`.
 pub struct Dispatcher {
@@ -295,6 +304,7 @@ impl Dispatcher {
         let mut poller = PollHealth::default();
         let mut summary = Summary::new(self.clock.monotonic(), self.metrics.snapshot());
         let low_water = (self.windows.batch_size() / 2).max(1);
+        let mut limit = self.windows.batch_size();
         let mut stopping = false;
         let mut held: HashMap<String, HeldLock> = HashMap::new();
         info!(
@@ -314,11 +324,16 @@ impl Dispatcher {
                 }
                 let full = !self.held()
                     && alongside(
-                        self.poll_once(&mut backlog, &mut poller),
+                        self.poll_once(&mut backlog, &mut poller, limit),
                         &mut runs,
                         &mut finished,
                     )
                     .await;
+                limit = if full {
+                    (limit * 2).min(self.windows.batch_size() * BACKLOG_BATCHES_MAX)
+                } else {
+                    self.windows.batch_size()
+                };
                 next_poll = if full {
                     now
                 } else {
@@ -401,12 +416,17 @@ impl Dispatcher {
 
     /// One candidate query; returns true when it came back full of rows new
     /// to this instance, so the next one should run at once.
-    async fn poll_once(&self, backlog: &mut Backlog, poller: &mut PollHealth) -> bool {
+    async fn poll_once(
+        &self,
+        backlog: &mut Backlog,
+        poller: &mut PollHealth,
+        limit: usize,
+    ) -> bool {
         let now = self.clock.monotonic();
         backlog.excluded.retain(|_, until| *until > now);
         let query = CandidateQuery {
             cutoffs: self.windows.cutoffs(self.clock.now()),
-            limit: self.windows.batch_size(),
+            limit,
             exclude_hooks: backlog.excluded.keys().cloned().collect(),
         };
         bump(&self.metrics.polls);
@@ -434,18 +454,27 @@ impl Dispatcher {
     ) -> RunReport {
         let mut run = HookRun::resuming(held);
         let mut exclude = false;
+        // Write-backs of successful deliveries, still being stored while
+        // the run goes on with its next row (see `process`).
+        let mut storing: FuturesUnordered<BoxFuture<'_, ()>> = FuturesUnordered::new();
         for row in &rows {
             if stop.load(Ordering::Relaxed) {
                 break;
             }
-            match self.process(&mut run, row).await {
-                Step::Next => {}
-                Step::StopRun => {
-                    exclude = true;
-                    break;
-                }
+            let mut stored_later = None;
+            let step =
+                while_storing(&mut storing, self.process(&mut run, row, &mut stored_later)).await;
+            storing.extend(stored_later);
+            if storing.len() > WRITES_BEHIND_MAX {
+                while storing.next().await.is_some() {}
+            }
+            if let Step::StopRun = step {
+                exclude = true;
+                break;
             }
         }
+        // Every result is stored before the lock is given up or kept.
+        while storing.next().await.is_some() {}
         let mut kept = None;
         if let Some(lock) = run.lock.take() {
             let now = self.clock.monotonic();
@@ -498,8 +527,18 @@ impl Dispatcher {
         }
     }
 
-    /// SPEC §5 for one row, in order.
-    async fn process(&self, run: &mut HookRun, row: &RequestRow) -> Step {
+    /// SPEC §5 for one row, in order. The write-back of a successful
+    /// delivery is handed back in `stored_later` instead of awaited, so the
+    /// run claims its next row while it is stored: the two statements then
+    /// share a commit (the store's group commit) and the hook's next
+    /// delivery does not wait for it. A failure is stored before the next
+    /// claim, whose breaker count must see it.
+    async fn process<'a>(
+        &'a self,
+        run: &mut HookRun,
+        row: &RequestRow,
+        stored_later: &mut Option<BoxFuture<'a, ()>>,
+    ) -> Step {
         if self.hold_now().await {
             return Step::StopRun;
         }
@@ -578,8 +617,17 @@ impl Dispatcher {
             Some(&hook.phid),
             attempt_event(&result, outcome, latency),
         );
-        self.write_back(&write, &row.phid, Some(claimed_at)).await;
-        if outcome != AttemptOutcome::Sent {
+        if outcome == AttemptOutcome::Sent {
+            let request_phid = row.phid.clone();
+            *stored_later = Some(
+                async move {
+                    self.write_back(&write, &request_phid, Some(claimed_at))
+                        .await;
+                }
+                .boxed(),
+            );
+        } else {
+            self.write_back(&write, &row.phid, Some(claimed_at)).await;
             // A new failure may have opened the breaker: look again before
             // the next claim.
             run.breaker_closed = false;
@@ -625,6 +673,15 @@ impl Dispatcher {
     /// SPEC §5 step 6: the per-hook lock (kept for the rest of the run) and
     /// the breaker.
     async fn may_call(&self, run: &mut HookRun, hook_phid: &str) -> bool {
+        let lease = Duration::from_secs(self.windows.lease_secs());
+        if self.clock.monotonic().saturating_sub(run.lock_acquired_at) >= lease {
+            // Taken afresh once per lease, even within a long run (see
+            // `HeldLock::acquired_at`); the breaker is counted again too.
+            if let Some(lock) = run.lock.take() {
+                release(lock, hook_phid).await;
+                run.breaker_closed = false;
+            }
+        }
         if run.lock.is_none() {
             match self.store.lock_hook(hook_phid).await {
                 Ok(Some(lock)) => {
@@ -817,6 +874,20 @@ async fn alongside<'a, T>(
         while let Poll::Ready(Some(report)) = runs.poll_next_unpin(cx) {
             finished.push(report);
         }
+        work.as_mut().poll(cx)
+    })
+    .await
+}
+
+/// Awaits `work` while also driving the write-backs in `storing` (and
+/// dropping those that finish), so they progress alongside the run.
+async fn while_storing<T>(
+    storing: &mut FuturesUnordered<BoxFuture<'_, ()>>,
+    work: impl Future<Output = T>,
+) -> T {
+    let mut work = pin!(work);
+    poll_fn(|cx| {
+        while let Poll::Ready(Some(())) = storing.poll_next_unpin(cx) {}
         work.as_mut().poll(cx)
     })
     .await

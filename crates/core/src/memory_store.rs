@@ -86,6 +86,8 @@ struct Inner {
     next_id: u64,
     faults: HashMap<StoreOp, u32>,
     calls: HashMap<StoreOp, u64>,
+    /// The `limit` of every candidate query, in order.
+    candidate_limits: Vec<usize>,
     /// Phorge's `phabricator.silent`; `None` = the configuration is not
     /// readable.
     silent: Option<bool>,
@@ -208,6 +210,11 @@ impl MemoryStore {
         self.lock().calls.get(&op).copied().unwrap_or(0)
     }
 
+    /// The `limit` of every candidate query so far, in order.
+    pub fn candidate_limits(&self) -> Vec<usize> {
+        self.lock().candidate_limits.clone()
+    }
+
     fn check_fault(inner: &mut Inner, op: StoreOp) -> Result<(), StoreError> {
         *inner.calls.entry(op).or_default() += 1;
         match inner.faults.get_mut(&op) {
@@ -227,6 +234,7 @@ impl Store for MemoryStore {
     async fn candidates(&self, query: &CandidateQuery) -> Result<Vec<RequestRow>, StoreError> {
         let mut inner = self.lock();
         Self::check_fault(&mut inner, StoreOp::Candidates)?;
+        inner.candidate_limits.push(query.limit);
         let c = query.cutoffs;
         Ok(inner
             .rows

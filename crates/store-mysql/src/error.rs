@@ -3,6 +3,7 @@
 //! `webhook_core::StoreError` kinds. Driver text stays in `source()` chains,
 //! never in a `Display` an HTTP body could echo.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use mysql_async::{DriverError, Error as DriverFailure};
@@ -134,26 +135,54 @@ fn is_connection_loss(err: &DriverFailure) -> bool {
     }
 }
 
+/// Which `StoreError` a failure becomes.
+enum StoreErrorKind {
+    MissingDatabase(String),
+    Unavailable,
+    Query,
+}
+
+/// One failure handed to every write of a batch (`crate::batch`).
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub(crate) struct SharedFailure(Arc<MysqlError>);
+
 impl MysqlError {
-    /// The `StoreError` kind for this failure: `MissingDatabase` for 1049,
-    /// `Unavailable` when no usable connection exists, `Query` otherwise.
-    pub(crate) fn into_store_error(self, database: &str) -> StoreError {
-        match &self {
+    fn store_error_kind(&self, database: &str) -> StoreErrorKind {
+        match self {
             Self::Connect(err) | Self::Statement(err)
                 if server_code(err) == Some(ER_BAD_DB_ERROR) =>
             {
-                StoreError::MissingDatabase(database.to_owned())
+                StoreErrorKind::MissingDatabase(database.to_owned())
             }
             Self::NotReady(NotReady::MissingDatabase { database }) => {
-                StoreError::MissingDatabase(database.clone())
+                StoreErrorKind::MissingDatabase(database.clone())
             }
             Self::Connect(_) | Self::ConnectTimeout(_) | Self::NotReady(_) => {
-                StoreError::Unavailable(Box::new(self))
+                StoreErrorKind::Unavailable
             }
-            Self::Statement(err) if is_connection_loss(err) => {
-                StoreError::Unavailable(Box::new(self))
-            }
-            _ => StoreError::Query(Box::new(self)),
+            Self::Statement(err) if is_connection_loss(err) => StoreErrorKind::Unavailable,
+            _ => StoreErrorKind::Query,
+        }
+    }
+
+    /// The `StoreError` kind for this failure: `MissingDatabase` for 1049,
+    /// `Unavailable` when no usable connection exists, `Query` otherwise.
+    pub(crate) fn into_store_error(self, database: &str) -> StoreError {
+        match self.store_error_kind(database) {
+            StoreErrorKind::MissingDatabase(database) => StoreError::MissingDatabase(database),
+            StoreErrorKind::Unavailable => StoreError::Unavailable(Box::new(self)),
+            StoreErrorKind::Query => StoreError::Query(Box::new(self)),
+        }
+    }
+
+    /// [`Self::into_store_error`] for a failure shared by several callers.
+    pub(crate) fn shared_store_error(shared: &Arc<Self>, database: &str) -> StoreError {
+        let source = Box::new(SharedFailure(Arc::clone(shared)));
+        match shared.store_error_kind(database) {
+            StoreErrorKind::MissingDatabase(database) => StoreError::MissingDatabase(database),
+            StoreErrorKind::Unavailable => StoreError::Unavailable(source),
+            StoreErrorKind::Query => StoreError::Query(source),
         }
     }
 

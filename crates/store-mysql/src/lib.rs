@@ -9,7 +9,9 @@
 //!   bounded, lazy pool; nothing connects until the first statement, so a
 //!   slow or absent database never blocks startup.
 //! * [`MysqlStore`] implements [`webhook_core::Store`]; every statement is a
-//!   prepared statement, cached per pooled connection.
+//!   prepared statement, cached per pooled connection. Claims and
+//!   write-backs that arrive together share one transaction (group
+//!   commit, `batch`), each with its own statement and result.
 //! * [`MysqlStore::ready`] is the `/readyz` probe; [`MysqlStore::check_schema`]
 //!   the startup check of the columns and of the `key_status` index.
 //! * [`MysqlHookLock`] is Phorge's per-hook `GET_LOCK`, so a daemon and a
@@ -29,6 +31,7 @@
 //! other surprise — an unknown `status`, a NULL or a negative number —
 //! becomes [`webhook_core::StoreError::MalformedRow`].
 
+mod batch;
 mod config;
 mod error;
 mod handoff;

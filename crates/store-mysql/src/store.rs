@@ -1,11 +1,13 @@
 //! `MysqlStore`: the pool, the `Store` implementation over the statements
 //! in [`crate::sql`], the readiness probe and the schema check.
 //!
-//! Each operation borrows one pooled connection for one statement (the
-//! hook lock keeps its connection until released); no transactions, no
-//! session variables, so connections stay interchangeable.
+//! Each read borrows one pooled connection for one statement (the hook
+//! lock keeps its connection until released); claims and write-backs go
+//! through the group commit of [`crate::batch`]. No session variables, and
+//! no transaction outlives a batch, so connections stay interchangeable.
 
 use std::fmt;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -16,6 +18,7 @@ use webhook_core::{
     UnixTime, Written,
 };
 
+use crate::batch::{RowWrite, WriteBatcher};
 use crate::config::MysqlConfig;
 use crate::error::{MysqlError, NotReady};
 use crate::lock::MysqlHookLock;
@@ -31,6 +34,16 @@ pub struct MysqlStore {
     database: String,
     pool_max: usize,
     connect_timeout: Duration,
+    batcher: Arc<OnceLock<WriteBatcher>>,
+}
+
+/// A pooled connection within `timeout` (the pool's own wait is unbounded).
+pub(crate) async fn connect(pool: &Pool, timeout: Duration) -> Result<Conn, MysqlError> {
+    match tokio::time::timeout(timeout, pool.get_conn()).await {
+        Ok(Ok(conn)) => Ok(conn),
+        Ok(Err(err)) => Err(MysqlError::Connect(err)),
+        Err(_elapsed) => Err(MysqlError::ConnectTimeout(timeout)),
+    }
 }
 
 // Hand-written: the pool's options hold the password.
@@ -54,6 +67,7 @@ impl MysqlStore {
             database: config.database(),
             pool_max: config.pool_max,
             connect_timeout: config.connect_timeout,
+            batcher: Arc::new(OnceLock::new()),
         })
     }
 
@@ -73,11 +87,24 @@ impl MysqlStore {
     }
 
     async fn connect(&self) -> Result<Conn, MysqlError> {
-        match tokio::time::timeout(self.connect_timeout, self.pool.get_conn()).await {
-            Ok(Ok(conn)) => Ok(conn),
-            Ok(Err(err)) => Err(MysqlError::Connect(err)),
-            Err(_elapsed) => Err(MysqlError::ConnectTimeout(self.connect_timeout)),
-        }
+        connect(&self.pool, self.connect_timeout).await
+    }
+
+    /// `(transactions, writes in them)`: how many claims and write-backs
+    /// were committed in groups of two or more so far ([`crate::batch`]).
+    pub fn grouped_write_counts(&self) -> (u64, u64) {
+        self.batcher.get().map_or((0, 0), WriteBatcher::counts)
+    }
+
+    /// The group-commit workers, started on first use (inside the runtime).
+    fn batcher(&self) -> &WriteBatcher {
+        self.batcher.get_or_init(|| {
+            WriteBatcher::start(
+                self.pool.clone(),
+                self.database.clone(),
+                self.connect_timeout,
+            )
+        })
     }
 
     pub(crate) async fn conn(&self) -> Result<Conn, StoreError> {
@@ -170,13 +197,13 @@ impl Store for MysqlStore {
     }
 
     async fn claim(&self, id: u64, seen_version: UnixTime) -> Result<Claim, StoreError> {
-        let mut conn = self.conn().await?;
-        conn.exec_drop(sql::CLAIM, (id, seen_version))
-            .await
-            .map_err(|err| self.statement_error(err))?;
+        let matched = self
+            .batcher()
+            .run(RowWrite::Claim { id, seen_version })
+            .await?;
         // CLIENT_FOUND_ROWS: matched rows; the id is the primary key, so
         // this is 0 or 1.
-        Ok(if conn.affected_rows() == 1 {
+        Ok(if matched == 1 {
             Claim::Won
         } else {
             Claim::Lost
@@ -184,26 +211,8 @@ impl Store for MysqlStore {
     }
 
     async fn write_result(&self, write: &ResultWrite) -> Result<Written, StoreError> {
-        let mut params: Vec<Value> = vec![
-            write.status.as_str().into(),
-            write.last_request_result.as_str().into(),
-            write.last_request_epoch.into(),
-            write.date_modified.into(),
-            write.properties.as_str().into(),
-            write.id.into(),
-        ];
-        let statement = match write.expected_version {
-            Some(version) => {
-                params.push(version.into());
-                sql::WRITE_RESULT_GUARDED
-            }
-            None => sql::WRITE_RESULT,
-        };
-        let mut conn = self.conn().await?;
-        conn.exec_drop(statement, params)
-            .await
-            .map_err(|err| self.statement_error(err))?;
-        Ok(if conn.affected_rows() == 0 {
+        let matched = self.batcher().run(RowWrite::Result(write.clone())).await?;
+        Ok(if matched == 0 {
             Written::Skipped
         } else {
             Written::Yes

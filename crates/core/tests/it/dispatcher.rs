@@ -532,8 +532,9 @@ fn a_busy_hook_is_locked_and_counted_once_not_per_batch() {
     }
     h.start();
     assert_eq!(h.transport.posts().len(), 20);
-    // Five batches, one lock, one breaker count, one hook lookup.
-    assert!(h.store.calls(StoreOp::Candidates) >= 5);
+    // Several batches (4, 8, then up to 16 rows), one lock, one breaker
+    // count, one hook lookup.
+    assert!(h.store.calls(StoreOp::Candidates) >= 3);
     assert_eq!(h.store.calls(StoreOp::LockHook), 1);
     assert_eq!(h.store.calls(StoreOp::BreakerFailures), 1);
     assert_eq!(h.store.calls(StoreOp::Hook), 1);
@@ -546,6 +547,44 @@ fn a_busy_hook_is_locked_and_counted_once_not_per_batch() {
         !h.store.is_hook_locked(HOOK_A),
         "released after a poll interval idle"
     );
+}
+
+#[test]
+fn a_backlog_is_fetched_in_growing_batches_and_a_trickle_in_small_ones() {
+    let mut h = Harness::new(Settings {
+        batch_size: 4,
+        max_concurrent: 1,
+        ..Settings::default()
+    });
+    let hooks: Vec<String> = (0..16).map(|i| format!("PHID-HWBH-grow{i:016}")).collect();
+    for (i, phid) in hooks.iter().enumerate() {
+        h.store
+            .put_hook(hook(phid, &format!("http://grow-{i}.test/")));
+    }
+    // Round-robin, as a backlog over many hooks looks: a batch of 4 holds
+    // one row of each of 4 hooks.
+    for n in 0..256 {
+        h.store
+            .insert_request(NewRequest::queued(&hooks[n % hooks.len()], NEVER));
+    }
+    h.start();
+    assert_eq!(h.transport.posts().len(), 256);
+    let limits = h.store.candidate_limits();
+    assert_eq!(&limits[..5], &[4, 8, 16, 32, 64], "{limits:?}");
+    assert!(
+        limits.iter().all(|&l| l <= 64),
+        "at most 16 batches: {limits:?}"
+    );
+    // Longer runs: with fixed batches of 4 every delivery would be a run
+    // of its own, with its own lock.
+    assert!(
+        h.store.calls(StoreOp::LockHook) <= 128,
+        "{} locks for 256 deliveries",
+        h.store.calls(StoreOp::LockHook)
+    );
+    // Once the backlog is gone, the next poll asks for one batch again.
+    h.run_for(secs(3));
+    assert_eq!(h.store.candidate_limits().last(), Some(&4));
 }
 
 #[test]
