@@ -439,12 +439,15 @@ pub fn findings(config: &AdminConfig) -> Vec<Finding> {
         variable: poll,
         message: format!(
             "{poll} = {poll_ms} ms spaces idle polls only; it does not cap throughput. A \
-             candidate query that comes back full ({} rows) is followed by the next one as \
-             soon as half of it is handed out, and up to {} hooks are delivered to at a \
-             time (the Go service, by contrast, delivered at most MAX_CONCURRENT rows per \
-             tick). It is the longest a new row waits on an idle queue, and how long a hook \
-             whose breaker is open or whose lock is held elsewhere is left out of polls.",
+             candidate query that comes back full ({} rows) is followed by the next one, \
+             asking for twice as many, as soon as its rows are nearly handed out; one that \
+             found some rows by the next one after {} ms; and up to {} hooks are delivered \
+             to at a time (the Go service, by contrast, delivered at most MAX_CONCURRENT \
+             rows per tick). It is the longest a new row waits on an idle queue, and how \
+             long a hook whose breaker is open or whose lock is held elsewhere is left out \
+             of polls.",
             w.batch_size(),
+            millis(w.busy_poll_interval()),
             w.max_concurrent()
         ),
     });

@@ -53,7 +53,10 @@ fn main() -> ExitCode {
         }
     };
     init_logging(&config);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    // One thread: the daemon mostly waits on sockets, and on a
+    // multi-thread runtime the wake-ups between workers cost about a
+    // quarter of its CPU per delivery (docs/performance.md).
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {

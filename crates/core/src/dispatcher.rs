@@ -111,6 +111,17 @@ struct HeldLock {
     acquired_at: Duration,
 }
 
+/// What a candidate query found that this instance did not have yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Found {
+    /// Nothing new (or the query failed).
+    Nothing,
+    /// Some new rows, fewer than the limit.
+    Some,
+    /// A full batch with new rows in it: there is a backlog.
+    Full,
+}
+
 /// How processing one row ended for the rest of its hook run.
 enum Step {
     Next,
@@ -322,22 +333,26 @@ impl Dispatcher {
                 if alongside(self.hold_now(), &mut runs, &mut finished).await {
                     backlog.drop_waiting();
                 }
-                let full = !self.held()
-                    && alongside(
+                let found = if self.held() {
+                    Found::Nothing
+                } else {
+                    alongside(
                         self.poll_once(&mut backlog, &mut poller, limit),
                         &mut runs,
                         &mut finished,
                     )
-                    .await;
-                limit = if full {
-                    (limit * 2).min(self.windows.batch_size() * BACKLOG_BATCHES_MAX)
-                } else {
-                    self.windows.batch_size()
+                    .await
                 };
-                next_poll = if full {
-                    now
-                } else {
-                    now + self.windows.poll_interval()
+                limit = match found {
+                    Found::Full => (limit * 2).min(self.windows.batch_size() * BACKLOG_BATCHES_MAX),
+                    _ => self.windows.batch_size(),
+                };
+                next_poll = match found {
+                    Found::Full => now,
+                    // Rows are arriving: look again soon, so a steady
+                    // stream waits a fraction of the interval, not all of it.
+                    Found::Some => now + self.windows.busy_poll_interval(),
+                    Found::Nothing => now + self.windows.poll_interval(),
                 };
                 timer = None;
                 summary.maybe_log(now, &self.metrics);
@@ -414,14 +429,14 @@ impl Dispatcher {
         }
     }
 
-    /// One candidate query; returns true when it came back full of rows new
-    /// to this instance, so the next one should run at once.
+    /// One candidate query, and what it found that was new to this
+    /// instance.
     async fn poll_once(
         &self,
         backlog: &mut Backlog,
         poller: &mut PollHealth,
         limit: usize,
-    ) -> bool {
+    ) -> Found {
         let now = self.clock.monotonic();
         backlog.excluded.retain(|_, until| *until > now);
         let query = CandidateQuery {
@@ -434,13 +449,16 @@ impl Dispatcher {
             Ok(rows) => {
                 poller.succeeded();
                 let full = rows.len() >= query.limit;
-                let new = backlog.absorb(rows);
-                full && new > 0
+                match backlog.absorb(rows) {
+                    0 => Found::Nothing,
+                    _ if full => Found::Full,
+                    _ => Found::Some,
+                }
             }
             Err(err) => {
                 bump(&self.metrics.poll_errors);
                 poller.failed(&err);
-                false
+                Found::Nothing
             }
         }
     }

@@ -317,6 +317,13 @@ impl Windows {
         self.settings.poll_interval
     }
 
+    /// How soon a poll that found new rows (fewer than a full batch) is
+    /// followed by the next: a tenth of the poll interval, so a steady
+    /// stream of rows does not wait a whole interval each.
+    pub fn busy_poll_interval(&self) -> Duration {
+        self.settings.poll_interval / 10
+    }
+
     /// Deadline for one whole HTTP exchange.
     pub fn delivery_timeout(&self) -> Duration {
         self.settings.delivery_timeout

@@ -1,29 +1,31 @@
 //! Group commit for the per-row writes: the claim and the write-back.
 //!
 //! Calls that arrive while earlier ones are on the server are sent together
-//! as one transaction on one connection, so a busy queue pays one commit
-//! (one log flush) and one pool checkout per batch instead of per
-//! statement. Each call still runs its own prepared statement, with its
-//! own affected-row count, exactly as it would alone; a lone call (the
-//! idle case) runs alone, in autocommit, with no added wait.
+//! as one transaction, in one round trip: `START TRANSACTION`, each call's
+//! own statement (the same text as its prepared form, values inlined by
+//! [`sql::inline`]: digits and hex only), `COMMIT`. A busy queue so pays
+//! one commit, one pool checkout and one round trip per group instead of
+//! per statement, and each call still gets its own affected-row count. A
+//! lone call (the idle case) runs alone, prepared, in autocommit, with no
+//! added wait.
 //!
-//! If any statement of a batch fails, the transaction is rolled back and
-//! every call of it is run again on its own, so one bad write never fails
-//! its neighbours. If the commit itself fails, the outcome is unknown and
-//! every call gets the error (the dispatcher treats it as for a single
-//! statement whose answer was lost).
+//! If a statement of a group fails, the server runs none after it; the
+//! transaction is rolled back and every call of the group is run again on
+//! its own, so one bad write never fails its neighbours. If the commit
+//! fails, the outcome is unknown and every call gets the error (the
+//! dispatcher treats it as a single statement whose answer was lost).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{Pool, TxOpts, Value};
+use mysql_async::{Pool, Row, Value};
 use tokio::sync::{mpsc, oneshot, Mutex};
 use webhook_core::{ResultWrite, StoreError, UnixTime};
 
 use crate::error::MysqlError;
-use crate::sql;
+use crate::sql::{self, Literal};
 use crate::store::connect;
 
 /// Most calls in one transaction.
@@ -44,29 +46,50 @@ pub(crate) enum RowWrite {
 }
 
 impl RowWrite {
-    fn statement(&self) -> (&'static str, Vec<Value>) {
+    /// The statement and its values, in placeholder order.
+    fn parts(&self) -> (&'static str, Vec<Literal<'_>>) {
+        use Literal::{Number, Text};
         match self {
             Self::Claim { id, seen_version } => {
-                (sql::CLAIM, vec![(*id).into(), (*seen_version).into()])
+                (sql::CLAIM, vec![Number(*id), Number(*seen_version)])
             }
             Self::Result(write) => {
-                let mut params: Vec<Value> = vec![
-                    write.status.as_str().into(),
-                    write.last_request_result.as_str().into(),
-                    write.last_request_epoch.into(),
-                    write.date_modified.into(),
-                    write.properties.as_str().into(),
-                    write.id.into(),
+                let mut values = vec![
+                    Text(write.status.as_str()),
+                    Text(write.last_request_result.as_str()),
+                    Number(write.last_request_epoch),
+                    Number(write.date_modified),
+                    Text(&write.properties),
+                    Number(write.id),
                 ];
                 match write.expected_version {
                     Some(version) => {
-                        params.push(version.into());
-                        (sql::WRITE_RESULT_GUARDED, params)
+                        values.push(Number(version));
+                        (sql::WRITE_RESULT_GUARDED, values)
                     }
-                    None => (sql::WRITE_RESULT, params),
+                    None => (sql::WRITE_RESULT, values),
                 }
             }
         }
+    }
+
+    /// The prepared statement and its parameters.
+    fn statement(&self) -> (&'static str, Vec<Value>) {
+        let (statement, values) = self.parts();
+        let params = values
+            .into_iter()
+            .map(|value| match value {
+                Literal::Number(n) => Value::from(n),
+                Literal::Text(t) => Value::from(t),
+            })
+            .collect();
+        (statement, params)
+    }
+
+    /// The statement with its values inlined, for a group.
+    fn inlined(&self) -> Option<String> {
+        let (statement, values) = self.parts();
+        sql::inline(statement, &values)
     }
 }
 
@@ -185,53 +208,95 @@ async fn run_alone(context: &Context, write: &RowWrite) -> Result<u64, StoreErro
     Ok(conn.affected_rows())
 }
 
-/// Several writes in one transaction; on a statement error, each alone.
+/// Several writes in one transaction and one round trip; on a statement
+/// error, each alone.
 async fn run_together(context: &Context, batch: Vec<Job>) {
+    let Some(text) = group_sql(&batch) else {
+        // Not reachable with this module's statements; run them alone.
+        return run_each_alone(context, batch).await;
+    };
     let mut conn = match connect(&context.pool, context.connect_timeout).await {
         Ok(conn) => conn,
         Err(err) => return fail_all(context, batch, err),
     };
-    let mut counts = Vec::with_capacity(batch.len());
-    let statement_failed = {
-        let mut tx = match conn.start_transaction(TxOpts::default()).await {
-            Ok(tx) => tx,
-            Err(err) => return fail_all(context, batch, MysqlError::Statement(err)),
-        };
-        let mut failed = false;
-        for job in &batch {
-            let (statement, params) = job.write.statement();
-            if tx.exec_drop(statement, params).await.is_err() {
-                failed = true;
-                break;
+    match run_group(&mut conn, &text, batch.len()).await {
+        Ok(counts) => {
+            drop(conn);
+            context.counts.transactions.fetch_add(1, Ordering::Relaxed);
+            context
+                .counts
+                .grouped_writes
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            for (job, count) in batch.into_iter().zip(counts) {
+                let _ = job.reply.send(Ok(count));
             }
-            counts.push(tx.affected_rows());
         }
-        if failed {
-            // Dropping the transaction rolls it back (or, if that fails,
-            // keeps the connection out of the pool).
-            drop(tx);
-            true
-        } else if let Err(err) = tx.commit().await {
-            return fail_all(context, batch, MysqlError::Statement(err));
-        } else {
-            false
+        Err(GroupFailure::Statement) => {
+            // The server stopped at the failed statement with the
+            // transaction open: roll it back, or keep the session out of
+            // the pool.
+            if conn.query_drop("ROLLBACK").await.is_err() {
+                let _ = conn.disconnect().await;
+            } else {
+                drop(conn);
+            }
+            run_each_alone(context, batch).await;
         }
-    };
-    drop(conn);
-    if statement_failed {
-        for job in batch {
-            let result = run_alone(context, &job.write).await;
-            let _ = job.reply.send(result);
+        Err(GroupFailure::Commit(err)) => {
+            let _ = conn.disconnect().await;
+            fail_all(context, batch, MysqlError::Statement(err));
         }
-        return;
     }
-    context.counts.transactions.fetch_add(1, Ordering::Relaxed);
-    context
-        .counts
-        .grouped_writes
-        .fetch_add(batch.len() as u64, Ordering::Relaxed);
-    for (job, count) in batch.into_iter().zip(counts) {
-        let _ = job.reply.send(Ok(count));
+}
+
+/// Why a group did not complete.
+enum GroupFailure {
+    /// `START TRANSACTION` or one of the statements failed; nothing is
+    /// committed.
+    Statement,
+    /// The statements ran but the commit did not answer with success.
+    Commit(mysql_async::Error),
+}
+
+/// `START TRANSACTION;` each statement `;COMMIT`, or `None` if a statement
+/// could not be inlined.
+fn group_sql(batch: &[Job]) -> Option<String> {
+    let mut text = String::from("START TRANSACTION");
+    for job in batch {
+        text.push(';');
+        text.push_str(&job.write.inlined()?);
+    }
+    text.push_str(";COMMIT");
+    Some(text)
+}
+
+/// Sends the group and reads each statement's affected-row count.
+async fn run_group(
+    conn: &mut mysql_async::Conn,
+    text: &str,
+    statements: usize,
+) -> Result<Vec<u64>, GroupFailure> {
+    let mut result = conn
+        .query_iter(text)
+        .await
+        .map_err(|_| GroupFailure::Statement)?;
+    let mut counts = Vec::with_capacity(statements);
+    for _ in 0..statements {
+        // Moves past the previous statement's (empty) result to the next.
+        result
+            .collect::<Row>()
+            .await
+            .map_err(|_| GroupFailure::Statement)?;
+        counts.push(result.affected_rows());
+    }
+    result.drop_result().await.map_err(GroupFailure::Commit)?;
+    Ok(counts)
+}
+
+async fn run_each_alone(context: &Context, batch: Vec<Job>) {
+    for job in batch {
+        let result = run_alone(context, &job.write).await;
+        let _ = job.reply.send(result);
     }
 }
 

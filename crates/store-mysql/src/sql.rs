@@ -3,7 +3,10 @@
 //! in the crate writes SQL against Phorge's tables.
 //!
 //! Every value is a `?` placeholder; the only text ever assembled at run
-//! time is the number of placeholders in the hook exclusion list.
+//! time is the number of placeholders in the hook exclusion list, and
+//! [`inline`], which the group commit uses to send several of these
+//! statements in one round trip: it puts numbers as digits and text as hex
+//! literals in place of the `?`s, so no byte of a value is ever read as SQL.
 
 /// The columns of a request row, in the order the row mapping reads them.
 pub const REQUEST_SELECT_LIST: &str = "id, phid, webhookPHID, objectPHID, status, properties, \
@@ -155,6 +158,46 @@ pub fn php_delivery_tasks(namespace: &str) -> String {
     )
 }
 
+/// A value [`inline`] can write into a statement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Literal<'a> {
+    /// Written as its decimal digits.
+    Number(u64),
+    /// Written as `_utf8mb4 X'…'`: hex digits only, whatever the text holds,
+    /// so quotes, backslashes and `NO_BACKSLASH_ESCAPES` do not matter.
+    Text(&'a str),
+}
+
+/// `statement` with its `?` placeholders replaced, in order, by `values`.
+/// `None` when the counts differ. Used only with this module's constant
+/// statements, whose text holds no `?` other than placeholders.
+pub fn inline(statement: &str, values: &[Literal<'_>]) -> Option<String> {
+    use std::fmt::Write as _;
+    let mut parts = statement.split('?');
+    let mut text = String::with_capacity(statement.len() + 16 * values.len());
+    text.push_str(parts.next().unwrap_or_default());
+    let mut values = values.iter();
+    for part in parts {
+        match values.next()? {
+            Literal::Number(n) => {
+                let _ = write!(text, "{n}");
+            }
+            Literal::Text(t) => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                text.push_str("_utf8mb4 X'");
+                text.reserve(2 * t.len() + 1);
+                for byte in t.bytes() {
+                    text.push(char::from(HEX[usize::from(byte >> 4)]));
+                    text.push(char::from(HEX[usize::from(byte & 0x0f)]));
+                }
+                text.push('\'');
+            }
+        }
+        text.push_str(part);
+    }
+    values.next().is_none().then_some(text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,5 +266,46 @@ mod tests {
         assert!(BREAKER_FAILURES.contains(
             "WHERE webhookPHID = ? AND lastRequestResult = 'fail' AND lastRequestEpoch >= ?"
         ));
+    }
+
+    #[test]
+    fn inline_puts_numbers_as_digits_and_text_as_hex() {
+        assert_eq!(
+            inline(CLAIM, &[Literal::Number(7), Literal::Number(1_700_000_001)]).as_deref(),
+            Some(
+                "UPDATE herald_webhookrequest \
+                 SET dateModified = GREATEST(dateModified + 1, UNIX_TIMESTAMP()) \
+                 WHERE id = 7 AND status = 'queued' AND dateModified = 1700000001"
+            )
+        );
+        let hostile = "x'; DROP TABLE herald_webhook; -- \\ \u{e9}";
+        let text = inline(
+            WRITE_RESULT,
+            &[
+                Literal::Text("sent"),
+                Literal::Text("pass"),
+                Literal::Number(1),
+                Literal::Number(2),
+                Literal::Text(hostile),
+                Literal::Number(3),
+            ],
+        )
+        .expect("six values");
+        assert!(
+            text.starts_with("UPDATE herald_webhookrequest SET status = _utf8mb4 X'73656e74', ")
+        );
+        assert!(text.ends_with(" WHERE id = 3"), "{text}");
+        assert!(!text.contains("DROP") && !text.contains('?'), "{text}");
+        let hex: String = hostile.bytes().map(|b| format!("{b:02x}")).collect();
+        assert!(
+            text.contains(&format!("properties = _utf8mb4 X'{hex}' ")),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn inline_refuses_a_wrong_number_of_values() {
+        assert_eq!(inline(CLAIM, &[Literal::Number(1)]), None);
+        assert_eq!(inline(CLAIM, &[Literal::Number(1); 3]), None);
     }
 }
