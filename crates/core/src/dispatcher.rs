@@ -330,7 +330,7 @@ impl Dispatcher {
         loop {
             let now = self.clock.monotonic();
             if !stopping && now >= next_poll && backlog.pending.len() < low_water {
-                if alongside(self.hold_now(), &mut runs, &mut finished).await {
+                if alongside(self.hold_now(), &mut runs, |r| finished.push(r)).await {
                     backlog.drop_waiting();
                 }
                 let found = if self.held() {
@@ -339,7 +339,7 @@ impl Dispatcher {
                     alongside(
                         self.poll_once(&mut backlog, &mut poller, limit),
                         &mut runs,
-                        &mut finished,
+                        |r| finished.push(r),
                     )
                     .await
                 };
@@ -367,7 +367,7 @@ impl Dispatcher {
             alongside(
                 self.release_idle_locks(&mut held, runs.len(), stopping),
                 &mut runs,
-                &mut finished,
+                |r| finished.push(r),
             )
             .await;
             if !finished.is_empty() {
@@ -480,8 +480,12 @@ impl Dispatcher {
                 break;
             }
             let mut stored_later = None;
-            let step =
-                while_storing(&mut storing, self.process(&mut run, row, &mut stored_later)).await;
+            let step = alongside(
+                self.process(&mut run, row, &mut stored_later),
+                &mut storing,
+                drop,
+            )
+            .await;
             storing.extend(stored_later);
             if storing.len() > WRITES_BEHIND_MAX {
                 while storing.next().await.is_some() {}
@@ -878,34 +882,22 @@ impl Dispatcher {
     }
 }
 
-/// Awaits `work` while still driving the hook runs. The loop's own store
-/// calls must not freeze the runs: a run waiting to be polled may hold the
-/// pooled connection `work` is waiting for, and with the pool exhausted
-/// neither would ever move (a stall until the connect timeout).
-async fn alongside<'a, T>(
+/// Awaits `work` while still driving `others` (hook runs, or a run's
+/// write-backs), handing each that finishes meanwhile to `finished`. The
+/// loop's own store calls must not freeze the runs: a run waiting to be
+/// polled may hold the pooled connection `work` is waiting for, and with
+/// the pool exhausted neither would ever move (a stall until the connect
+/// timeout). Likewise a run's write-backs progress while it goes on.
+async fn alongside<'a, T, R>(
     work: impl Future<Output = T>,
-    runs: &mut FuturesUnordered<BoxFuture<'a, RunReport>>,
-    finished: &mut Vec<RunReport>,
+    others: &mut FuturesUnordered<BoxFuture<'a, R>>,
+    mut finished: impl FnMut(R),
 ) -> T {
     let mut work = pin!(work);
     poll_fn(|cx| {
-        while let Poll::Ready(Some(report)) = runs.poll_next_unpin(cx) {
-            finished.push(report);
+        while let Poll::Ready(Some(done)) = others.poll_next_unpin(cx) {
+            finished(done);
         }
-        work.as_mut().poll(cx)
-    })
-    .await
-}
-
-/// Awaits `work` while also driving the write-backs in `storing` (and
-/// dropping those that finish), so they progress alongside the run.
-async fn while_storing<T>(
-    storing: &mut FuturesUnordered<BoxFuture<'_, ()>>,
-    work: impl Future<Output = T>,
-) -> T {
-    let mut work = pin!(work);
-    poll_fn(|cx| {
-        while let Poll::Ready(Some(())) = storing.poll_next_unpin(cx) {}
         work.as_mut().poll(cx)
     })
     .await

@@ -241,6 +241,13 @@ impl Daemon {
         self.signal("TERM");
     }
 
+    /// SIGTERM, then waits for the exit and asserts it was clean (code 0).
+    pub async fn stop_cleanly(&mut self, deadline: Duration) {
+        self.terminate();
+        let status = self.wait_exit(deadline).await;
+        assert_eq!(status.code(), Some(0), "clean exit\n{}", self.log());
+    }
+
     /// Sends the signal `name` (`TERM`, `INT`, …) with `kill`.
     pub fn signal(&self, name: &str) {
         let pid = self.child.id().to_string();

@@ -306,9 +306,7 @@ async fn sigterm_lets_the_delivery_in_flight_finish_and_nothing_is_sent_twice() 
         let arrived = receiver.wait_for(1, DEADLINE).await;
         assert_eq!(arrived.len(), 1, "delivery started\n{}", daemon.log());
         // The receiver is now holding the request for 3 s.
-        daemon.terminate();
-        let status = daemon.wait_exit(DEADLINE).await;
-        assert_eq!(status.code(), Some(0), "clean exit\n{}", daemon.log());
+        daemon.stop_cleanly(DEADLINE).await;
         // Written before the process ended: no waiting here.
         let row = db.row(first).await;
         assert_eq!(

@@ -193,13 +193,7 @@ async fn a_database_outage_pauses_delivery_and_it_resumes_by_itself() {
             got.len()
         );
         assert_alive_without_panic(&mut daemon);
-        daemon.terminate();
-        assert_eq!(
-            daemon.wait_exit(DEADLINE).await.code(),
-            Some(0),
-            "{}",
-            daemon.log()
-        );
+        daemon.stop_cleanly(DEADLINE).await;
     })
     .await;
 }

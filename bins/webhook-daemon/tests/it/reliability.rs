@@ -458,9 +458,7 @@ async fn sigterm_amid_slow_deliveries_stores_every_result_and_resends_nothing() 
         let mut daemon = Daemon::start("stop", &env).await;
         insert_rows(&db, &spread("stop", ROWS, HOOKS), 100).await;
         let in_flight = wait_in_flight(&receiver, "stop", 4, &[&daemon]).await;
-        daemon.terminate();
-        let status = daemon.wait_exit(DEADLINE).await;
-        assert_eq!(status.code(), Some(0), "{}", daemon.log());
+        daemon.stop_cleanly(DEADLINE).await;
         let log = daemon.stderr();
         assert!(log.contains("deliveries_drained"), "{}", daemon.log());
         assert!(!log.contains("shutdown_grace_exceeded"), "{}", daemon.log());

@@ -115,13 +115,7 @@ async fn no_key_token_or_uri_secret_leaks_into_logs_metrics_or_api_bodies() {
             ));
         }
         assert_alive_without_panic(&mut daemon);
-        daemon.terminate();
-        assert_eq!(
-            daemon.wait_exit(DEADLINE).await.code(),
-            Some(0),
-            "{}",
-            daemon.log()
-        );
+        daemon.stop_cleanly(DEADLINE).await;
         let log = daemon.log();
         assert!(log.contains(" TRACE "), "trace logging is on: {log}");
 
