@@ -114,6 +114,11 @@ impl Collector for ScrapeCollector {
                 "Hook runs skipped because another deliverer held the hook",
                 d.lock_busy,
             ),
+            (
+                "gorge_webhook_claims_unused",
+                "Won claims of rows claimed along with an earlier row but not sent (retried after their lease)",
+                d.claims_unused,
+            ),
             ("gorge_webhook_polls", "Candidate queries run", d.polls),
             (
                 "gorge_webhook_poll_errors",

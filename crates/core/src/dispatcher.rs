@@ -6,7 +6,7 @@
 //! `Store`, `Transport` and `Clock` it was given. It never spawns: all work
 //! is driven inside the future returned by [`Dispatcher::run`].
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::future::{poll_fn, Future};
 use std::pin::pin;
@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
+use futures::future::{join_all, BoxFuture};
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use tracing::{debug, error, info, warn};
@@ -27,12 +27,13 @@ use crate::metrics::{bump, Metrics};
 use crate::model::{Hook, RequestRow};
 use crate::outcome::{
     attempt_error, attempt_write, hook_error_write, AttemptOutcome, DeliveryResult, HookError,
+    TransportFailure,
 };
 use crate::payload::Payload;
 use crate::properties::ErrorCode;
 use crate::properties::Properties;
 use crate::store::{CandidateQuery, Claim, HookLock, Store, StoreError, Written};
-use crate::transport::{OutboundRequest, Resolution, Transport};
+use crate::transport::{OutboundRequest, Resolution, Target, Transport};
 use crate::windows::Windows;
 
 /// Tries for one write-back before the row is left to its lease.
@@ -53,8 +54,13 @@ const HOOK_CACHE_TTL: Duration = Duration::from_secs(5);
 /// quiet spell asks for one batch, so fresh rows never queue behind a
 /// large fetch.
 const BACKLOG_BATCHES_MAX: usize = 16;
-/// Write-backs a hook run may have in flight before it waits for them.
-const WRITES_BEHIND_MAX: usize = 2;
+/// Most rows one claim takes (the row and those claimed along with it):
+/// a hook run claims a fast hook's next rows in one group commit instead
+/// of waiting for a commit before each POST (see [`ClaimGroup`]).
+const CLAIM_AHEAD_MAX: usize = 16;
+/// Write-backs a hook run may have in flight before it waits for them:
+/// enough for a whole claim group.
+const WRITES_BEHIND_MAX: usize = CLAIM_AHEAD_MAX;
 
 /// Delivers queued requests. Cheap to share: `run` takes `&self`.
 pub struct Dispatcher {
@@ -65,6 +71,9 @@ pub struct Dispatcher {
     metrics: Arc<Metrics>,
     open_breakers: Mutex<HashSet<String>>,
     hooks: Mutex<HashMap<String, CachedHook>>,
+    /// Rows per claim for each hook seen (see [`ClaimGroup`]); unknown
+    /// hooks start at one.
+    pace: Mutex<HashMap<String, usize>>,
     silent_mode: Option<Arc<SilentMode>>,
     events: Option<Arc<dyn EventSink>>,
     /// The hold last reported as an event.
@@ -188,14 +197,66 @@ impl Backlog {
     }
 }
 
-/// Per-run state: the hook row (looked up once), the lock and whether the
-/// breaker is known to be closed.
+/// Per-run state: the hook row (looked up once), the lock, whether the
+/// breaker is known to be closed, and the rows claimed ahead of their turn.
 #[derive(Default)]
 struct HookRun {
     hook: Option<Option<Hook>>,
     lock: Option<Box<dyn HookLock>>,
     lock_acquired_at: Duration,
     breaker_closed: bool,
+    /// The current claim group's rows after its first, in id order.
+    claimed: VecDeque<AheadRow>,
+    group: Option<ClaimGroup>,
+}
+
+impl HookRun {
+    /// This row's claim, if it was claimed along with an earlier row.
+    fn take_claimed(&mut self, id: u64) -> Option<AheadRow> {
+        match self.claimed.front() {
+            Some(ahead) if ahead.id == id => self.claimed.pop_front(),
+            _ => None,
+        }
+    }
+
+    fn has_claimed(&self, id: u64) -> bool {
+        self.claimed.front().is_some_and(|ahead| ahead.id == id)
+    }
+}
+
+/// A row that passed steps 1–5.
+struct Ready {
+    properties: Properties,
+    hook: Hook,
+    target: Result<Target, TransportFailure>,
+}
+
+/// Rows claimed together, in one group commit. Waiting for a commit before
+/// every POST would make a fast hook's run as slow as the database's
+/// commit latency; so when a hook's recent groups were delivered quickly
+/// and without failure, the claim of a row takes the run's next rows along
+/// (the hook's *pace*: doubled after a quick, clean group, halved after a
+/// slow one, back to one after any failure, up to [`CLAIM_AHEAD_MAX`]).
+/// Each row is still sent one at a time, in id order, under the hook lock,
+/// after the breaker check — but only within
+/// [`Windows::claim_ahead_budget`] of the claim, so its POST ends with at
+/// least that much of its lease left. A row that misses it, or whose run
+/// stops first, is not sent; it is delivered again after its lease, as if
+/// its deliverer had died (`claim_left_to_lease`).
+struct ClaimGroup {
+    hook: Hook,
+    target: Target,
+    claimed_at: Duration,
+    size: usize,
+    /// Every row so far was sent, none left to its lease.
+    smooth: bool,
+}
+
+/// A row claimed along with an earlier one, waiting for its turn.
+struct AheadRow {
+    id: u64,
+    /// `None`: its claim was lost.
+    properties: Option<Properties>,
 }
 
 impl HookRun {
@@ -206,6 +267,7 @@ impl HookRun {
                 lock: Some(held.lock),
                 lock_acquired_at: held.acquired_at,
                 breaker_closed: held.breaker_closed,
+                ..Self::default()
             },
             None => Self::default(),
         }
@@ -244,6 +306,7 @@ impl Dispatcher {
             metrics: Arc::new(Metrics::default()),
             open_breakers: Mutex::new(HashSet::new()),
             hooks: Mutex::new(HashMap::new()),
+            pace: Mutex::new(HashMap::new()),
             silent_mode: None,
             events: None,
             reported_hold: AtomicBool::new(false),
@@ -475,13 +538,15 @@ impl Dispatcher {
         // Write-backs of successful deliveries, still being stored while
         // the run goes on with its next row (see `process`).
         let mut storing: FuturesUnordered<BoxFuture<'_, ()>> = FuturesUnordered::new();
-        for row in &rows {
-            if stop.load(Ordering::Relaxed) {
+        for (i, row) in rows.iter().enumerate() {
+            // A row already claimed is in flight: it is sent even when
+            // stopping (its claim group was taken before the stop).
+            if stop.load(Ordering::Relaxed) && !run.has_claimed(row.id) {
                 break;
             }
             let mut stored_later = None;
             let step = alongside(
-                self.process(&mut run, row, &mut stored_later),
+                self.process(&mut run, row, &rows[i + 1..], &mut stored_later),
                 &mut storing,
                 drop,
             )
@@ -495,6 +560,7 @@ impl Dispatcher {
                 break;
             }
         }
+        self.abandon_claimed(&mut run, &rows);
         // Every result is stored before the lock is given up or kept.
         while storing.next().await.is_some() {}
         let mut kept = None;
@@ -555,22 +621,86 @@ impl Dispatcher {
     /// share a commit (the store's group commit) and the hook's next
     /// delivery does not wait for it. A failure is stored before the next
     /// claim, whose breaker count must see it.
+    ///
+    /// The claim may take some of the `upcoming` rows along (see
+    /// [`ClaimGroup`]); when their turn comes they go straight to the POST.
     async fn process<'a>(
         &'a self,
         run: &mut HookRun,
         row: &RequestRow,
+        upcoming: &[RequestRow],
         stored_later: &mut Option<BoxFuture<'a, ()>>,
     ) -> Step {
+        // A row claimed along with an earlier one is in flight: like the
+        // delivery under way, it is sent even if a hold began meanwhile.
+        if let Some(ahead) = run.take_claimed(row.id) {
+            return self.process_claimed(run, row, ahead, stored_later).await;
+        }
         if self.hold_now().await {
             return Step::StopRun;
         }
+        let Ready {
+            properties,
+            hook,
+            target,
+        } = match self.prepare(run, row).await {
+            Ok(ready) => ready,
+            Err(step) => return step,
+        };
+        if !self.may_call(run, &hook.phid).await {
+            return Step::StopRun;
+        }
+        let along = match &target {
+            Ok(_) => self.look_ahead(&hook.phid, upcoming),
+            Err(_) => Vec::new(),
+        };
+        let claimed_at = self.clock.monotonic();
+        let claims = join_all(
+            std::iter::once(row)
+                .chain(along.iter().map(|(r, _)| *r))
+                .map(|r| self.store.claim(r.id, r.date_modified)),
+        )
+        .await;
+        let mut claims = claims.into_iter();
+        let first = claims.next().unwrap_or(Ok(Claim::Lost));
+        if let Ok(target) = &target {
+            self.keep_claimed(run, &hook, target, claimed_at, along, claims);
+        }
+        match first {
+            Ok(Claim::Won) => self.note_claim(row, &hook.phid, Claim::Won),
+            Ok(Claim::Lost) => {
+                self.note_claim(row, &hook.phid, Claim::Lost);
+                self.after_attempt(run, true);
+                return Step::Next;
+            }
+            Err(err) => {
+                self.store_failed("claim", &err);
+                return Step::StopRun;
+            }
+        }
+        self.attempt(
+            run,
+            row,
+            &properties,
+            &hook,
+            target,
+            claimed_at,
+            stored_later,
+        )
+        .await
+    }
+
+    /// Steps 1–5: the row's properties, its hook and where to send it; or
+    /// the step to take after a hook error was written (or the lookup
+    /// failed).
+    async fn prepare(&self, run: &mut HookRun, row: &RequestRow) -> Result<Ready, Step> {
         if let Some(defect) = &row.defect {
             warn!(event = "row_invalid", request_id = row.id, hook = %row.webhook_phid,
                   defect = %defect, "failed without delivery");
             let kept = Properties::parse(&row.properties)
                 .unwrap_or_else(|_| Properties::preserving_unparseable(&row.properties));
             self.fail_hook(row, &kept, HookError::InvalidRow).await;
-            return Step::Next;
+            return Err(Step::Next);
         }
         let properties = match Properties::parse(&row.properties) {
             Ok(properties) => properties,
@@ -581,7 +711,7 @@ impl Dispatcher {
                 let kept = Properties::preserving_unparseable(&row.properties);
                 self.fail_hook(row, &kept, HookError::InvalidProperties)
                     .await;
-                return Step::Next;
+                return Err(Step::Next);
             }
         };
         let hook = match self.hook_for(run, row).await {
@@ -589,57 +719,198 @@ impl Dispatcher {
             Ok(None) => {
                 warn!(event = "hook_missing", request = %row.phid, hook = %row.webhook_phid);
                 self.fail_hook(row, &properties, HookError::NotFound).await;
-                return Step::Next;
+                return Err(Step::Next);
             }
-            Err(()) => return Step::StopRun,
+            Err(()) => return Err(Step::StopRun),
         };
         if hook.is_disabled() {
             debug!(event = "hook_disabled", request = %row.phid, hook = %hook.phid);
             self.fail_hook(row, &properties, HookError::Disabled).await;
-            return Step::Next;
+            return Err(Step::Next);
         }
         let target = match self.transport.resolve(&hook.uri).await {
             Resolution::Ready(target) => Ok(target),
             Resolution::Refused(why) => {
                 warn!(event = "hook_uri_refused", request = %row.phid, hook = %hook.phid, reason = %why);
                 self.fail_hook(row, &properties, HookError::Uri).await;
-                return Step::Next;
+                return Err(Step::Next);
             }
             Resolution::Failed(failure) => Err(failure),
         };
+        Ok(Ready {
+            properties,
+            hook,
+            target,
+        })
+    }
+
+    /// The rows after this one to claim with it: as many as the hook's pace
+    /// allows, stopping at the first that would not go straight to a POST
+    /// (it takes the ordinary path in its turn).
+    fn look_ahead<'r>(
+        &self,
+        hook_phid: &str,
+        upcoming: &'r [RequestRow],
+    ) -> Vec<(&'r RequestRow, Properties)> {
+        if self.windows.claim_ahead_budget().is_zero() {
+            return Vec::new();
+        }
+        let pace = self
+            .pace
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(hook_phid)
+            .copied()
+            .unwrap_or(1);
+        upcoming
+            .iter()
+            .take(pace.saturating_sub(1))
+            .map_while(|row| match row.defect {
+                Some(_) => None,
+                None => Properties::parse(&row.properties).ok().map(|p| (row, p)),
+            })
+            .collect()
+    }
+
+    /// Records the claims of the rows taken along, in order, as the run's
+    /// claim group. A failed claim ends the group there: whatever it did,
+    /// the rows after it take the ordinary path (a row claimed after all is
+    /// then lost to our own claim and waits out its lease).
+    fn keep_claimed(
+        &self,
+        run: &mut HookRun,
+        hook: &Hook,
+        target: &Target,
+        claimed_at: Duration,
+        along: Vec<(&RequestRow, Properties)>,
+        claims: impl Iterator<Item = Result<Claim, StoreError>>,
+    ) {
+        run.claimed.clear();
+        for ((row, properties), claim) in along.into_iter().zip(claims) {
+            match claim {
+                Ok(Claim::Won) => run.claimed.push_back(AheadRow {
+                    id: row.id,
+                    properties: Some(properties),
+                }),
+                Ok(Claim::Lost) => run.claimed.push_back(AheadRow {
+                    id: row.id,
+                    properties: None,
+                }),
+                Err(err) => {
+                    self.store_failed("claim", &err);
+                    break;
+                }
+            }
+            let claim = match run.claimed.back() {
+                Some(AheadRow {
+                    properties: Some(_),
+                    ..
+                }) => Claim::Won,
+                _ => Claim::Lost,
+            };
+            self.note_claim(row, &hook.phid, claim);
+        }
+        run.group = Some(ClaimGroup {
+            hook: hook.clone(),
+            target: target.clone(),
+            claimed_at,
+            size: 1 + run.claimed.len(),
+            smooth: true,
+        });
+    }
+
+    fn note_claim(&self, row: &RequestRow, hook_phid: &str, claim: Claim) {
+        match claim {
+            Claim::Won => {
+                bump(&self.metrics.claims_won);
+                self.emit(Some(&row.phid), Some(hook_phid), EventKind::ClaimWon);
+            }
+            Claim::Lost => {
+                bump(&self.metrics.claims_lost);
+                self.emit(Some(&row.phid), Some(hook_phid), EventKind::ClaimLost);
+                debug!(event = "claim_lost", request = %row.phid, hook = %hook_phid);
+            }
+        }
+    }
+
+    /// A row claimed along with an earlier one: steps 6 and 8. It is sent
+    /// only while the lock is still ours, the breaker (counted again after
+    /// a failure) closed, and the claim within [`Windows::claim_ahead_budget`].
+    async fn process_claimed<'a>(
+        &'a self,
+        run: &mut HookRun,
+        row: &RequestRow,
+        ahead: AheadRow,
+        stored_later: &mut Option<BoxFuture<'a, ()>>,
+    ) -> Step {
+        let (Some(properties), Some(group)) = (ahead.properties, run.group.as_ref()) else {
+            // Lost when it was claimed: another deliverer has it.
+            self.after_attempt(run, true);
+            return Step::Next;
+        };
+        let (hook, target, claimed_at) =
+            (group.hook.clone(), group.target.clone(), group.claimed_at);
         if !self.may_call(run, &hook.phid).await {
+            let waited = self.clock.monotonic().saturating_sub(claimed_at);
+            self.leave_to_lease(row, waited, "run_stopped");
             return Step::StopRun;
         }
-        let claimed_at = self.clock.monotonic();
-        match self.store.claim(row.id, row.date_modified).await {
-            Ok(Claim::Won) => {
-                bump(&self.metrics.claims_won);
-                self.emit(Some(&row.phid), Some(&hook.phid), EventKind::ClaimWon);
-            }
-            Ok(Claim::Lost) => {
-                bump(&self.metrics.claims_lost);
-                self.emit(Some(&row.phid), Some(&hook.phid), EventKind::ClaimLost);
-                debug!(event = "claim_lost", request = %row.phid, hook = %hook.phid);
-                return Step::Next;
-            }
-            Err(err) => {
-                self.store_failed("claim", &err);
-                return Step::StopRun;
-            }
+        let waited = self.clock.monotonic().saturating_sub(claimed_at);
+        if waited > self.windows.claim_ahead_budget() {
+            self.leave_to_lease(row, waited, "late");
+            self.after_attempt(run, false);
+            return Step::Next;
         }
+        self.attempt(
+            run,
+            row,
+            &properties,
+            &hook,
+            Ok(target),
+            claimed_at,
+            stored_later,
+        )
+        .await
+    }
+
+    /// A claimed row that will not be sent now: it is retried once its
+    /// lease ends, like a row whose deliverer died.
+    /// `reason`: `late` (past the budget) or `run_stopped` (lock lost,
+    /// breaker open, store error).
+    fn leave_to_lease(&self, row: &RequestRow, waited: Duration, reason: &'static str) {
+        bump(&self.metrics.claims_unused);
+        info!(event = "claim_left_to_lease", request = %row.phid, hook = %row.webhook_phid,
+              reason, waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+              lease_secs = self.windows.lease_secs(),
+              "claimed along with an earlier row but not sent; retried after its lease");
+    }
+
+    /// Step 8 for a claimed row: the POST and its write-back.
+    #[allow(clippy::too_many_arguments)]
+    async fn attempt<'a>(
+        &'a self,
+        run: &mut HookRun,
+        row: &RequestRow,
+        properties: &Properties,
+        hook: &Hook,
+        target: Result<Target, TransportFailure>,
+        claimed_at: Duration,
+        stored_later: &mut Option<BoxFuture<'a, ()>>,
+    ) -> Step {
         let (result, latency) = match target {
-            Ok(target) => self.deliver(row, &properties, &hook, target).await,
+            Ok(target) => self.deliver(row, properties, hook, target).await,
             Err(failure) => (DeliveryResult::Failed(failure), Duration::ZERO),
         };
         self.count_result(&result);
-        let (write, outcome) = attempt_write(row.id, &properties, &result, self.clock.now());
+        let (write, outcome) = attempt_write(row.id, properties, &result, self.clock.now());
         log_attempt(row, &result, outcome);
         self.emit(
             Some(&row.phid),
             Some(&hook.phid),
             attempt_event(&result, outcome, latency),
         );
-        if outcome == AttemptOutcome::Sent {
+        let sent = outcome == AttemptOutcome::Sent;
+        if sent {
             let request_phid = row.phid.clone();
             *stored_later = Some(
                 async move {
@@ -651,10 +922,57 @@ impl Dispatcher {
         } else {
             self.write_back(&write, &row.phid, Some(claimed_at)).await;
             // A new failure may have opened the breaker: look again before
-            // the next claim.
+            // the next claim (or the next row claimed along).
             run.breaker_closed = false;
         }
+        self.after_attempt(run, sent);
         Step::Next
+    }
+
+    /// Notes how a row of the run's claim group went; once the group is
+    /// done, sets the hook's pace for the next one.
+    fn after_attempt(&self, run: &mut HookRun, smooth: bool) {
+        let Some(group) = run.group.as_mut() else {
+            return;
+        };
+        group.smooth &= smooth;
+        if !run.claimed.is_empty() {
+            return;
+        }
+        let Some(group) = run.group.take() else {
+            return;
+        };
+        let took = self.clock.monotonic().saturating_sub(group.claimed_at);
+        let budget = self.windows.claim_ahead_budget();
+        let mut paces = self.pace.lock().unwrap_or_else(|e| e.into_inner());
+        let pace = paces.entry(group.hook.phid.clone()).or_insert(1);
+        *pace = if !group.smooth {
+            1
+        } else if took * 2 > budget {
+            (*pace / 2).max(1)
+        } else if took * 4 <= budget && group.size >= *pace {
+            (*pace * 2).min(CLAIM_AHEAD_MAX)
+        } else {
+            *pace
+        };
+    }
+
+    /// Claimed rows a stopped run will not send: they wait out their lease.
+    fn abandon_claimed(&self, run: &mut HookRun, rows: &[RequestRow]) {
+        let waited = run
+            .group
+            .as_ref()
+            .map(|g| self.clock.monotonic().saturating_sub(g.claimed_at))
+            .unwrap_or_default();
+        for ahead in run.claimed.drain(..) {
+            if ahead.properties.is_none() {
+                continue;
+            }
+            if let Some(row) = rows.iter().find(|r| r.id == ahead.id) {
+                self.leave_to_lease(row, waited, "run_stopped");
+            }
+        }
+        self.after_attempt(run, false);
     }
 
     async fn hook_for(&self, run: &mut HookRun, row: &RequestRow) -> Result<Option<Hook>, ()> {

@@ -19,6 +19,7 @@ pub struct Metrics {
     pub(crate) hook_errors: AtomicU64,
     pub(crate) claims_won: AtomicU64,
     pub(crate) claims_lost: AtomicU64,
+    pub(crate) claims_unused: AtomicU64,
     pub(crate) breaker_skips: AtomicU64,
     pub(crate) lock_busy: AtomicU64,
     pub(crate) poll_errors: AtomicU64,
@@ -50,6 +51,9 @@ pub struct MetricsSnapshot {
     pub claims_won: u64,
     /// Claims lost to another deliverer (nothing was sent).
     pub claims_lost: u64,
+    /// Rows claimed along with an earlier row but not sent (the run
+    /// stopped, or their turn came too late); retried after their lease.
+    pub claims_unused: u64,
     /// Hook runs skipped because the breaker was open.
     pub breaker_skips: u64,
     /// Hook runs skipped because another deliverer held the hook's lock.
@@ -114,6 +118,7 @@ impl Metrics {
             hook_errors: get(&self.hook_errors),
             claims_won: get(&self.claims_won),
             claims_lost: get(&self.claims_lost),
+            claims_unused: get(&self.claims_unused),
             breaker_skips: get(&self.breaker_skips),
             lock_busy: get(&self.lock_busy),
             poll_errors: get(&self.poll_errors),

@@ -329,6 +329,18 @@ impl Windows {
         self.settings.delivery_timeout
     }
 
+    /// How long a row claimed ahead of its turn in a hook run may wait for
+    /// its POST: half of what the lease leaves beyond one delivery timeout
+    /// and the lease's own margin. A row sent within it ends its POST with
+    /// that margin and at least as much again to spare; zero (a lease of
+    /// just the timeout plus the margin) turns claiming ahead off.
+    pub fn claim_ahead_budget(&self) -> Duration {
+        Duration::from_secs(self.lease_secs)
+            .saturating_sub(self.settings.delivery_timeout)
+            .saturating_sub(Duration::from_secs(LEASE_MARGIN_SECS))
+            / 2
+    }
+
     /// Deliveries in flight at once.
     pub fn max_concurrent(&self) -> usize {
         self.settings.max_concurrent
@@ -450,6 +462,23 @@ mod tests {
             configured: 5,
             effective: 17
         }));
+    }
+
+    #[test]
+    fn rows_claimed_ahead_get_half_the_lease_left_after_timeout_and_margin() {
+        let budget = |lease: u64, timeout: u64| {
+            Windows::try_new(Settings {
+                claim_lease_secs: lease,
+                delivery_timeout: Duration::from_secs(timeout),
+                ..Settings::default()
+            })
+            .expect("valid")
+            .claim_ahead_budget()
+        };
+        assert_eq!(budget(30, 15), Duration::from_millis(6_500));
+        assert_eq!(budget(5, 15), Duration::ZERO, "lease raised to 17 s");
+        assert_eq!(budget(18, 15), Duration::from_millis(500));
+        assert_eq!(budget(300, 15), Duration::from_millis(141_500));
     }
 
     #[test]

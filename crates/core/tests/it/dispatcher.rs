@@ -786,3 +786,162 @@ fn an_idle_dispatcher_polls_once_per_interval() {
     let polls = h.dispatcher.metrics().snapshot().polls;
     assert!((10..=11).contains(&polls), "{polls}");
 }
+
+/// The most rows claimed and not yet answered at any moment, from the
+/// events (each claimed row ends in one `delivered`/`attempt_failed`).
+fn most_claimed_unanswered(h: &Harness) -> usize {
+    let (mut open, mut most) = (0usize, 0usize);
+    for name in h.events.names() {
+        match name {
+            "claim_won" => open += 1,
+            "delivered" | "attempt_failed" => open = open.saturating_sub(1),
+            _ => {}
+        }
+        most = most.max(open);
+    }
+    most
+}
+
+#[test]
+fn a_fast_hook_has_its_next_rows_claimed_with_the_row_before_them() {
+    let mut h = Harness::with_defaults();
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    h.transport
+        .always(URI_A, Reply::status(200).after(Duration::from_millis(50)));
+    let ids: Vec<u64> = (0..40)
+        .map(|_| h.store.insert_request(NewRequest::queued(HOOK_A, NEVER)))
+        .collect();
+    h.start();
+    h.run_for(secs(5));
+
+    // Claims run ahead of the POSTs, up to a group's worth…
+    let most = most_claimed_unanswered(&h);
+    assert!((3..=16).contains(&most), "{most} rows claimed at once");
+    // …yet the POSTs are one at a time, in id order, each row once.
+    let sent: Vec<String> = h
+        .transport
+        .posts()
+        .iter()
+        .map(|p| p.request_phid.clone())
+        .collect();
+    let expected: Vec<String> = ids
+        .iter()
+        .map(|id| h.store.row(*id).expect("row").phid)
+        .collect();
+    assert_eq!(sent, expected);
+    assert_eq!(h.transport.max_concurrent_to(URI_A), 1);
+    let metrics = h.dispatcher.metrics().snapshot();
+    assert_eq!((metrics.claims_won, metrics.claims_unused), (40, 0));
+}
+
+#[test]
+fn without_lease_to_spare_no_row_is_claimed_ahead() {
+    // The lease is raised to the timeout plus its margin, no more: no
+    // budget is left for rows waiting their turn.
+    let mut h = Harness::new(Settings {
+        claim_lease_secs: 15,
+        delivery_timeout: secs(15),
+        ..Settings::default()
+    });
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    h.transport
+        .always(URI_A, Reply::status(200).after(Duration::from_millis(50)));
+    for _ in 0..20 {
+        h.store.insert_request(NewRequest::queued(HOOK_A, NEVER));
+    }
+    h.start();
+    h.run_for(secs(5));
+    assert_eq!(h.transport.posts().len(), 20);
+    assert_eq!(most_claimed_unanswered(&h), 1);
+}
+
+#[test]
+fn a_row_claimed_ahead_is_not_sent_late_but_after_its_lease() {
+    let mut h = Harness::with_defaults();
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    let fast = Reply::status(200).after(Duration::from_millis(10));
+    // Quick answers grow the claim groups (1, 2, 4 rows); then the first
+    // row of the third group takes longer than the 7.5 s budget.
+    h.transport.script(
+        URI_A,
+        [fast.clone(), fast.clone(), fast.clone()]
+            .into_iter()
+            .chain([Reply::status(200).after(secs(10))]),
+    );
+    h.transport.always(URI_A, fast);
+    let ids: Vec<u64> = (0..10)
+        .map(|_| h.store.insert_request(NewRequest::queued(HOOK_A, NEVER)))
+        .collect();
+    h.start();
+    h.run_for(secs(12));
+    let metrics = h.dispatcher.metrics().snapshot();
+    assert_eq!(metrics.claims_unused, 3, "the slow row's group mates");
+    let late: Vec<u64> = ids[4..7].to_vec();
+    for id in &late {
+        assert_eq!(posts_for(&h, *id), 0, "row {id} sent past the budget");
+    }
+    // The rest of the run went on; the three go once their lease is over.
+    for id in &ids[7..] {
+        assert_eq!(posts_for(&h, *id), 1);
+    }
+    h.run_for(secs(40));
+    for id in &ids {
+        assert_eq!(posts_for(&h, *id), 1, "row {id}");
+        assert_eq!(h.store.row(*id).expect("row").status, RequestStatus::Sent);
+    }
+    let slow_start = h.transport.posts()[3].started;
+    for post in h.transport.posts().iter().skip(7) {
+        assert!(post.started >= slow_start + secs(30), "{post:?}");
+    }
+}
+
+#[test]
+fn a_failure_in_a_claim_group_is_counted_before_the_next_row_is_sent() {
+    let mut h = Harness::new(Settings {
+        breaker_threshold: 1,
+        ..Settings::default()
+    });
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    let fast = Reply::status(200).after(Duration::from_millis(10));
+    h.transport.script(
+        URI_A,
+        [fast.clone(), fast.clone(), fast.clone(), Reply::status(500)],
+    );
+    h.transport.always(URI_A, fast);
+    for _ in 0..10 {
+        h.store.insert_request(NewRequest::queued(HOOK_A, NEVER));
+    }
+    h.start();
+    h.run_for(secs(5));
+    // The fourth row (first of a group of four) failed and opened the
+    // breaker: its three group mates are not sent.
+    assert_eq!(h.transport.posts().len(), 4);
+    let metrics = h.dispatcher.metrics().snapshot();
+    assert_eq!(metrics.claims_unused, 3);
+    assert!(metrics.breaker_skips >= 1);
+}
+
+#[test]
+fn stopping_sends_the_rows_already_claimed_and_claims_no_more() {
+    let mut h = Harness::with_defaults();
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    h.transport
+        .always(URI_A, Reply::status(200).after(Duration::from_millis(300)));
+    let ids: Vec<u64> = (0..30)
+        .map(|_| h.store.insert_request(NewRequest::queued(HOOK_A, NEVER)))
+        .collect();
+    h.start();
+    h.run_for(secs(2));
+    assert!(most_claimed_unanswered(&h) > 1, "no group was claimed");
+    h.stop();
+    let mut sent = 0;
+    for id in &ids {
+        let row = h.store.row(*id).expect("row");
+        match row.status {
+            RequestStatus::Sent => sent += 1,
+            _ => assert!(row.is_fresh(), "claimed and left unsent: {row:?}"),
+        }
+    }
+    assert!(sent > 4 && sent < ids.len(), "{sent}");
+    assert_eq!(h.dispatcher.metrics().snapshot().claims_unused, 0);
+}

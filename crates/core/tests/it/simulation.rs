@@ -17,7 +17,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
 use webhook_core::{
-    Clock, DeliveryResult, Dispatcher, LastResult, ManualClock, MemoryStore, NewRequest,
+    Clock, DeliveryResult, Dispatcher, LastResult, ManualClock, MemoryStore, Metrics, NewRequest,
     OutboundRequest, RequestStatus, Resolution, Settings, Target, Transport, TransportFailure,
     Windows,
 };
@@ -172,6 +172,8 @@ struct Fleet {
     store: MemoryStore,
     live: Arc<Mutex<Vec<AbortHandle>>>,
     started: Arc<Mutex<usize>>,
+    /// Every dispatcher's counters, the killed ones' too.
+    metrics: Arc<Mutex<Vec<Arc<Metrics>>>>,
 }
 
 impl Fleet {
@@ -190,6 +192,10 @@ impl Fleet {
             Arc::new(self.shared.clock.clone()),
             Windows::try_new(settings()).expect("valid"),
         );
+        self.metrics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(dispatcher.metrics());
         let (run, handle) =
             abortable(async move { dispatcher.run(futures::future::pending()).await });
         self.live
@@ -245,6 +251,7 @@ impl Sim {
             store: store.clone(),
             live: Arc::default(),
             started: Arc::default(),
+            metrics: Arc::default(),
         };
         Self {
             shared,
@@ -485,6 +492,7 @@ fn the_simulation_exercises_kills_retries_and_breakers() {
     // Guards against a simulation that silently stopped testing anything.
     let mut abandoned = 0;
     let mut failures = 0;
+    let mut claims_unused = 0;
     for seed in 0..50 {
         let mut sim = Sim::new(seed);
         sim.start();
@@ -500,7 +508,23 @@ fn the_simulation_exercises_kills_retries_and_breakers() {
             .iter()
             .filter(|a| a.end.is_some() && !a.ok)
             .count();
+        for metrics in sim
+            .fleet
+            .metrics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            claims_unused += metrics.snapshot().claims_unused;
+        }
     }
+
     assert!(abandoned > 0, "no delivery was ever cut by a kill");
     assert!(failures > 50, "receivers hardly failed: {failures}");
+    // Rows claimed along with an earlier one and then not sent in time:
+    // the claim groups, and their way out, are exercised.
+    assert!(
+        claims_unused > 0,
+        "no row claimed ahead was ever left to its lease"
+    );
 }
