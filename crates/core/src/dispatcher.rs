@@ -236,7 +236,8 @@ struct Ready {
 /// commit latency; so when a hook's recent groups were delivered quickly
 /// and without failure, the claim of a row takes the run's next rows along
 /// (the hook's *pace*: doubled after a quick, clean group, halved after a
-/// slow one, back to one after any failure, up to [`CLAIM_AHEAD_MAX`]).
+/// slow one, back to one after a failed attempt, a lost claim or an unsent
+/// row, up to [`CLAIM_AHEAD_MAX`]).
 /// Each row is still sent one at a time, in id order, under the hook lock,
 /// after the breaker check — but only within
 /// [`Windows::claim_ahead_budget`] of the claim, so its POST ends with at
@@ -255,8 +256,16 @@ struct ClaimGroup {
 /// A row claimed along with an earlier one, waiting for its turn.
 struct AheadRow {
     id: u64,
-    /// `None`: its claim was lost.
-    properties: Option<Properties>,
+    claim: AheadClaim,
+}
+
+/// How the claim of a row taken along went.
+enum AheadClaim {
+    Won(Properties),
+    /// Another deliverer has it.
+    Lost,
+    /// The claim failed: it may or may not have landed.
+    Unknown,
 }
 
 impl HookRun {
@@ -539,8 +548,8 @@ impl Dispatcher {
         // the run goes on with its next row (see `process`).
         let mut storing: FuturesUnordered<BoxFuture<'_, ()>> = FuturesUnordered::new();
         for (i, row) in rows.iter().enumerate() {
-            // A row already claimed is in flight: it is sent even when
-            // stopping (its claim group was taken before the stop).
+            // A row claimed along with an earlier one is dealt with even
+            // when stopping: its claim group was taken before the stop.
             if stop.load(Ordering::Relaxed) && !run.has_claimed(row.id) {
                 break;
             }
@@ -623,7 +632,7 @@ impl Dispatcher {
     /// claim, whose breaker count must see it.
     ///
     /// The claim may take some of the `upcoming` rows along (see
-    /// [`ClaimGroup`]); when their turn comes they go straight to the POST.
+    /// [`ClaimGroup`]); when their turn comes they skip steps 1–5.
     async fn process<'a>(
         &'a self,
         run: &mut HookRun,
@@ -663,20 +672,28 @@ impl Dispatcher {
         .await;
         let mut claims = claims.into_iter();
         let first = claims.next().unwrap_or(Ok(Claim::Lost));
+        match &first {
+            Ok(claim) => self.note_claim(row, &hook.phid, *claim),
+            Err(err) => self.store_failed("claim", err),
+        }
         if let Ok(target) = &target {
             self.keep_claimed(run, &hook, target, claimed_at, along, claims);
         }
         match first {
-            Ok(Claim::Won) => self.note_claim(row, &hook.phid, Claim::Won),
+            Ok(Claim::Won) => {}
             Ok(Claim::Lost) => {
-                self.note_claim(row, &hook.phid, Claim::Lost);
-                self.after_attempt(run, true);
+                self.after_attempt(run, false);
                 return Step::Next;
             }
-            Err(err) => {
-                self.store_failed("claim", &err);
-                return Step::StopRun;
-            }
+            Err(_) => return Step::StopRun,
+        }
+        // Its lease runs from its own claim, which may have committed well
+        // before the slowest of its group's.
+        let waited = self.clock.monotonic().saturating_sub(claimed_at);
+        if !run.claimed.is_empty() && waited > self.windows.claim_ahead_budget() {
+            self.leave_to_lease(row, waited, "late");
+            self.after_attempt(run, false);
+            return Step::Next;
         }
         self.attempt(
             run,
@@ -773,9 +790,7 @@ impl Dispatcher {
     }
 
     /// Records the claims of the rows taken along, in order, as the run's
-    /// claim group. A failed claim ends the group there: whatever it did,
-    /// the rows after it take the ordinary path (a row claimed after all is
-    /// then lost to our own claim and waits out its lease).
+    /// claim group.
     fn keep_claimed(
         &self,
         run: &mut HookRun,
@@ -787,28 +802,20 @@ impl Dispatcher {
     ) {
         run.claimed.clear();
         for ((row, properties), claim) in along.into_iter().zip(claims) {
-            match claim {
-                Ok(Claim::Won) => run.claimed.push_back(AheadRow {
-                    id: row.id,
-                    properties: Some(properties),
-                }),
-                Ok(Claim::Lost) => run.claimed.push_back(AheadRow {
-                    id: row.id,
-                    properties: None,
-                }),
+            let claim = match claim {
+                Ok(claim) => {
+                    self.note_claim(row, &hook.phid, claim);
+                    match claim {
+                        Claim::Won => AheadClaim::Won(properties),
+                        Claim::Lost => AheadClaim::Lost,
+                    }
+                }
                 Err(err) => {
                     self.store_failed("claim", &err);
-                    break;
+                    AheadClaim::Unknown
                 }
-            }
-            let claim = match run.claimed.back() {
-                Some(AheadRow {
-                    properties: Some(_),
-                    ..
-                }) => Claim::Won,
-                _ => Claim::Lost,
             };
-            self.note_claim(row, &hook.phid, claim);
+            run.claimed.push_back(AheadRow { id: row.id, claim });
         }
         run.group = Some(ClaimGroup {
             hook: hook.clone(),
@@ -843,10 +850,19 @@ impl Dispatcher {
         ahead: AheadRow,
         stored_later: &mut Option<BoxFuture<'a, ()>>,
     ) -> Step {
-        let (Some(properties), Some(group)) = (ahead.properties, run.group.as_ref()) else {
-            // Lost when it was claimed: another deliverer has it.
-            self.after_attempt(run, true);
-            return Step::Next;
+        let properties = match ahead.claim {
+            AheadClaim::Won(properties) => properties,
+            AheadClaim::Lost => {
+                self.after_attempt(run, false);
+                return Step::Next;
+            }
+            // The store is failing: like a failed claim of a run's row.
+            AheadClaim::Unknown => return Step::StopRun,
+        };
+        let Some(group) = run.group.as_ref() else {
+            // Not reachable: a claimed row always has its group.
+            self.leave_to_lease(row, Duration::ZERO, "run_stopped");
+            return Step::StopRun;
         };
         let (hook, target, claimed_at) =
             (group.hook.clone(), group.target.clone(), group.claimed_at);
@@ -924,6 +940,10 @@ impl Dispatcher {
             // A new failure may have opened the breaker: look again before
             // the next claim (or the next row claimed along).
             run.breaker_closed = false;
+            self.pace
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(hook.phid.clone(), 1);
         }
         self.after_attempt(run, sent);
         Step::Next
@@ -965,7 +985,7 @@ impl Dispatcher {
             .map(|g| self.clock.monotonic().saturating_sub(g.claimed_at))
             .unwrap_or_default();
         for ahead in run.claimed.drain(..) {
-            if ahead.properties.is_none() {
+            if !matches!(ahead.claim, AheadClaim::Won(_)) {
                 continue;
             }
             if let Some(row) = rows.iter().find(|r| r.id == ahead.id) {

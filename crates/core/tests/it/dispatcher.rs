@@ -945,3 +945,41 @@ fn stopping_sends_the_rows_already_claimed_and_claims_no_more() {
     assert!(sent > 4 && sent < ids.len(), "{sent}");
     assert_eq!(h.dispatcher.metrics().snapshot().claims_unused, 0);
 }
+
+#[test]
+fn a_failed_claim_stops_the_run_and_its_group_mates_wait_out_their_lease() {
+    let mut h = Harness::with_defaults();
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    h.transport
+        .always(URI_A, Reply::status(200).after(Duration::from_millis(10)));
+    let ids: Vec<u64> = (0..10)
+        .map(|_| h.store.insert_request(NewRequest::queued(HOOK_A, NEVER)))
+        .collect();
+    h.start();
+    // Groups of 1 and 2 rows went out quickly; the third group (4 rows)
+    // is claimed when the third POST ends: its first claim fails.
+    while h.transport.posts().len() < 3 {
+        h.run_for(Duration::from_millis(1));
+    }
+    h.store.fail_next(StoreOp::Claim, 1);
+    h.run_for(secs(1));
+    let metrics = h.dispatcher.metrics().snapshot();
+    assert_eq!(h.transport.posts().len(), 3, "the run stopped");
+    assert_eq!(metrics.store_errors, 1);
+    assert_eq!(metrics.claims_unused, 3, "rows 5–7 were claimed with row 4");
+    h.run_for(secs(40));
+    for id in &ids {
+        assert_eq!(posts_for(&h, *id), 1, "row {id}");
+        assert_eq!(h.store.row(*id).expect("row").status, RequestStatus::Sent);
+    }
+    let rows_5_to_7: Vec<String> = ids[4..7]
+        .iter()
+        .map(|id| h.store.row(*id).expect("row").phid)
+        .collect();
+    let failed_at = h.transport.posts()[2].finished.expect("answered");
+    for post in h.transport.posts() {
+        if rows_5_to_7.contains(&post.request_phid) {
+            assert!(post.started >= failed_at + secs(30), "{post:?}");
+        }
+    }
+}
