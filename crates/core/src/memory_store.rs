@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use async_trait::async_trait;
 
@@ -85,6 +86,8 @@ struct Inner {
     held_locks: HashSet<String>,
     next_id: u64,
     faults: HashMap<StoreOp, u32>,
+    /// Claims whose answer is held up: how many more, and for how long.
+    slow_claim_replies: Option<(u32, Duration)>,
     calls: HashMap<StoreOp, u64>,
     /// The `limit` of every candidate query, in order.
     candidate_limits: Vec<usize>,
@@ -199,6 +202,13 @@ impl MemoryStore {
         self.lock().faults.insert(op, times);
     }
 
+    /// Makes the next `times` claims answer `by` late on the store's clock:
+    /// each takes effect at once, its reply is held up (as in a slow group
+    /// commit of a real store).
+    pub fn delay_claim_replies(&self, times: u32, by: Duration) {
+        self.lock().slow_claim_replies = Some((times, by));
+    }
+
     /// Whether the per-hook lock for `hook_phid` is held.
     pub fn is_hook_locked(&self, hook_phid: &str) -> bool {
         self.lock().held_locks.contains(hook_phid)
@@ -227,6 +237,12 @@ impl MemoryStore {
             _ => Ok(()),
         }
     }
+
+    fn take_reply_delay(inner: &mut Inner) -> Option<Duration> {
+        let (left, by) = inner.slow_claim_replies.as_mut()?;
+        *left = left.checked_sub(1)?;
+        Some(*by)
+    }
 }
 
 #[async_trait]
@@ -249,19 +265,26 @@ impl Store for MemoryStore {
 
     async fn claim(&self, id: u64, seen_version: UnixTime) -> Result<Claim, StoreError> {
         let now = self.clock.now();
-        let mut inner = self.lock();
-        Self::check_fault(&mut inner, StoreOp::Claim)?;
-        match inner.rows.get_mut(&id) {
-            Some(row)
-                if row.status == RequestStatus::Queued && row.date_modified == seen_version =>
-            {
-                // `+ 1`: one-second resolution must not let a same-second
-                // claim leave the version unchanged.
-                row.date_modified = (row.date_modified + 1).max(now);
-                Ok(Claim::Won)
-            }
-            _ => Ok(Claim::Lost),
+        let (claim, reply_delay) = {
+            let mut inner = self.lock();
+            Self::check_fault(&mut inner, StoreOp::Claim)?;
+            let claim = match inner.rows.get_mut(&id) {
+                Some(row)
+                    if row.status == RequestStatus::Queued && row.date_modified == seen_version =>
+                {
+                    // `+ 1`: one-second resolution must not let a
+                    // same-second claim leave the version unchanged.
+                    row.date_modified = (row.date_modified + 1).max(now);
+                    Claim::Won
+                }
+                _ => Claim::Lost,
+            };
+            (claim, Self::take_reply_delay(&mut inner))
+        };
+        if let Some(delay) = reply_delay {
+            self.clock.sleep(delay).await;
         }
+        Ok(claim)
     }
 
     async fn write_result(&self, write: &ResultWrite) -> Result<Written, StoreError> {

@@ -983,3 +983,32 @@ fn a_failed_claim_stops_the_run_and_its_group_mates_wait_out_their_lease() {
         }
     }
 }
+
+#[test]
+fn a_groups_first_row_is_not_sent_when_its_claims_answered_past_the_budget() {
+    let mut h = Harness::with_defaults();
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    h.transport
+        .always(URI_A, Reply::status(200).after(Duration::from_millis(10)));
+    let ids: Vec<u64> = (0..10)
+        .map(|_| h.store.insert_request(NewRequest::queued(HOOK_A, NEVER)))
+        .collect();
+    h.start();
+    while h.transport.posts().len() < 3 {
+        h.run_for(Duration::from_millis(1));
+    }
+    // The third group (rows 4–7) is claimed at once, but the answer to
+    // row 4's claim comes 10 s later (> the 6.5 s budget): its lease has
+    // been running all along, so none of the four is sent now.
+    h.store.delay_claim_replies(1, secs(10));
+    h.run_for(secs(12));
+    assert_eq!(h.dispatcher.metrics().snapshot().claims_unused, 4);
+    for id in &ids[3..7] {
+        assert_eq!(posts_for(&h, *id), 0, "row {id} sent late");
+    }
+    h.run_for(secs(40));
+    for id in &ids {
+        assert_eq!(posts_for(&h, *id), 1, "row {id}");
+        assert_eq!(h.store.row(*id).expect("row").status, RequestStatus::Sent);
+    }
+}
