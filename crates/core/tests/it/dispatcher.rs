@@ -787,6 +787,31 @@ fn an_idle_dispatcher_polls_once_per_interval() {
     assert!((10..=11).contains(&polls), "{polls}");
 }
 
+/// Hook A answering 200 after `latency` (unless scripted otherwise), with
+/// `n` queued rows; returns their ids.
+fn hook_a_with_rows(h: &Harness, latency: Duration, n: usize) -> Vec<u64> {
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    h.transport.always(URI_A, Reply::status(200).after(latency));
+    (0..n)
+        .map(|_| h.store.insert_request(NewRequest::queued(HOOK_A, NEVER)))
+        .collect()
+}
+
+/// Runs until `n` POSTs have started.
+fn run_until_posts(h: &mut Harness, n: usize) {
+    while h.transport.posts().len() < n {
+        h.run_for(Duration::from_millis(1));
+    }
+}
+
+/// Every row was POSTed exactly once and is `sent`.
+fn assert_each_sent_once(h: &Harness, ids: &[u64]) {
+    for id in ids {
+        assert_eq!(posts_for(h, *id), 1, "row {id}");
+        assert_eq!(h.store.row(*id).expect("row").status, RequestStatus::Sent);
+    }
+}
+
 /// The most rows claimed and not yet answered at any moment, from the
 /// events (each claimed row ends in one `delivered`/`attempt_failed`).
 fn most_claimed_unanswered(h: &Harness) -> usize {
@@ -805,12 +830,7 @@ fn most_claimed_unanswered(h: &Harness) -> usize {
 #[test]
 fn a_fast_hook_has_its_next_rows_claimed_with_the_row_before_them() {
     let mut h = Harness::with_defaults();
-    h.store.put_hook(hook(HOOK_A, URI_A));
-    h.transport
-        .always(URI_A, Reply::status(200).after(Duration::from_millis(50)));
-    let ids: Vec<u64> = (0..40)
-        .map(|_| h.store.insert_request(NewRequest::queued(HOOK_A, NEVER)))
-        .collect();
+    let ids = hook_a_with_rows(&h, Duration::from_millis(50), 40);
     h.start();
     h.run_for(secs(5));
 
@@ -843,12 +863,7 @@ fn without_lease_to_spare_no_row_is_claimed_ahead() {
         delivery_timeout: secs(15),
         ..Settings::default()
     });
-    h.store.put_hook(hook(HOOK_A, URI_A));
-    h.transport
-        .always(URI_A, Reply::status(200).after(Duration::from_millis(50)));
-    for _ in 0..20 {
-        h.store.insert_request(NewRequest::queued(HOOK_A, NEVER));
-    }
+    hook_a_with_rows(&h, Duration::from_millis(50), 20);
     h.start();
     h.run_for(secs(5));
     assert_eq!(h.transport.posts().len(), 20);
@@ -858,20 +873,19 @@ fn without_lease_to_spare_no_row_is_claimed_ahead() {
 #[test]
 fn a_row_claimed_ahead_is_not_sent_late_but_after_its_lease() {
     let mut h = Harness::with_defaults();
-    h.store.put_hook(hook(HOOK_A, URI_A));
-    let fast = Reply::status(200).after(Duration::from_millis(10));
+    let ids = hook_a_with_rows(&h, Duration::from_millis(10), 10);
     // Quick answers grow the claim groups (1, 2, 4 rows); then the first
-    // row of the third group takes longer than the 7.5 s budget.
+    // row of the third group takes longer than the 6.5 s budget.
+    let fast = Reply::status(200).after(Duration::from_millis(10));
     h.transport.script(
         URI_A,
-        [fast.clone(), fast.clone(), fast.clone()]
-            .into_iter()
-            .chain([Reply::status(200).after(secs(10))]),
+        [
+            fast.clone(),
+            fast.clone(),
+            fast,
+            Reply::status(200).after(secs(10)),
+        ],
     );
-    h.transport.always(URI_A, fast);
-    let ids: Vec<u64> = (0..10)
-        .map(|_| h.store.insert_request(NewRequest::queued(HOOK_A, NEVER)))
-        .collect();
     h.start();
     h.run_for(secs(12));
     let metrics = h.dispatcher.metrics().snapshot();
@@ -885,10 +899,7 @@ fn a_row_claimed_ahead_is_not_sent_late_but_after_its_lease() {
         assert_eq!(posts_for(&h, *id), 1);
     }
     h.run_for(secs(40));
-    for id in &ids {
-        assert_eq!(posts_for(&h, *id), 1, "row {id}");
-        assert_eq!(h.store.row(*id).expect("row").status, RequestStatus::Sent);
-    }
+    assert_each_sent_once(&h, &ids);
     let slow_start = h.transport.posts()[3].started;
     for post in h.transport.posts().iter().skip(7) {
         assert!(post.started >= slow_start + secs(30), "{post:?}");
@@ -901,16 +912,12 @@ fn a_failure_in_a_claim_group_is_counted_before_the_next_row_is_sent() {
         breaker_threshold: 1,
         ..Settings::default()
     });
-    h.store.put_hook(hook(HOOK_A, URI_A));
+    hook_a_with_rows(&h, Duration::from_millis(10), 10);
     let fast = Reply::status(200).after(Duration::from_millis(10));
     h.transport.script(
         URI_A,
-        [fast.clone(), fast.clone(), fast.clone(), Reply::status(500)],
+        [fast.clone(), fast.clone(), fast, Reply::status(500)],
     );
-    h.transport.always(URI_A, fast);
-    for _ in 0..10 {
-        h.store.insert_request(NewRequest::queued(HOOK_A, NEVER));
-    }
     h.start();
     h.run_for(secs(5));
     // The fourth row (first of a group of four) failed and opened the
@@ -924,12 +931,7 @@ fn a_failure_in_a_claim_group_is_counted_before_the_next_row_is_sent() {
 #[test]
 fn stopping_sends_the_rows_already_claimed_and_claims_no_more() {
     let mut h = Harness::with_defaults();
-    h.store.put_hook(hook(HOOK_A, URI_A));
-    h.transport
-        .always(URI_A, Reply::status(200).after(Duration::from_millis(300)));
-    let ids: Vec<u64> = (0..30)
-        .map(|_| h.store.insert_request(NewRequest::queued(HOOK_A, NEVER)))
-        .collect();
+    let ids = hook_a_with_rows(&h, Duration::from_millis(300), 30);
     h.start();
     h.run_for(secs(2));
     assert!(most_claimed_unanswered(&h) > 1, "no group was claimed");
@@ -949,18 +951,11 @@ fn stopping_sends_the_rows_already_claimed_and_claims_no_more() {
 #[test]
 fn a_failed_claim_stops_the_run_and_its_group_mates_wait_out_their_lease() {
     let mut h = Harness::with_defaults();
-    h.store.put_hook(hook(HOOK_A, URI_A));
-    h.transport
-        .always(URI_A, Reply::status(200).after(Duration::from_millis(10)));
-    let ids: Vec<u64> = (0..10)
-        .map(|_| h.store.insert_request(NewRequest::queued(HOOK_A, NEVER)))
-        .collect();
+    let ids = hook_a_with_rows(&h, Duration::from_millis(10), 10);
     h.start();
     // Groups of 1 and 2 rows went out quickly; the third group (4 rows)
     // is claimed when the third POST ends: its first claim fails.
-    while h.transport.posts().len() < 3 {
-        h.run_for(Duration::from_millis(1));
-    }
+    run_until_posts(&mut h, 3);
     h.store.fail_next(StoreOp::Claim, 1);
     h.run_for(secs(1));
     let metrics = h.dispatcher.metrics().snapshot();
@@ -968,10 +963,7 @@ fn a_failed_claim_stops_the_run_and_its_group_mates_wait_out_their_lease() {
     assert_eq!(metrics.store_errors, 1);
     assert_eq!(metrics.claims_unused, 3, "rows 5–7 were claimed with row 4");
     h.run_for(secs(40));
-    for id in &ids {
-        assert_eq!(posts_for(&h, *id), 1, "row {id}");
-        assert_eq!(h.store.row(*id).expect("row").status, RequestStatus::Sent);
-    }
+    assert_each_sent_once(&h, &ids);
     let rows_5_to_7: Vec<String> = ids[4..7]
         .iter()
         .map(|id| h.store.row(*id).expect("row").phid)
@@ -987,16 +979,9 @@ fn a_failed_claim_stops_the_run_and_its_group_mates_wait_out_their_lease() {
 #[test]
 fn a_groups_first_row_is_not_sent_when_its_claims_answered_past_the_budget() {
     let mut h = Harness::with_defaults();
-    h.store.put_hook(hook(HOOK_A, URI_A));
-    h.transport
-        .always(URI_A, Reply::status(200).after(Duration::from_millis(10)));
-    let ids: Vec<u64> = (0..10)
-        .map(|_| h.store.insert_request(NewRequest::queued(HOOK_A, NEVER)))
-        .collect();
+    let ids = hook_a_with_rows(&h, Duration::from_millis(10), 10);
     h.start();
-    while h.transport.posts().len() < 3 {
-        h.run_for(Duration::from_millis(1));
-    }
+    run_until_posts(&mut h, 3);
     // The third group (rows 4–7) is claimed at once, but the answer to
     // row 4's claim comes 10 s later (> the 6.5 s budget): its lease has
     // been running all along, so none of the four is sent now.
@@ -1007,8 +992,5 @@ fn a_groups_first_row_is_not_sent_when_its_claims_answered_past_the_budget() {
         assert_eq!(posts_for(&h, *id), 0, "row {id} sent late");
     }
     h.run_for(secs(40));
-    for id in &ids {
-        assert_eq!(posts_for(&h, *id), 1, "row {id}");
-        assert_eq!(h.store.row(*id).expect("row").status, RequestStatus::Sent);
-    }
+    assert_each_sent_once(&h, &ids);
 }
