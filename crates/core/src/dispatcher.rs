@@ -224,6 +224,16 @@ impl HookRun {
     }
 }
 
+/// A claimed row, ready for its POST (step 8).
+struct Claimed<'r> {
+    row: &'r RequestRow,
+    properties: &'r Properties,
+    hook: &'r Hook,
+    target: Result<Target, TransportFailure>,
+    /// Read before the claim was sent: its lease began no earlier.
+    claimed_at: Duration,
+}
+
 /// A row that passed steps 1–5.
 struct Ready {
     properties: Properties,
@@ -689,22 +699,17 @@ impl Dispatcher {
         }
         // Its lease runs from its own claim, which may have committed well
         // before the slowest of its group's.
-        let waited = self.clock.monotonic().saturating_sub(claimed_at);
-        if !run.claimed.is_empty() && waited > self.windows.claim_ahead_budget() {
-            self.leave_to_lease(row, waited, "late");
-            self.after_attempt(run, false);
+        if !run.claimed.is_empty() && self.left_late(run, row, claimed_at) {
             return Step::Next;
         }
-        self.attempt(
-            run,
+        let claimed = Claimed {
             row,
-            &properties,
-            &hook,
+            properties: &properties,
+            hook: &hook,
             target,
             claimed_at,
-            stored_later,
-        )
-        .await
+        };
+        self.attempt(run, claimed, stored_later).await
     }
 
     /// Steps 1–5: the row's properties, its hook and where to send it; or
@@ -871,22 +876,29 @@ impl Dispatcher {
             self.leave_to_lease(row, waited, "run_stopped");
             return Step::StopRun;
         }
-        let waited = self.clock.monotonic().saturating_sub(claimed_at);
-        if waited > self.windows.claim_ahead_budget() {
-            self.leave_to_lease(row, waited, "late");
-            self.after_attempt(run, false);
+        if self.left_late(run, row, claimed_at) {
             return Step::Next;
         }
-        self.attempt(
-            run,
+        let claimed = Claimed {
             row,
-            &properties,
-            &hook,
-            Ok(target),
+            properties: &properties,
+            hook: &hook,
+            target: Ok(target),
             claimed_at,
-            stored_later,
-        )
-        .await
+        };
+        self.attempt(run, claimed, stored_later).await
+    }
+
+    /// Whether a claimed row's claim is past the claim-ahead budget, so it
+    /// was left to its lease instead of being sent.
+    fn left_late(&self, run: &mut HookRun, row: &RequestRow, claimed_at: Duration) -> bool {
+        let waited = self.clock.monotonic().saturating_sub(claimed_at);
+        if waited <= self.windows.claim_ahead_budget() {
+            return false;
+        }
+        self.leave_to_lease(row, waited, "late");
+        self.after_attempt(run, false);
+        true
     }
 
     /// A claimed row that will not be sent now: it is retried once its
@@ -902,17 +914,19 @@ impl Dispatcher {
     }
 
     /// Step 8 for a claimed row: the POST and its write-back.
-    #[allow(clippy::too_many_arguments)]
     async fn attempt<'a>(
         &'a self,
         run: &mut HookRun,
-        row: &RequestRow,
-        properties: &Properties,
-        hook: &Hook,
-        target: Result<Target, TransportFailure>,
-        claimed_at: Duration,
+        claimed: Claimed<'_>,
         stored_later: &mut Option<BoxFuture<'a, ()>>,
     ) -> Step {
+        let Claimed {
+            row,
+            properties,
+            hook,
+            target,
+            claimed_at,
+        } = claimed;
         let (result, latency) = match target {
             Ok(target) => self.deliver(row, properties, hook, target).await,
             Err(failure) => (DeliveryResult::Failed(failure), Duration::ZERO),
