@@ -11,7 +11,7 @@ use std::fmt;
 use std::future::{poll_fn, Future};
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -579,7 +579,7 @@ impl Dispatcher {
                 break;
             }
         }
-        self.abandon_claimed(&mut run, &rows);
+        self.abandon_claimed(&mut run, &hook_phid, &rows);
         // Every result is stored before the lock is given up or kept.
         while storing.next().await.is_some() {}
         let mut kept = None;
@@ -692,7 +692,7 @@ impl Dispatcher {
         match first {
             Ok(Claim::Won) => {}
             Ok(Claim::Lost) => {
-                self.after_attempt(run, false);
+                self.after_attempt(run, &hook.phid, false);
                 return Step::Next;
             }
             Err(_) => return Step::StopRun,
@@ -777,13 +777,7 @@ impl Dispatcher {
         if self.windows.claim_ahead_budget().is_zero() {
             return Vec::new();
         }
-        let pace = self
-            .pace
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(hook_phid)
-            .copied()
-            .unwrap_or(1);
+        let pace = self.paces().get(hook_phid).copied().unwrap_or(1);
         upcoming
             .iter()
             .take(pace.saturating_sub(1))
@@ -858,7 +852,7 @@ impl Dispatcher {
         let properties = match ahead.claim {
             AheadClaim::Won(properties) => properties,
             AheadClaim::Lost => {
-                self.after_attempt(run, false);
+                self.after_attempt(run, &row.webhook_phid, false);
                 return Step::Next;
             }
             // The store is failing: like a failed claim of a run's row.
@@ -897,7 +891,7 @@ impl Dispatcher {
             return false;
         }
         self.leave_to_lease(row, waited, "late");
-        self.after_attempt(run, false);
+        self.after_attempt(run, &row.webhook_phid, false);
         true
     }
 
@@ -954,32 +948,29 @@ impl Dispatcher {
             // A new failure may have opened the breaker: look again before
             // the next claim (or the next row claimed along).
             run.breaker_closed = false;
-            self.pace
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(hook.phid.clone(), 1);
         }
-        self.after_attempt(run, sent);
+        self.after_attempt(run, &hook.phid, sent);
         Step::Next
     }
 
     /// Notes how a row of the run's claim group went; once the group is
-    /// done, sets the hook's pace for the next one.
-    fn after_attempt(&self, run: &mut HookRun, smooth: bool) {
+    /// done, sets the hook's pace for the next one. A row outside any
+    /// group (its hook could not be resolved) that failed resets it too.
+    fn after_attempt(&self, run: &mut HookRun, hook_phid: &str, smooth: bool) {
         let Some(group) = run.group.as_mut() else {
+            if !smooth {
+                self.paces().insert(hook_phid.to_owned(), 1);
+            }
             return;
         };
         group.smooth &= smooth;
         if !run.claimed.is_empty() {
             return;
         }
-        let Some(group) = run.group.take() else {
-            return;
-        };
         let took = self.clock.monotonic().saturating_sub(group.claimed_at);
         let budget = self.windows.claim_ahead_budget();
-        let mut paces = self.pace.lock().unwrap_or_else(|e| e.into_inner());
-        let pace = paces.entry(group.hook.phid.clone()).or_insert(1);
+        let mut paces = self.paces();
+        let pace = paces.entry(hook_phid.to_owned()).or_insert(1);
         *pace = if !group.smooth {
             1
         } else if took * 2 > budget {
@@ -989,10 +980,15 @@ impl Dispatcher {
         } else {
             *pace
         };
+        run.group = None;
+    }
+
+    fn paces(&self) -> MutexGuard<'_, HashMap<String, usize>> {
+        self.pace.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Claimed rows a stopped run will not send: they wait out their lease.
-    fn abandon_claimed(&self, run: &mut HookRun, rows: &[RequestRow]) {
+    fn abandon_claimed(&self, run: &mut HookRun, hook_phid: &str, rows: &[RequestRow]) {
         let waited = run
             .group
             .as_ref()
@@ -1006,7 +1002,7 @@ impl Dispatcher {
                 self.leave_to_lease(row, waited, "run_stopped");
             }
         }
-        self.after_attempt(run, false);
+        self.after_attempt(run, hook_phid, false);
     }
 
     async fn hook_for(&self, run: &mut HookRun, row: &RequestRow) -> Result<Option<Hook>, ()> {

@@ -28,6 +28,23 @@ fn props_of(h: &Harness, id: u64) -> Value {
     serde_json::from_str(&row.properties).expect("properties stay JSON")
 }
 
+/// The requests POSTed to `uri`, in the order the POSTs started.
+fn posted_to(h: &Harness, uri: &str) -> Vec<String> {
+    h.transport
+        .posts()
+        .iter()
+        .filter(|p| p.uri == uri)
+        .map(|p| p.request_phid.clone())
+        .collect()
+}
+
+/// The request PHIDs of these rows, in the same order.
+fn phids(h: &Harness, ids: &[u64]) -> Vec<String> {
+    ids.iter()
+        .map(|id| h.store.row(*id).expect("row").phid)
+        .collect()
+}
+
 fn posts_for(h: &Harness, id: u64) -> usize {
     let phid = h.store.row(id).expect("row").phid;
     h.transport
@@ -333,18 +350,7 @@ fn one_hook_gets_one_delivery_at_a_time_in_id_order() {
         2,
         "hooks run side by side"
     );
-    let a_order: Vec<String> = h
-        .transport
-        .posts()
-        .iter()
-        .filter(|p| p.uri == URI_A)
-        .map(|p| p.request_phid.clone())
-        .collect();
-    let expected: Vec<String> = a_ids
-        .iter()
-        .map(|id| h.store.row(*id).expect("row").phid)
-        .collect();
-    assert_eq!(a_order, expected);
+    assert_eq!(posted_to(&h, URI_A), phids(&h, &a_ids));
 }
 
 #[test]
@@ -804,6 +810,17 @@ fn run_until_posts(h: &mut Harness, n: usize) {
     }
 }
 
+/// Hook A answering in 10 ms with 10 rows, run until its first two claim
+/// groups (1 and 2 rows) went out and the third POST started; the third
+/// group (rows 4–7) is claimed when that POST ends.
+fn two_claim_groups_out() -> (Harness, Vec<u64>) {
+    let mut h = Harness::with_defaults();
+    let ids = hook_a_with_rows(&h, Duration::from_millis(10), 10);
+    h.start();
+    run_until_posts(&mut h, 3);
+    (h, ids)
+}
+
 /// Every row was POSTed exactly once and is `sent`.
 fn assert_each_sent_once(h: &Harness, ids: &[u64]) {
     for id in ids {
@@ -838,17 +855,7 @@ fn a_fast_hook_has_its_next_rows_claimed_with_the_row_before_them() {
     let most = most_claimed_unanswered(&h);
     assert!((3..=16).contains(&most), "{most} rows claimed at once");
     // …yet the POSTs are one at a time, in id order, each row once.
-    let sent: Vec<String> = h
-        .transport
-        .posts()
-        .iter()
-        .map(|p| p.request_phid.clone())
-        .collect();
-    let expected: Vec<String> = ids
-        .iter()
-        .map(|id| h.store.row(*id).expect("row").phid)
-        .collect();
-    assert_eq!(sent, expected);
+    assert_eq!(posted_to(&h, URI_A), phids(&h, &ids));
     assert_eq!(h.transport.max_concurrent_to(URI_A), 1);
     let metrics = h.dispatcher.metrics().snapshot();
     assert_eq!((metrics.claims_won, metrics.claims_unused), (40, 0));
@@ -950,12 +957,8 @@ fn stopping_sends_the_rows_already_claimed_and_claims_no_more() {
 
 #[test]
 fn a_failed_claim_stops_the_run_and_its_group_mates_wait_out_their_lease() {
-    let mut h = Harness::with_defaults();
-    let ids = hook_a_with_rows(&h, Duration::from_millis(10), 10);
-    h.start();
-    // Groups of 1 and 2 rows went out quickly; the third group (4 rows)
-    // is claimed when the third POST ends: its first claim fails.
-    run_until_posts(&mut h, 3);
+    let (mut h, ids) = two_claim_groups_out();
+    // The third group's first claim fails.
     h.store.fail_next(StoreOp::Claim, 1);
     h.run_for(secs(1));
     let metrics = h.dispatcher.metrics().snapshot();
@@ -964,10 +967,7 @@ fn a_failed_claim_stops_the_run_and_its_group_mates_wait_out_their_lease() {
     assert_eq!(metrics.claims_unused, 3, "rows 5–7 were claimed with row 4");
     h.run_for(secs(40));
     assert_each_sent_once(&h, &ids);
-    let rows_5_to_7: Vec<String> = ids[4..7]
-        .iter()
-        .map(|id| h.store.row(*id).expect("row").phid)
-        .collect();
+    let rows_5_to_7 = phids(&h, &ids[4..7]);
     let failed_at = h.transport.posts()[2].finished.expect("answered");
     for post in h.transport.posts() {
         if rows_5_to_7.contains(&post.request_phid) {
@@ -978,10 +978,7 @@ fn a_failed_claim_stops_the_run_and_its_group_mates_wait_out_their_lease() {
 
 #[test]
 fn a_groups_first_row_is_not_sent_when_its_claims_answered_past_the_budget() {
-    let mut h = Harness::with_defaults();
-    let ids = hook_a_with_rows(&h, Duration::from_millis(10), 10);
-    h.start();
-    run_until_posts(&mut h, 3);
+    let (mut h, ids) = two_claim_groups_out();
     // The third group (rows 4–7) is claimed at once, but the answer to
     // row 4's claim comes 10 s later (> the 6.5 s budget): its lease has
     // been running all along, so none of the four is sent now.
