@@ -2,8 +2,9 @@
 //! near misses and strangers, with boundary numbers, lists, addresses and
 //! arbitrary text) goes through every parser the daemon runs at startup:
 //! `Settings::from_lookup` + `Windows::try_new`, `MysqlConfig::from_lookup`,
-//! `TransportConfig::from_env_with` (+ `HyperTransport::new`, which
-//! validates it) and the daemon's own `DaemonConfig::from_lookup`.
+//! `TransportConfig::from_env_with` (which checks what it reads as
+//! `HyperTransport::new` does, and is run through it too) and the daemon's
+//! own `DaemonConfig::from_lookup`.
 //!
 //! Nothing panics; every error names a `GORGE_` variable that was actually
 //! set (the defaults are valid) and its message says so; the daemon fails

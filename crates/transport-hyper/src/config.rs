@@ -170,9 +170,9 @@ impl fmt::Debug for TransportConfig {
 
 impl TransportConfig {
     /// Defaults, overridden by the variables `get` knows (see
-    /// [`TransportSetting::env_name`]), then checked as a whole
-    /// ([`Self::check`]). `GORGE_WEBHOOK_CA_FILE` is a path and is read
-    /// here. Pass `|name| std::env::var(name).ok()` for the
+    /// [`TransportSetting::env_name`]), then checked as a whole, as
+    /// [`crate::HyperTransport::new`] checks them. `GORGE_WEBHOOK_CA_FILE`
+    /// is a path and is read here. Pass `|name| std::env::var(name).ok()` for the
     /// process environment.
     pub fn from_env_with(
         get: impl Fn(&str) -> Option<String>,
@@ -219,14 +219,8 @@ impl TransportConfig {
         }
         // Refused here, where the variables are read, so a bad setting stops
         // startup as a setting error and not later as a failed transport.
-        config.check()?;
+        config.validate()?;
         Ok(config)
-    }
-
-    /// Checks every setting, as [`crate::HyperTransport::new`] does, without
-    /// building anything.
-    pub fn check(&self) -> Result<(), TransportConfigError> {
-        self.validate().map(drop)
     }
 
     /// Checks every setting and prepares what the transport runs with.
@@ -282,10 +276,9 @@ impl TransportConfig {
             }
             None => None,
         };
-        let mut roots = RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        let mut extra_roots = RootCertStore::empty();
         for cert in parse_certificates(&self.extra_root_certificates_pem)? {
-            roots.add(cert).map_err(|err| {
+            extra_roots.add(cert).map_err(|err| {
                 TransportConfigError::new(
                     S::ExtraRootCertificates,
                     format!("certificate not usable as a root: {err}"),
@@ -296,7 +289,7 @@ impl TransportConfig {
             signature_headers,
             user_agent,
             request_id_header,
-            roots,
+            extra_roots,
         })
     }
 }
@@ -307,8 +300,9 @@ pub(crate) struct Validated {
     pub(crate) signature_headers: Vec<HeaderName>,
     pub(crate) user_agent: HeaderValue,
     pub(crate) request_id_header: Option<HeaderName>,
-    /// webpki's roots and `GORGE_WEBHOOK_CA_FILE`'s.
-    pub(crate) roots: RootCertStore,
+    /// `GORGE_WEBHOOK_CA_FILE`'s roots, each usable as one (webpki's are
+    /// added when the transport is built).
+    pub(crate) extra_roots: RootCertStore,
 }
 
 /// Headers the transport sets itself; a signature or request-id header by

@@ -130,6 +130,8 @@ impl HyperTransport {
             config.outbound_allow.clone(),
         ));
 
+        let mut roots = valid.extra_roots;
+        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let tls = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
@@ -137,7 +139,7 @@ impl HyperTransport {
                 setting: TransportSetting::ExtraRootCertificates,
                 reason: format!("TLS setup failed: {err}"),
             })?
-            .with_root_certificates(valid.roots)
+            .with_root_certificates(roots)
             .with_no_client_auth();
 
         let tcp = TcpConnector::new(
