@@ -17,16 +17,15 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{Pool, Row, Value};
+use mysql_async::{Row, Value};
 use tokio::sync::{mpsc, oneshot, Mutex};
 use webhook_core::{ResultWrite, StoreError, UnixTime};
 
 use crate::error::MysqlError;
 use crate::sql::{self, Literal};
-use crate::store::connect;
+use crate::store::Connector;
 
 /// Most calls in one transaction.
 const MAX_BATCH: usize = 64;
@@ -37,7 +36,6 @@ const MAX_BATCH: usize = 64;
 const WORKERS: usize = 4;
 
 /// One per-row write.
-#[derive(Debug, Clone)]
 pub(crate) enum RowWrite {
     /// [`sql::CLAIM`].
     Claim { id: u64, seen_version: UnixTime },
@@ -99,41 +97,35 @@ struct Job {
     reply: oneshot::Sender<Result<u64, StoreError>>,
 }
 
-/// Hands writes to the batch workers. Cheap to clone; the workers end when
-/// the last clone is dropped.
-#[derive(Clone)]
+/// Hands writes to the batch workers; they end when it is dropped.
 pub(crate) struct WriteBatcher {
     jobs: mpsc::UnboundedSender<Job>,
     counts: Arc<BatchCounts>,
 }
 
 /// How much grouping happened (for tests and diagnostics).
-#[derive(Debug, Default)]
-pub(crate) struct BatchCounts {
+#[derive(Default)]
+struct BatchCounts {
     /// Transactions of two or more writes committed.
-    pub(crate) transactions: AtomicU64,
+    transactions: AtomicU64,
     /// Writes committed in those transactions.
-    pub(crate) grouped_writes: AtomicU64,
+    grouped_writes: AtomicU64,
 }
 
 /// What a worker needs to run a batch.
 struct Context {
-    pool: Pool,
-    database: String,
-    connect_timeout: Duration,
+    connector: Connector,
     counts: Arc<BatchCounts>,
 }
 
 impl WriteBatcher {
     /// Starts the workers on the current tokio runtime.
-    pub(crate) fn start(pool: Pool, database: String, connect_timeout: Duration) -> Self {
+    pub(crate) fn start(connector: Connector) -> Self {
         let (jobs, queue) = mpsc::unbounded_channel();
         let queue = Arc::new(Mutex::new(queue));
         let counts = Arc::new(BatchCounts::default());
         let context = Arc::new(Context {
-            pool,
-            database,
-            connect_timeout,
+            connector,
             counts: Arc::clone(&counts),
         });
         for _ in 0..WORKERS {
@@ -186,10 +178,7 @@ async fn work(queue: Arc<Mutex<mpsc::UnboundedReceiver<Job>>>, context: Arc<Cont
             batch
         };
         if batch.len() == 1 {
-            for job in batch {
-                let result = run_alone(&context, &job.write).await;
-                let _ = job.reply.send(result);
-            }
+            run_each_alone(&context, batch).await;
         } else {
             run_together(&context, batch).await;
         }
@@ -198,13 +187,11 @@ async fn work(queue: Arc<Mutex<mpsc::UnboundedReceiver<Job>>>, context: Arc<Cont
 
 /// One write in autocommit on a pooled connection.
 async fn run_alone(context: &Context, write: &RowWrite) -> Result<u64, StoreError> {
-    let mut conn = connect(&context.pool, context.connect_timeout)
-        .await
-        .map_err(|err| err.into_store_error(&context.database))?;
+    let mut conn = context.connector.conn().await?;
     let (statement, params) = write.statement();
     conn.exec_drop(statement, params)
         .await
-        .map_err(|err| MysqlError::Statement(err).into_store_error(&context.database))?;
+        .map_err(|err| context.connector.statement_error(err))?;
     Ok(conn.affected_rows())
 }
 
@@ -215,7 +202,7 @@ async fn run_together(context: &Context, batch: Vec<Job>) {
         // Not reachable with this module's statements; run them alone.
         return run_each_alone(context, batch).await;
     };
-    let mut conn = match connect(&context.pool, context.connect_timeout).await {
+    let mut conn = match context.connector.connect().await {
         Ok(conn) => conn,
         Err(err) => return fail_all(context, batch, err),
     };
@@ -306,7 +293,7 @@ fn fail_all(context: &Context, batch: Vec<Job>, err: MysqlError) {
     for job in batch {
         let _ = job.reply.send(Err(MysqlError::shared_store_error(
             &shared,
-            &context.database,
+            &context.connector.database,
         )));
     }
 }

@@ -159,7 +159,7 @@ pub fn php_delivery_tasks(namespace: &str) -> String {
 }
 
 /// A value [`inline`] can write into a statement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub enum Literal<'a> {
     /// Written as its decimal digits.
     Number(u64),

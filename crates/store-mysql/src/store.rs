@@ -29,20 +29,42 @@ use crate::sql;
 /// Phorge's herald tables on MySQL/MariaDB.
 #[derive(Clone)]
 pub struct MysqlStore {
-    pool: Pool,
+    connector: Connector,
     namespace: String,
-    database: String,
     pool_max: usize,
-    connect_timeout: Duration,
     batcher: Arc<OnceLock<WriteBatcher>>,
 }
 
-/// A pooled connection within `timeout` (the pool's own wait is unbounded).
-pub(crate) async fn connect(pool: &Pool, timeout: Duration) -> Result<Conn, MysqlError> {
-    match tokio::time::timeout(timeout, pool.get_conn()).await {
-        Ok(Ok(conn)) => Ok(conn),
-        Ok(Err(err)) => Err(MysqlError::Connect(err)),
-        Err(_elapsed) => Err(MysqlError::ConnectTimeout(timeout)),
+/// The pool, and the database its errors are reported against. Shared by
+/// the store and its group-commit workers, which cannot hold the store
+/// itself: it owns their queue's sender, which would then never close.
+#[derive(Clone)]
+pub(crate) struct Connector {
+    pool: Pool,
+    pub(crate) database: String,
+    connect_timeout: Duration,
+}
+
+impl Connector {
+    /// A pooled connection within the connect timeout (the pool's own
+    /// wait is unbounded).
+    pub(crate) async fn connect(&self) -> Result<Conn, MysqlError> {
+        match tokio::time::timeout(self.connect_timeout, self.pool.get_conn()).await {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(err)) => Err(MysqlError::Connect(err)),
+            Err(_elapsed) => Err(MysqlError::ConnectTimeout(self.connect_timeout)),
+        }
+    }
+
+    /// [`Self::connect`], failing as a store error.
+    pub(crate) async fn conn(&self) -> Result<Conn, StoreError> {
+        self.connect()
+            .await
+            .map_err(|err| err.into_store_error(&self.database))
+    }
+
+    pub(crate) fn statement_error(&self, err: mysql_async::Error) -> StoreError {
+        MysqlError::Statement(err).into_store_error(&self.database)
     }
 }
 
@@ -50,7 +72,7 @@ pub(crate) async fn connect(pool: &Pool, timeout: Duration) -> Result<Conn, Mysq
 impl fmt::Debug for MysqlStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MysqlStore")
-            .field("database", &self.database)
+            .field("database", &self.connector.database)
             .field("pool_max", &self.pool_max)
             .finish()
     }
@@ -62,18 +84,20 @@ impl MysqlStore {
     pub fn new(config: &MysqlConfig) -> Result<Self, MysqlError> {
         config.validate()?;
         Ok(Self {
-            pool: Pool::new(config.opts()),
+            connector: Connector {
+                pool: Pool::new(config.opts()),
+                database: config.database(),
+                connect_timeout: config.connect_timeout,
+            },
             namespace: config.namespace.clone(),
-            database: config.database(),
             pool_max: config.pool_max,
-            connect_timeout: config.connect_timeout,
             batcher: Arc::new(OnceLock::new()),
         })
     }
 
     /// The herald database, `{namespace}_herald`.
     pub fn database(&self) -> &str {
-        &self.database
+        &self.connector.database
     }
 
     /// Phorge's namespace.
@@ -86,10 +110,6 @@ impl MysqlStore {
         webhook_core::hook_lock_name(&self.namespace, hook_phid)
     }
 
-    async fn connect(&self) -> Result<Conn, MysqlError> {
-        connect(&self.pool, self.connect_timeout).await
-    }
-
     /// `(transactions, writes in them)`: how many claims and write-backs
     /// were committed in groups of two or more so far ([`crate::batch`]).
     pub fn grouped_write_counts(&self) -> (u64, u64) {
@@ -98,23 +118,16 @@ impl MysqlStore {
 
     /// The group-commit workers, started on first use (inside the runtime).
     fn batcher(&self) -> &WriteBatcher {
-        self.batcher.get_or_init(|| {
-            WriteBatcher::start(
-                self.pool.clone(),
-                self.database.clone(),
-                self.connect_timeout,
-            )
-        })
+        self.batcher
+            .get_or_init(|| WriteBatcher::start(self.connector.clone()))
     }
 
     pub(crate) async fn conn(&self) -> Result<Conn, StoreError> {
-        self.connect()
-            .await
-            .map_err(|err| err.into_store_error(&self.database))
+        self.connector.conn().await
     }
 
     pub(crate) fn statement_error(&self, err: mysql_async::Error) -> StoreError {
-        MysqlError::Statement(err).into_store_error(&self.database)
+        self.connector.statement_error(err)
     }
 
     fn unexpected(&self, statement: &'static str, detail: &str) -> StoreError {
@@ -122,30 +135,31 @@ impl MysqlStore {
             statement,
             detail: detail.to_owned(),
         }
-        .into_store_error(&self.database)
+        .into_store_error(&self.connector.database)
     }
 
     /// The `/readyz` probe: a connection to the herald database and a
     /// `COM_PING` on it. Creates nothing.
     pub async fn ready(&self) -> Result<(), NotReady> {
         let mut conn = self
+            .connector
             .connect()
             .await
-            .map_err(|err| err.into_not_ready(&self.database))?;
+            .map_err(|err| err.into_not_ready(&self.connector.database))?;
         conn.ping()
             .await
-            .map_err(|err| MysqlError::Statement(err).into_not_ready(&self.database))
+            .map_err(|err| MysqlError::Statement(err).into_not_ready(&self.connector.database))
     }
 
     /// The startup schema check: an error naming a missing table or its
     /// missing columns; warnings for what only costs performance (the
     /// `key_status` index). Never runs DDL.
     pub async fn check_schema(&self) -> Result<Vec<SchemaWarning>, MysqlError> {
-        let mut conn = self
-            .connect()
-            .await
-            .map_err(|err| MysqlError::NotReady(err.into_not_ready(&self.database)))?;
-        schema::check(&mut conn, &self.database).await
+        let mut conn =
+            self.connector.connect().await.map_err(|err| {
+                MysqlError::NotReady(err.into_not_ready(&self.connector.database))
+            })?;
+        schema::check(&mut conn, &self.connector.database).await
     }
 
     /// [`Store::lock_hook`] with the concrete lock type (its name and
@@ -155,12 +169,18 @@ impl MysqlStore {
         hook_phid: &str,
     ) -> Result<Option<MysqlHookLock>, StoreError> {
         let conn = self.conn().await?;
-        MysqlHookLock::acquire(conn, self.hook_lock_name(hook_phid), &self.database).await
+        MysqlHookLock::acquire(
+            conn,
+            self.hook_lock_name(hook_phid),
+            &self.connector.database,
+        )
+        .await
     }
 
     /// Closes the pool once every borrowed connection is back (shutdown).
     pub async fn disconnect(&self) -> Result<(), StoreError> {
-        self.pool
+        self.connector
+            .pool
             .clone()
             .disconnect()
             .await
