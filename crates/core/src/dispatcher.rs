@@ -989,11 +989,11 @@ impl Dispatcher {
 
     /// Claimed rows a stopped run will not send: they wait out their lease.
     fn abandon_claimed(&self, run: &mut HookRun, hook_phid: &str, rows: &[RequestRow]) {
-        let waited = run
-            .group
-            .as_ref()
-            .map(|g| self.clock.monotonic().saturating_sub(g.claimed_at))
-            .unwrap_or_default();
+        let Some(group) = &run.group else {
+            // The last group was finished: its rows all had their turn.
+            return;
+        };
+        let waited = self.clock.monotonic().saturating_sub(group.claimed_at);
         for ahead in run.claimed.drain(..) {
             if !matches!(ahead.claim, AheadClaim::Won(_)) {
                 continue;

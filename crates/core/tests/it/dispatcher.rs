@@ -832,8 +832,13 @@ fn assert_each_sent_once(h: &Harness, ids: &[u64]) {
 /// The most rows claimed and not yet answered at any moment, from the
 /// events (each claimed row ends in one `delivered`/`attempt_failed`).
 fn most_claimed_unanswered(h: &Harness) -> usize {
+    most_claimed_unanswered_since(h, 0)
+}
+
+/// [`most_claimed_unanswered`] over the events from the `from`th on.
+fn most_claimed_unanswered_since(h: &Harness, from: usize) -> usize {
     let (mut open, mut most) = (0usize, 0usize);
-    for name in h.events.names() {
+    for name in h.events.names().into_iter().skip(from) {
         match name {
             "claim_won" => open += 1,
             "delivered" | "attempt_failed" => open = open.saturating_sub(1),
@@ -990,4 +995,20 @@ fn a_groups_first_row_is_not_sent_when_its_claims_answered_past_the_budget() {
     }
     h.run_for(secs(40));
     assert_each_sent_once(&h, &ids);
+}
+
+#[test]
+fn a_hooks_pace_carries_over_to_its_next_run() {
+    let mut h = Harness::with_defaults();
+    hook_a_with_rows(&h, Duration::from_millis(10), 10);
+    h.start();
+    h.run_for(secs(2));
+    assert_eq!(h.transport.posts().len(), 10, "groups of 1, 2, 4 and 3");
+    // A later run of the same hook starts at the pace the last one
+    // reached: its four rows are claimed at once.
+    let from = h.events.names().len();
+    let later = hook_a_with_rows(&h, Duration::from_millis(10), 4);
+    h.run_for(secs(3));
+    assert_each_sent_once(&h, &later);
+    assert_eq!(most_claimed_unanswered_since(&h, from), 4);
 }
