@@ -331,6 +331,31 @@ fn collection<'a>(properties: &'a Json, key: &'static str) -> Result<Vec<&'a Jso
     }
 }
 
+/// The transactions as Phorge's worker sends them when only the stored
+/// shape is known: newest first. An object whose every key PHP would have
+/// kept as an integer (a test call's transaction ids) goes by key, highest
+/// first; a live edit's PHID-keyed object, or a list, goes in reverse.
+fn newest_first<'a>(properties: &'a Json) -> Result<Vec<&'a Json>, WrongShape> {
+    let php_integer = |key: &str| -> Option<i64> {
+        let digits = !key.is_empty() && key.bytes().all(|b| b.is_ascii_digit());
+        let canonical = digits && (key == "0" || !key.starts_with('0'));
+        canonical.then(|| key.parse().ok()).flatten()
+    };
+    if let Some(Json::Object(entries)) = properties.get("transactionPHIDs") {
+        let keyed: Option<Vec<(i64, &Json)>> = entries
+            .iter()
+            .map(|(key, value)| php_integer(key).map(|id| (id, value)))
+            .collect();
+        if let Some(mut keyed) = keyed {
+            keyed.sort_by_key(|(id, _)| std::cmp::Reverse(*id));
+            return Ok(keyed.into_iter().map(|(_, value)| value).collect());
+        }
+    }
+    let mut stored = collection(properties, "transactionPHIDs")?;
+    stored.reverse();
+    Ok(stored)
+}
+
 /// The signed body for a row (SPEC §7): `object{type, phid}`,
 /// `triggers[{phid}]`, `action{test, silent, secure, epoch}`,
 /// `transactions[{phid}]`, pretty-printed, with the trailing newline.
@@ -341,7 +366,7 @@ pub fn payload(
     date_created: u64,
     properties: &Json,
 ) -> Result<String, WrongShape> {
-    let transactions = collection(properties, "transactionPHIDs")?;
+    let transactions = newest_first(properties)?;
     let triggers = collection(properties, "triggerPHIDs")?;
     let scalar = |json: Json| Php::Scalar(json);
     let phid_list = |phids: Vec<&Json>| {

@@ -10,7 +10,9 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
-use webhook_core::{Dispatcher, EventSink, PhorgeConfig, SilentMode, Store, Windows};
+use webhook_core::{
+    Dispatcher, EventSink, PhorgeConfig, PhorgeObjects, SilentMode, Store, Windows,
+};
 use webhook_store_mysql::MysqlStore;
 use webhook_transport_hyper::HyperTransport;
 
@@ -94,6 +96,7 @@ pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
             config.windows.clone(),
         )
         .with_silent_mode(silent_mode)
+        .with_objects(Arc::clone(&store) as Arc<dyn PhorgeObjects>)
         .with_events(Arc::clone(&events) as Arc<dyn EventSink>),
     );
     let listener = TcpListener::bind(config.listen)

@@ -231,6 +231,7 @@ pub async fn run(listen: Option<SocketAddr>) -> Result<(), String> {
     let events = Arc::new(EventHub::new(DEFAULT_STREAMS));
     let dispatcher = Arc::new(
         Dispatcher::new(Arc::new(store.clone()), Arc::new(transport), clock, windows)
+            .with_objects(Arc::new(store.clone()))
             .with_events(Arc::clone(&events) as Arc<dyn EventSink>),
     );
     let api = Arc::new(
@@ -327,7 +328,10 @@ fn seed(store: &MemoryStore, addr: SocketAddr) {
     for (hook, rows) in HOOKS.iter().zip([4, 1, 5, 1]) {
         for _ in 0..rows {
             n += 1;
-            store.insert_request(request(hook, n));
+            let request = request(hook, n);
+            // The edited task and its transaction, as Maniphest keeps them.
+            store.add_object(&request.object_phid, &[&format!("PHID-XACT-TASK-{n:015}")]);
+            store.insert_request(request);
         }
     }
 }

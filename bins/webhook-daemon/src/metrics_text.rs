@@ -96,6 +96,18 @@ impl Collector for ScrapeCollector {
         )?;
         counter(
             &mut encoder,
+            "gorge_webhook_object_checks",
+            "Checks of a request's object before its call, by result: found (its transactions as \
+             loaded, newest first), gone (hook error object), unseen (tables not readable: the \
+             stored transactions in the order their shape implies)",
+            &[
+                (vec![("result", "found")], d.objects_found),
+                (vec![("result", "gone")], d.objects_gone),
+                (vec![("result", "unseen")], d.objects_unseen),
+            ],
+        )?;
+        counter(
+            &mut encoder,
             "gorge_webhook_claims",
             "Claims by result; lost claims sent nothing",
             &[

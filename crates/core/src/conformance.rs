@@ -10,6 +10,7 @@ use futures::future::BoxFuture;
 
 use crate::memory_store::NewRequest;
 use crate::model::{Hook, LastResult, RequestRow, RequestStatus, UnixTime};
+use crate::objects::{ObjectLookup, PhorgeObjects, Unseen};
 use crate::outcome::ResultWrite;
 use crate::store::{CandidateQuery, Claim, QueueStats, Store, Written};
 use crate::windows::Cutoffs;
@@ -28,6 +29,13 @@ pub trait TestBed: Send + Sync {
     async fn insert_request(&self, request: &NewRequest) -> u64;
     /// Reads a row back.
     async fn row(&self, id: u64) -> RequestRow;
+    /// The application tables as the store under test reads them.
+    fn objects(&self) -> &dyn PhorgeObjects;
+    /// Creates a Maniphest task (`PHID-TASK-…`) with these transactions,
+    /// applied in this order (so with rising ids), as Phorge would.
+    async fn insert_task(&self, object_phid: &str, transactions: &[&str]);
+    /// Destroys an object and its transactions, as `bin/remove destroy`.
+    async fn destroy_task(&self, object_phid: &str);
 }
 
 /// One named conformance case.
@@ -67,6 +75,9 @@ cases!(
     hook_lock_is_exclusive_until_released,
     stats_count_rows_and_active_hooks,
     properties_text_is_stored_verbatim,
+    object_lookup_lists_the_objects_existing_transactions_newest_first,
+    object_lookup_finds_a_destroyed_object_gone,
+    object_of_a_type_without_known_tables_is_unseen,
 );
 
 const HOOK: &str = "PHID-HWBH-conformanceaaaaaaaaa";
@@ -483,6 +494,73 @@ async fn properties_text_is_stored_verbatim(bed: &dyn TestBed) {
     assert_eq!(bed.row(id).await.properties, write.properties);
 }
 
+const TASK: &str = "PHID-TASK-conformanceaaaaaaaaa";
+const OTHER_TASK: &str = "PHID-TASK-conformancebbbbbbbbb";
+
+async fn object_lookup_lists_the_objects_existing_transactions_newest_first(bed: &dyn TestBed) {
+    let [t1, t2, t3] = [
+        "PHID-XACT-TASK-conform1",
+        "PHID-XACT-TASK-conform2",
+        "PHID-XACT-TASK-conform3",
+    ];
+    bed.insert_task(TASK, &[t1, t2, t3]).await;
+    bed.insert_task(OTHER_TASK, &["PHID-XACT-TASK-conformother"])
+        .await;
+    let listed = [
+        t1,
+        t3,
+        "PHID-XACT-TASK-conformother",
+        "PHID-XACT-TASK-conformgone",
+    ];
+    let found = bed.objects().lookup(TASK, &listed).await.expect("lookup");
+    assert_eq!(
+        found,
+        ObjectLookup::Found {
+            transactions: vec![t3.to_owned(), t1.to_owned()]
+        },
+        "only this object's listed transactions that exist, newest first"
+    );
+    let none_listed = bed.objects().lookup(TASK, &[]).await.expect("lookup");
+    assert_eq!(
+        none_listed,
+        ObjectLookup::Found {
+            transactions: Vec::new()
+        }
+    );
+}
+
+async fn object_lookup_finds_a_destroyed_object_gone(bed: &dyn TestBed) {
+    bed.insert_task(TASK, &["PHID-XACT-TASK-conform1"]).await;
+    bed.insert_task(OTHER_TASK, &[]).await;
+    bed.destroy_task(TASK).await;
+    let gone = bed
+        .objects()
+        .lookup(TASK, &["PHID-XACT-TASK-conform1"])
+        .await
+        .expect("lookup");
+    assert_eq!(gone, ObjectLookup::Gone);
+    let never = bed
+        .objects()
+        .lookup("PHID-TASK-conformanceneverexisted", &[])
+        .await
+        .expect("lookup");
+    assert_eq!(never, ObjectLookup::Gone);
+    let other = bed.objects().lookup(OTHER_TASK, &[]).await.expect("lookup");
+    assert!(matches!(other, ObjectLookup::Found { .. }), "{other:?}");
+}
+
+async fn object_of_a_type_without_known_tables_is_unseen(bed: &dyn TestBed) {
+    let unseen = bed
+        .objects()
+        .lookup("PHID-ZZZZ-conformanceaaaaaaaaa", &["PHID-XACT-ZZZZ-x"])
+        .await
+        .expect("lookup");
+    assert_eq!(
+        unseen,
+        ObjectLookup::Unseen(Unseen::UnknownType("ZZZZ".to_owned()))
+    );
+}
+
 #[cfg(test)]
 mod memory {
     use super::*;
@@ -511,6 +589,15 @@ mod memory {
         }
         async fn row(&self, id: u64) -> RequestRow {
             self.store.row(id).expect("row exists")
+        }
+        fn objects(&self) -> &dyn PhorgeObjects {
+            &self.store
+        }
+        async fn insert_task(&self, object_phid: &str, transactions: &[&str]) {
+            self.store.add_object(object_phid, transactions);
+        }
+        async fn destroy_task(&self, object_phid: &str) {
+            self.store.destroy_object(object_phid);
         }
     }
 

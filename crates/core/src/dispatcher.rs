@@ -25,6 +25,7 @@ use crate::events::{Event, EventKind, EventSink};
 use crate::hold::SilentMode;
 use crate::metrics::{bump, Metrics};
 use crate::model::{Hook, RequestRow};
+use crate::objects::{ObjectLookup, PhorgeObjects, Unseen};
 use crate::outcome::{
     attempt_error, attempt_write, hook_error_write, AttemptOutcome, DeliveryResult, HookError,
     TransportFailure,
@@ -75,6 +76,9 @@ pub struct Dispatcher {
     /// hooks start at one.
     pace: Mutex<HashMap<String, usize>>,
     silent_mode: Option<Arc<SilentMode>>,
+    objects: Option<Arc<dyn PhorgeObjects>>,
+    /// Why objects could not be looked up, each logged once.
+    unseen_reported: Mutex<HashSet<Unseen>>,
     events: Option<Arc<dyn EventSink>>,
     /// The hold last reported as an event.
     reported_hold: AtomicBool,
@@ -230,15 +234,32 @@ struct Claimed<'r> {
     properties: &'r Properties,
     hook: &'r Hook,
     target: Result<Target, TransportFailure>,
+    transactions: Transactions,
     /// Read before the claim was sent: its lease began no earlier.
     claimed_at: Duration,
 }
 
-/// A row that passed steps 1–5.
+/// A row that passed steps 1–5 and the object check.
 struct Ready {
     properties: Properties,
     hook: Hook,
     target: Result<Target, TransportFailure>,
+    transactions: Transactions,
+}
+
+/// The transactions a payload lists: as loaded from the object's
+/// transaction table, or (`None`) the stored list in the order its shape
+/// implies.
+type Transactions = Option<Vec<String>>;
+
+/// What the object check found for a row about to be sent.
+enum ObjectCheck {
+    /// The object is there (or cannot be seen): send these transactions.
+    Send(Transactions),
+    /// The object is gone: hook error `object`, as Phorge's worker writes.
+    Gone,
+    /// The store failed: nothing is written, the row is tried again later.
+    Failed,
 }
 
 /// Rows claimed together, in one group commit. Waiting for a commit before
@@ -327,6 +348,8 @@ impl Dispatcher {
             hooks: Mutex::new(HashMap::new()),
             pace: Mutex::new(HashMap::new()),
             silent_mode: None,
+            objects: None,
+            unseen_reported: Mutex::new(HashSet::new()),
             events: None,
             reported_hold: AtomicBool::new(false),
         }
@@ -366,6 +389,15 @@ impl Dispatcher {
     /// no claims, no writes, so rows stay queued for Phorge's own worker.
     pub fn with_silent_mode(mut self, silent_mode: Arc<SilentMode>) -> Self {
         self.silent_mode = Some(silent_mode);
+        self
+    }
+
+    /// Checks each request's object and loads its transactions from
+    /// Phorge's application tables before sending (see [`crate::objects`]).
+    /// Without it every payload lists the stored transactions in the order
+    /// their shape implies, and a destroyed object goes unnoticed.
+    pub fn with_objects(mut self, objects: Arc<dyn PhorgeObjects>) -> Self {
+        self.objects = Some(objects);
         self
     }
 
@@ -662,6 +694,7 @@ impl Dispatcher {
             properties,
             hook,
             target,
+            transactions,
         } = match self.prepare(run, row).await {
             Ok(ready) => ready,
             Err(step) => return step,
@@ -707,21 +740,23 @@ impl Dispatcher {
             properties: &properties,
             hook: &hook,
             target,
+            transactions,
             claimed_at,
         };
         self.attempt(run, claimed, stored_later).await
     }
 
-    /// Steps 1–5: the row's properties, its hook and where to send it; or
-    /// the step to take after a hook error was written (or the lookup
-    /// failed).
+    /// Steps 1–5 and the object check: the row's properties, its hook,
+    /// where to send it and what its payload lists; or the step to take
+    /// after a hook error was written (or a lookup failed).
     async fn prepare(&self, run: &mut HookRun, row: &RequestRow) -> Result<Ready, Step> {
         if let Some(defect) = &row.defect {
             warn!(event = "row_invalid", request_id = row.id, hook = %row.webhook_phid,
                   defect = %defect, "failed without delivery");
             let kept = Properties::parse(&row.properties)
                 .unwrap_or_else(|_| Properties::preserving_unparseable(&row.properties));
-            self.fail_hook(row, &kept, HookError::InvalidRow).await;
+            self.fail_hook(row, &kept, HookError::InvalidRow, None)
+                .await;
             return Err(Step::Next);
         }
         let properties = match Properties::parse(&row.properties) {
@@ -731,7 +766,7 @@ impl Dispatcher {
                       error = %err, original = %truncated(&row.properties),
                       "kept under gorgeOriginalProperties");
                 let kept = Properties::preserving_unparseable(&row.properties);
-                self.fail_hook(row, &kept, HookError::InvalidProperties)
+                self.fail_hook(row, &kept, HookError::InvalidProperties, None)
                     .await;
                 return Err(Step::Next);
             }
@@ -740,30 +775,90 @@ impl Dispatcher {
             Ok(Some(hook)) => hook,
             Ok(None) => {
                 warn!(event = "hook_missing", request = %row.phid, hook = %row.webhook_phid);
-                self.fail_hook(row, &properties, HookError::NotFound).await;
+                self.fail_hook(row, &properties, HookError::NotFound, None)
+                    .await;
                 return Err(Step::Next);
             }
             Err(()) => return Err(Step::StopRun),
         };
         if hook.is_disabled() {
             debug!(event = "hook_disabled", request = %row.phid, hook = %hook.phid);
-            self.fail_hook(row, &properties, HookError::Disabled).await;
+            self.fail_hook(row, &properties, HookError::Disabled, None)
+                .await;
             return Err(Step::Next);
         }
         let target = match self.transport.resolve(&hook.uri).await {
             Resolution::Ready(target) => Ok(target),
             Resolution::Refused(why) => {
                 warn!(event = "hook_uri_refused", request = %row.phid, hook = %hook.phid, reason = %why);
-                self.fail_hook(row, &properties, HookError::Uri).await;
+                self.fail_hook(row, &properties, HookError::Uri, None).await;
                 return Err(Step::Next);
             }
             Resolution::Failed(failure) => Err(failure),
+        };
+        let transactions = match self.check_object(row, &properties).await {
+            ObjectCheck::Send(transactions) => transactions,
+            ObjectCheck::Gone => {
+                self.fail_hook(row, &properties, HookError::Object, None)
+                    .await;
+                return Err(Step::Next);
+            }
+            ObjectCheck::Failed => return Err(Step::StopRun),
         };
         Ok(Ready {
             properties,
             hook,
             target,
+            transactions,
         })
+    }
+
+    /// Phorge's worker loads the request's object, and fails the request
+    /// when it is gone, before it takes the hook's lock; then it sends only
+    /// the listed transactions that still exist, newest first. Asked afresh
+    /// for every delivery: nothing cached could keep a deleted object alive.
+    async fn check_object(&self, row: &RequestRow, properties: &Properties) -> ObjectCheck {
+        let Some(objects) = &self.objects else {
+            self.note_unseen(Unseen::NoSource);
+            return ObjectCheck::Send(None);
+        };
+        let listed = properties.listed_transaction_phids();
+        match objects.lookup(&row.object_phid, &listed).await {
+            Ok(ObjectLookup::Found { transactions }) => {
+                bump(&self.metrics.objects_found);
+                ObjectCheck::Send(Some(transactions))
+            }
+            Ok(ObjectLookup::Gone) => {
+                bump(&self.metrics.objects_gone);
+                warn!(event = "object_missing", request = %row.phid, hook = %row.webhook_phid,
+                      object = %row.object_phid, "the object no longer exists: failed as Phorge does");
+                ObjectCheck::Gone
+            }
+            Ok(ObjectLookup::Unseen(why)) => {
+                self.note_unseen(why);
+                ObjectCheck::Send(None)
+            }
+            Err(err) => {
+                self.store_failed("object_lookup", &err);
+                ObjectCheck::Failed
+            }
+        }
+    }
+
+    fn note_unseen(&self, why: Unseen) {
+        bump(&self.metrics.objects_unseen);
+        let kind = why.kind();
+        let first = self
+            .unseen_reported
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(why.clone());
+        if first {
+            warn!(event = "objects_unseen", kind, reason = %why,
+                  "transactions are sent in the order the stored list implies, and a destroyed \
+                   object is not noticed; grant SELECT on the application's tables to do as \
+                   Phorge's worker does");
+        }
     }
 
     /// The rows after this one to claim with it: as many as the hook's pace
@@ -870,6 +965,20 @@ impl Dispatcher {
             self.leave_to_lease(row, waited, "run_stopped");
             return Step::StopRun;
         }
+        let transactions = match self.check_object(row, &properties).await {
+            ObjectCheck::Send(transactions) => transactions,
+            ObjectCheck::Gone => {
+                self.fail_hook(row, &properties, HookError::Object, Some(claimed_at))
+                    .await;
+                self.after_attempt(run, &hook.phid, true);
+                return Step::Next;
+            }
+            ObjectCheck::Failed => {
+                let waited = self.clock.monotonic().saturating_sub(claimed_at);
+                self.leave_to_lease(row, waited, "run_stopped");
+                return Step::StopRun;
+            }
+        };
         if self.left_late(run, row, claimed_at) {
             return Step::Next;
         }
@@ -878,6 +987,7 @@ impl Dispatcher {
             properties: &properties,
             hook: &hook,
             target: Ok(target),
+            transactions,
             claimed_at,
         };
         self.attempt(run, claimed, stored_later).await
@@ -919,10 +1029,17 @@ impl Dispatcher {
             properties,
             hook,
             target,
+            transactions,
             claimed_at,
         } = claimed;
         let (result, latency) = match target {
-            Ok(target) => self.deliver(row, properties, hook, target).await,
+            Ok(target) => {
+                let payload = match &transactions {
+                    Some(loaded) => Payload::with_transactions(row, properties, loaded),
+                    None => Payload::build(row, properties),
+                };
+                self.deliver(row, payload, hook, target).await
+            }
             Err(failure) => (DeliveryResult::Failed(failure), Duration::ZERO),
         };
         self.count_result(&result);
@@ -1128,11 +1245,10 @@ impl Dispatcher {
     async fn deliver(
         &self,
         row: &RequestRow,
-        properties: &Properties,
+        payload: Payload,
         hook: &Hook,
         target: crate::transport::Target,
     ) -> (DeliveryResult, Duration) {
-        let payload = Payload::build(row, properties);
         let signature = payload.sign(&hook.hmac_key);
         let request = OutboundRequest {
             target,
@@ -1160,23 +1276,25 @@ impl Dispatcher {
         bump(counter);
     }
 
-    /// A hook-configuration error, written without a claim and only onto the
-    /// version that was judged.
-    async fn fail_hook(&self, row: &RequestRow, properties: &Properties, error: HookError) {
+    /// A hook-configuration error. Without a claim (`claimed_at` `None`) it
+    /// is written only onto the version that was judged; after one, like an
+    /// attempt's result, within the claim's lease.
+    async fn fail_hook(
+        &self,
+        row: &RequestRow,
+        properties: &Properties,
+        error: HookError,
+        claimed_at: Option<Duration>,
+    ) {
         bump(&self.metrics.hook_errors);
         self.emit(
             Some(&row.phid),
             Some(&row.webhook_phid),
             EventKind::HookError { code: error.code() },
         );
-        let write = hook_error_write(
-            row.id,
-            Some(row.date_modified),
-            properties,
-            error,
-            self.clock.now(),
-        );
-        self.write_back(&write, &row.phid, None).await;
+        let judged_version = claimed_at.is_none().then_some(row.date_modified);
+        let write = hook_error_write(row.id, judged_version, properties, error, self.clock.now());
+        self.write_back(&write, &row.phid, claimed_at).await;
     }
 
     /// Writes a result, retrying for a while: a lost write-back means the row

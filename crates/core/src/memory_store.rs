@@ -13,7 +13,8 @@ use async_trait::async_trait;
 
 use crate::clock::Clock;
 use crate::hold::PhorgeConfig;
-use crate::model::{Hook, LastResult, RequestRow, RequestStatus, UnixTime};
+use crate::model::{phid_type, Hook, LastResult, RequestRow, RequestStatus, UnixTime};
+use crate::objects::{ObjectLookup, PhorgeObjects, Unseen};
 use crate::outcome::ResultWrite;
 use crate::store::{CandidateQuery, Claim, HookLock, QueueStats, Store, StoreError, Written};
 
@@ -36,6 +37,8 @@ pub enum StoreOp {
     Stats,
     /// [`Store::hook_count`]
     HookCount,
+    /// [`PhorgeObjects::lookup`]
+    ObjectLookup,
 }
 
 /// A request to insert, as Phorge would (fields not given take Phorge's
@@ -94,6 +97,13 @@ struct Inner {
     /// Phorge's `phabricator.silent`; `None` = the configuration is not
     /// readable.
     silent: Option<bool>,
+    /// Phorge's application objects: each object's transactions as `(id,
+    /// PHID)`, in id order.
+    objects: HashMap<String, Vec<(u64, String)>>,
+    /// PHID types whose application tables exist (any object of the type
+    /// was ever added).
+    object_types: HashSet<String>,
+    next_transaction_id: u64,
 }
 
 /// An in-memory `herald_webhookrequest` + `herald_webhook`.
@@ -195,6 +205,26 @@ impl MemoryStore {
     /// `None` makes the configuration unreadable.
     pub fn set_silent_mode(&self, silent: Option<bool>) {
         self.lock().silent = silent;
+    }
+
+    /// Adds an application object (making its PHID type's tables visible)
+    /// with these transactions, applied in this order.
+    pub fn add_object(&self, object_phid: &str, transactions: &[&str]) {
+        let mut inner = self.lock();
+        inner.object_types.insert(phid_type(object_phid).to_owned());
+        inner.objects.entry(object_phid.to_owned()).or_default();
+        for phid in transactions {
+            inner.next_transaction_id += 1;
+            let id = inner.next_transaction_id;
+            if let Some(list) = inner.objects.get_mut(object_phid) {
+                list.push((id, (*phid).to_owned()));
+            }
+        }
+    }
+
+    /// Destroys an object and its transactions, as `bin/remove destroy`.
+    pub fn destroy_object(&self, object_phid: &str) {
+        self.lock().objects.remove(object_phid);
     }
 
     /// Makes the next `times` calls of `op` fail with `Unavailable`.
@@ -367,6 +397,34 @@ impl PhorgeConfig for MemoryStore {
         self.lock()
             .silent
             .ok_or_else(|| StoreError::Query("configuration table not readable".into()))
+    }
+}
+
+#[async_trait]
+impl PhorgeObjects for MemoryStore {
+    async fn lookup(
+        &self,
+        object_phid: &str,
+        transaction_phids: &[&str],
+    ) -> Result<ObjectLookup, StoreError> {
+        let mut inner = self.lock();
+        Self::check_fault(&mut inner, StoreOp::ObjectLookup)?;
+        let phid_type = phid_type(object_phid);
+        if !inner.object_types.contains(phid_type) {
+            return Ok(ObjectLookup::Unseen(Unseen::UnknownType(
+                phid_type.to_owned(),
+            )));
+        }
+        let Some(existing) = inner.objects.get(object_phid) else {
+            return Ok(ObjectLookup::Gone);
+        };
+        let transactions = existing
+            .iter()
+            .rev()
+            .filter(|(_, phid)| transaction_phids.contains(&phid.as_str()))
+            .map(|(_, phid)| phid.clone())
+            .collect();
+        Ok(ObjectLookup::Found { transactions })
     }
 }
 

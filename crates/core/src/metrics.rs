@@ -29,6 +29,9 @@ pub struct Metrics {
     pub(crate) writeback_failures: AtomicU64,
     pub(crate) in_flight: AtomicU64,
     pub(crate) breaker_open_hooks: AtomicU64,
+    pub(crate) objects_found: AtomicU64,
+    pub(crate) objects_gone: AtomicU64,
+    pub(crate) objects_unseen: AtomicU64,
     latency_buckets: [AtomicU64; LATENCY_BUCKETS.len()],
     latency_count: AtomicU64,
     latency_sum_micros: AtomicU64,
@@ -72,6 +75,13 @@ pub struct MetricsSnapshot {
     pub in_flight: u64,
     /// Hooks whose breaker this instance last saw open.
     pub breaker_open_hooks: u64,
+    /// Object checks that found the object (its transactions as loaded).
+    pub objects_found: u64,
+    /// Object checks that found the object gone (hook error `object`).
+    pub objects_gone: u64,
+    /// Object checks that could not see the object's tables (the stored
+    /// transactions were sent in the order their shape implies).
+    pub objects_unseen: u64,
     /// Cumulative latency histogram counts per [`LATENCY_BUCKETS`] bound.
     pub latency_buckets: Vec<u64>,
     /// Number of latency observations.
@@ -128,6 +138,9 @@ impl Metrics {
             writeback_failures: get(&self.writeback_failures),
             in_flight: get(&self.in_flight),
             breaker_open_hooks: get(&self.breaker_open_hooks),
+            objects_found: get(&self.objects_found),
+            objects_gone: get(&self.objects_gone),
+            objects_unseen: get(&self.objects_unseen),
             latency_buckets: self.latency_buckets.iter().map(get).collect(),
             latency_count: get(&self.latency_count),
             latency_sum_micros: get(&self.latency_sum_micros),

@@ -119,6 +119,9 @@ pub enum HookError {
     Uri,
     /// The row itself holds values outside Phorge's domain.
     InvalidRow,
+    /// The request's object no longer exists (Phorge's UI: "Invalid
+    /// Object").
+    Object,
 }
 
 impl HookError {
@@ -130,6 +133,7 @@ impl HookError {
             Self::Disabled => "disabled",
             Self::Uri => "uri",
             Self::InvalidRow => "invalid-row",
+            Self::Object => "object",
         }
     }
 }

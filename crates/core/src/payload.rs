@@ -17,13 +17,30 @@ pub struct Payload {
 }
 
 impl Payload {
-    /// Builds the body for one request row from its parsed properties.
+    /// Builds the body for one request row from its parsed properties, with
+    /// the transactions in the order Phorge's worker would send the stored
+    /// list when it cannot read the object's transactions (newest first,
+    /// judged from the stored shape: see [`Properties::transaction_phids`]).
     ///
     /// `epoch` is the row's `dateCreated`, so every retry describes the same
-    /// event with the same bytes. Transactions are taken in stored order (PHP
-    /// re-reads them from the object's transaction table; see
-    /// docs/compatibility.md).
+    /// event with the same bytes.
     pub fn build(row: &RequestRow, properties: &Properties) -> Self {
+        let transactions = phid_list(properties.transaction_phids().into_iter().cloned());
+        Self::encode(row, properties, transactions)
+    }
+
+    /// Builds the body with the transactions Phorge's worker loaded from the
+    /// object's transaction table (those that still exist, newest first).
+    pub fn with_transactions(
+        row: &RequestRow,
+        properties: &Properties,
+        transactions: &[String],
+    ) -> Self {
+        let transactions = phid_list(transactions.iter().map(|phid| Value::from(phid.as_str())));
+        Self::encode(row, properties, transactions)
+    }
+
+    fn encode(row: &RequestRow, properties: &Properties, transactions: Value) -> Self {
         let mut object = Map::new();
         object.insert("type".into(), Value::from(phid_type(&row.object_phid)));
         object.insert("phid".into(), Value::from(row.object_phid.as_str()));
@@ -36,12 +53,12 @@ impl Payload {
 
         let mut body = Map::new();
         body.insert("object".into(), Value::Object(object));
-        body.insert("triggers".into(), phid_list(properties.trigger_phids()));
-        body.insert("action".into(), Value::Object(action));
         body.insert(
-            "transactions".into(),
-            phid_list(properties.transaction_phids()),
+            "triggers".into(),
+            phid_list(properties.trigger_phids().into_iter().cloned()),
         );
+        body.insert("action".into(), Value::Object(action));
+        body.insert("transactions".into(), transactions);
         Self {
             bytes: phpjson::encode_pretty_object(&body).into_bytes(),
         }
@@ -63,13 +80,12 @@ impl Payload {
     }
 }
 
-fn phid_list(phids: Vec<&Value>) -> Value {
+fn phid_list(phids: impl Iterator<Item = Value>) -> Value {
     Value::Array(
         phids
-            .into_iter()
             .map(|phid| {
                 let mut entry = Map::new();
-                entry.insert("phid".into(), phid.clone());
+                entry.insert("phid".into(), phid);
                 Value::Object(entry)
             })
             .collect(),
@@ -152,18 +168,52 @@ mod tests {
         assert_eq!(payload.sign(KEY), vectors::ESCAPING_SIGNATURE);
     }
 
+    /// SPEC §7's vector is a live edit's shape: PHID-keyed, oldest first;
+    /// the body lists the transactions newest first.
     #[test]
-    fn object_shaped_transactions_use_values_in_order() {
-        let row = row(
-            "PHID-TASK-x",
-            1,
-            r#"{"transactionPHIDs":{"PHID-XACT-2":"PHID-XACT-2","PHID-XACT-1":"PHID-XACT-1"},"test":true}"#,
+    fn live_edit_transactions_go_newest_first() {
+        let props = Properties::parse(vectors::PROPERTIES).expect("parses");
+        let stored: Vec<&str> = props.listed_transaction_phids();
+        assert_eq!(
+            stored,
+            vec![
+                "PHID-XACT-TASK-aaaaaaaaaaaaaaa",
+                "PHID-XACT-TASK-bbbbbbbbbbbbbbb"
+            ]
         );
-        let text = String::from_utf8(payload_for(&row).into_bytes()).expect("ASCII");
-        let second = text.find("PHID-XACT-2").expect("present");
-        let first = text.find("PHID-XACT-1").expect("present");
-        assert!(second < first);
-        assert!(text.contains("\"test\": true,"));
+        let text = String::from_utf8(
+            payload_for(&row(
+                vectors::OBJECT_PHID,
+                vectors::DATE_CREATED,
+                vectors::PROPERTIES,
+            ))
+            .into_bytes(),
+        )
+        .expect("ASCII");
+        let newest = text.find("bbbbbbbbbbbbbbb").expect("present");
+        let oldest = text.find("aaaaaaaaaaaaaaa").expect("present");
+        assert!(newest < oldest);
+    }
+
+    #[test]
+    fn loaded_transactions_are_sent_as_given() {
+        let row = row(
+            vectors::OBJECT_PHID,
+            vectors::DATE_CREATED,
+            vectors::PROPERTIES,
+        );
+        let props = Properties::parse(&row.properties).expect("parses");
+        let loaded = [
+            "PHID-XACT-TASK-bbbbbbbbbbbbbbb".to_owned(),
+            "PHID-XACT-TASK-aaaaaaaaaaaaaaa".to_owned(),
+        ];
+        let payload = Payload::with_transactions(&row, &props, &loaded);
+        assert_eq!(std::str::from_utf8(payload.as_bytes()), Ok(vectors::BODY));
+        assert_eq!(payload.sign(KEY), vectors::SIGNATURE);
+        let only_one = Payload::with_transactions(&row, &props, &loaded[1..]);
+        let text = std::str::from_utf8(only_one.as_bytes()).expect("ASCII");
+        assert!(!text.contains("bbbbbbbbbbbbbbb"));
+        assert!(text.contains("\"test\": false,"));
         assert!(text.ends_with("}\n"));
     }
 

@@ -107,9 +107,37 @@ impl Properties {
         self.map.get("retry").and_then(Value::as_str) == Some("forever")
     }
 
-    /// Transaction PHIDs: the values, in stored order, of a list or object.
+    /// Transaction PHIDs newest first, as Phorge's worker sends them, judged
+    /// from the stored shape alone (for when the object's transactions
+    /// cannot be read): an object keyed by transaction ids (a test call's)
+    /// by id descending; any other object (a live edit's, keyed by PHID, in
+    /// the order the edit applied them) or a list, reversed.
     pub fn transaction_phids(&self) -> Vec<&Value> {
+        match self.map.get("transactionPHIDs") {
+            Some(Value::Object(map)) => {
+                let ids: Option<Vec<i64>> = map.keys().map(|key| transaction_id(key)).collect();
+                match ids {
+                    Some(ids) => {
+                        let mut by_id: Vec<(i64, &Value)> =
+                            ids.into_iter().zip(map.values()).collect();
+                        by_id.sort_by_key(|(id, _)| std::cmp::Reverse(*id));
+                        by_id.into_iter().map(|(_, phid)| phid).collect()
+                    }
+                    None => map.values().rev().collect(),
+                }
+            }
+            Some(Value::Array(items)) => items.iter().rev().collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The listed transaction PHIDs that are strings, in stored order: what
+    /// the worker asks the object's transaction table for.
+    pub fn listed_transaction_phids(&self) -> Vec<&str> {
         self.phid_values("transactionPHIDs")
+            .into_iter()
+            .filter_map(Value::as_str)
+            .collect()
     }
 
     /// Trigger PHIDs (rules, the hook for firehose, the app for test calls).
@@ -163,6 +191,19 @@ impl Properties {
     }
 }
 
+/// A key PHP kept as an integer array index (a transaction id): decimal
+/// digits with no leading zero, within PHP's integer range. PHP keeps any
+/// other key as a string.
+fn transaction_id(key: &str) -> Option<i64> {
+    let digits = !key.is_empty() && key.bytes().all(|b| b.is_ascii_digit());
+    let canonical = digits && (key == "0" || !key.starts_with('0'));
+    if canonical {
+        key.parse().ok()
+    } else {
+        None
+    }
+}
+
 fn json_type(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
@@ -201,15 +242,56 @@ mod tests {
     }
 
     #[test]
-    fn phids_come_from_lists_or_objects_in_stored_order() {
+    fn triggers_come_from_lists_or_objects_in_stored_order() {
         let props = Properties::parse(
-            r#"{"transactionPHIDs":{"457":"PHID-B","12":"PHID-A"},"triggerPHIDs":["PHID-R"]}"#,
+            r#"{"triggerPHIDs":{"b":"PHID-R2","a":"PHID-R1"},"transactionPHIDs":[]}"#,
         )
         .expect("parses");
-        assert_eq!(props.transaction_phids(), vec!["PHID-B", "PHID-A"]);
-        assert_eq!(props.trigger_phids(), vec!["PHID-R"]);
+        assert_eq!(props.trigger_phids(), vec!["PHID-R2", "PHID-R1"]);
+        let list = Properties::parse(r#"{"triggerPHIDs":["PHID-R"]}"#).expect("parses");
+        assert_eq!(list.trigger_phids(), vec!["PHID-R"]);
         let empty = Properties::parse("{}").expect("parses");
         assert!(empty.transaction_phids().is_empty());
+        assert!(empty.listed_transaction_phids().is_empty());
+    }
+
+    /// A test call stores the object's ten newest transactions keyed by id,
+    /// newest first; PHP sends them by id descending.
+    #[test]
+    fn id_keyed_transactions_go_by_id_descending() {
+        let props = Properties::parse(
+            r#"{"transactionPHIDs":{"12":"PHID-A","457":"PHID-C","99":"PHID-B"}}"#,
+        )
+        .expect("parses");
+        assert_eq!(
+            props.transaction_phids(),
+            vec!["PHID-C", "PHID-B", "PHID-A"]
+        );
+        assert_eq!(
+            props.listed_transaction_phids(),
+            vec!["PHID-A", "PHID-C", "PHID-B"]
+        );
+    }
+
+    /// A live edit stores its transactions keyed by PHID in the order it
+    /// applied them, oldest first; PHP sends the reverse.
+    #[test]
+    fn phid_keyed_transactions_and_lists_are_reversed() {
+        let live = Properties::parse(
+            r#"{"transactionPHIDs":{"PHID-XACT-1":"PHID-XACT-1","PHID-XACT-2":"PHID-XACT-2","PHID-XACT-3":"PHID-XACT-3"}}"#,
+        )
+        .expect("parses");
+        assert_eq!(
+            live.transaction_phids(),
+            vec!["PHID-XACT-3", "PHID-XACT-2", "PHID-XACT-1"]
+        );
+        let list =
+            Properties::parse(r#"{"transactionPHIDs":["PHID-1","PHID-2"]}"#).expect("parses");
+        assert_eq!(list.transaction_phids(), vec!["PHID-2", "PHID-1"]);
+        // "012" is a string key in PHP, so the object is not id-keyed.
+        let mixed = Properties::parse(r#"{"transactionPHIDs":{"5":"PHID-A","012":"PHID-B"}}"#)
+            .expect("parses");
+        assert_eq!(mixed.transaction_phids(), vec!["PHID-B", "PHID-A"]);
     }
 
     #[test]

@@ -9,9 +9,18 @@ pub const KEY: &str = "abcdefghijklmnopqrstuvwxyz234567";
 pub const OBJECT_PHID: &str = "PHID-TASK-abcdefghijklmnopqrst";
 /// First vector: the row's `dateCreated` (the payload's `epoch`).
 pub const DATE_CREATED: u64 = 1_700_000_000;
-/// First vector: the stored `properties`.
-pub const PROPERTIES: &str = r#"{"retry":"forever","transactionPHIDs":["PHID-XACT-TASK-bbbbbbbbbbbbbbb","PHID-XACT-TASK-aaaaaaaaaaaaaaa"],"triggerPHIDs":["PHID-HRUL-abcdefghijklmnopqrst"],"silent":false,"secure":false}"#;
-/// First vector: the exact body (415 bytes, trailing newline included).
+/// First vector: the stored `properties`, a live edit's shape: the
+/// transactions keyed by PHID in the order the edit applied them, oldest
+/// first.
+pub const PROPERTIES: &str = r#"{"retry":"forever","transactionPHIDs":{"PHID-XACT-TASK-aaaaaaaaaaaaaaa":"PHID-XACT-TASK-aaaaaaaaaaaaaaa","PHID-XACT-TASK-bbbbbbbbbbbbbbb":"PHID-XACT-TASK-bbbbbbbbbbbbbbb"},"triggerPHIDs":["PHID-HRUL-abcdefghijklmnopqrst"],"silent":false,"secure":false}"#;
+/// First vector: the transactions in the order they were applied (`aaa`
+/// before `bbb`, so `bbb` has the higher transaction id).
+pub const TRANSACTIONS_APPLIED: [&str; 2] = [
+    "PHID-XACT-TASK-aaaaaaaaaaaaaaa",
+    "PHID-XACT-TASK-bbbbbbbbbbbbbbb",
+];
+/// First vector: the exact body (415 bytes, trailing newline included);
+/// the transactions newest first, as Phorge's worker sends them.
 pub const BODY: &str = r#"{
   "object": {
     "type": "TASK",

@@ -19,6 +19,10 @@
 //! * Read-only lookups for the admin tool ([`MysqlStore::request_by_id`],
 //!   [`MysqlStore::hook_summaries`], [`HookSummary`], …): plain `SELECT`s
 //!   that never write, claim or lock.
+//! * Phorge's application tables ([`webhook_core::PhorgeObjects`],
+//!   [`OBJECT_TABLES`]): whether a request's object still exists and which
+//!   of its listed transactions do, newest first, as Phorge's worker
+//!   loads them before a call.
 //! * The hand-off checks: Phorge's global silent mode
 //!   ([`webhook_core::PhorgeConfig`]) and leftover PHP delivery tasks
 //!   ([`MysqlStore::php_delivery_tasks`]), read from Phorge's config and
@@ -36,6 +40,7 @@ mod config;
 mod error;
 mod handoff;
 mod lock;
+mod objects;
 mod reads;
 mod rows;
 mod schema;
@@ -46,6 +51,7 @@ pub use config::{MysqlConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_MAX};
 pub use error::{MysqlError, NotReady};
 pub use handoff::PhpDeliveryTasks;
 pub use lock::MysqlHookLock;
+pub use objects::{object_tables, ObjectTables, OBJECT_TABLES};
 pub use reads::HookSummary;
 pub use schema::{SchemaWarning, HOOK_COLUMNS, REQUEST_COLUMNS};
 pub use store::MysqlStore;

@@ -8,6 +8,8 @@
 //! statements in one round trip: it puts numbers as digits and text as hex
 //! literals in place of the `?`s, so no byte of a value is ever read as SQL.
 
+use crate::objects::ObjectTables;
+
 /// The columns of a request row, in the order the row mapping reads them.
 pub const REQUEST_SELECT_LIST: &str = "id, phid, webhookPHID, objectPHID, status, properties, \
      lastRequestResult, lastRequestEpoch, dateCreated, dateModified";
@@ -156,6 +158,38 @@ pub fn php_delivery_tasks(namespace: &str) -> String {
         "SELECT COALESCE(SUM(leaseOwner IS NULL), 0), COALESCE(SUM(leaseOwner IS NOT NULL), 0) \
          FROM `{namespace}_worker`.worker_activetask WHERE taskClass = 'HeraldWebhookWorker'"
     )
+}
+
+/// Whether a request's object exists, and which of the listed
+/// transactions exist on it, newest first, for `namespace` (validated: no
+/// quoting characters) and an object type's tables. Parameters: the
+/// `listed` transaction PHIDs, then the object PHID. No row: the object is
+/// gone; one row holding NULL: it exists with none of them.
+pub fn object_transactions(namespace: &str, tables: &ObjectTables, listed: usize) -> String {
+    let ObjectTables {
+        object_application,
+        object_table,
+        transaction_application,
+        transaction_table,
+        ..
+    } = tables;
+    let objects = format!("`{namespace}_{object_application}`.`{object_table}`");
+    if listed == 0 {
+        return format!("SELECT NULL FROM {objects} WHERE phid = ?");
+    }
+    let marks = vec!["?"; listed].join(", ");
+    format!(
+        "SELECT x.phid FROM {objects} o \
+         LEFT JOIN `{namespace}_{transaction_application}`.`{transaction_table}` x \
+         ON x.objectPHID = o.phid AND x.phid IN ({marks}) \
+         WHERE o.phid = ? ORDER BY x.id DESC"
+    )
+}
+
+/// Reads nothing, but fails as a read of `table` would when the account
+/// cannot read it (`namespace` validated: no quoting characters).
+pub fn table_probe(namespace: &str, application: &str, table: &str) -> String {
+    format!("SELECT 1 FROM `{namespace}_{application}`.`{table}` LIMIT 0")
 }
 
 /// A value [`inline`] can write into a statement.

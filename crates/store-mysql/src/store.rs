@@ -22,6 +22,7 @@ use crate::batch::{RowWrite, WriteBatcher};
 use crate::config::MysqlConfig;
 use crate::error::{MysqlError, NotReady};
 use crate::lock::MysqlHookLock;
+use crate::objects::UnreadableTables;
 use crate::rows;
 use crate::schema::{self, SchemaWarning};
 use crate::sql;
@@ -33,6 +34,7 @@ pub struct MysqlStore {
     namespace: String,
     pool_max: usize,
     batcher: Arc<OnceLock<WriteBatcher>>,
+    unreadable: UnreadableTables,
 }
 
 /// The pool, and the database its errors are reported against. Shared by
@@ -92,6 +94,7 @@ impl MysqlStore {
             namespace: config.namespace.clone(),
             pool_max: config.pool_max,
             batcher: Arc::new(OnceLock::new()),
+            unreadable: UnreadableTables::default(),
         })
     }
 
@@ -124,6 +127,11 @@ impl MysqlStore {
 
     pub(crate) async fn conn(&self) -> Result<Conn, StoreError> {
         self.connector.conn().await
+    }
+
+    /// Application tables recently found unreadable.
+    pub(crate) fn unreadable_tables(&self) -> &UnreadableTables {
+        &self.unreadable
     }
 
     pub(crate) fn statement_error(&self, err: mysql_async::Error) -> StoreError {

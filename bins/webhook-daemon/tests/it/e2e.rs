@@ -35,7 +35,7 @@ use webhook_core::vectors::{
 
 /// The vector's properties as PHP stores them, plus a key Phorge does not
 /// know (with PHP's `\/` and `\u00e9`, and a nested order) in the middle.
-const VECTOR_PROPERTIES: &str = r#"{"retry":"forever","transactionPHIDs":["PHID-XACT-TASK-bbbbbbbbbbbbbbb","PHID-XACT-TASK-aaaaaaaaaaaaaaa"],"gorgeTestUnknown":{"z":[1,2.5,null],"a":"https:\/\/x\/\u00e9"},"triggerPHIDs":["PHID-HRUL-abcdefghijklmnopqrst"],"silent":false,"secure":false}"#;
+const VECTOR_PROPERTIES: &str = r#"{"retry":"forever","transactionPHIDs":{"PHID-XACT-TASK-aaaaaaaaaaaaaaa":"PHID-XACT-TASK-aaaaaaaaaaaaaaa","PHID-XACT-TASK-bbbbbbbbbbbbbbb":"PHID-XACT-TASK-bbbbbbbbbbbbbbb"},"gorgeTestUnknown":{"z":[1,2.5,null],"a":"https:\/\/x\/\u00e9"},"triggerPHIDs":["PHID-HRUL-abcdefghijklmnopqrst"],"silent":false,"secure":false}"#;
 
 /// `retry=forever`, PHP's map-shaped transaction PHIDs.
 const RETRY_PROPERTIES: &str = r#"{"retry":"forever","triggerPHIDs":["PHID-HRUL-aaaaaaaaaaaaaaaaaaaa"],"transactionPHIDs":{"PHID-XACT-TASK-ccccccccccccccc":"PHID-XACT-TASK-ccccccccccccccc"}}"#;
@@ -83,7 +83,7 @@ pub(crate) async fn add_hook(db: &TestDb, phid: &str, uri: String, key: &str) {
 
 /// Polls row `id` until `done` holds; panics with the last row and the
 /// daemon's log after [`DEADLINE`].
-async fn wait_row(
+pub(crate) async fn wait_row(
     db: &TestDb,
     daemon: &Daemon,
     id: u64,
@@ -118,7 +118,7 @@ pub(crate) async fn wait_log(daemon: &Daemon, needle: &str) {
     }
 }
 
-fn properties(row: &RequestRow) -> Value {
+pub(crate) fn properties(row: &RequestRow) -> Value {
     serde_json::from_str(&row.properties).unwrap_or_else(|e| {
         panic!(
             "row {} properties are not JSON ({e}): {}",

@@ -10,6 +10,7 @@ mod e2e;
 mod handoff;
 mod hostile;
 mod live;
+mod objects;
 mod outage;
 mod raw;
 mod reliability;

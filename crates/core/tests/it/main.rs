@@ -3,5 +3,6 @@
 //! simulation over many seeds.
 
 mod dispatcher;
+mod objects;
 mod simulation;
 mod support;

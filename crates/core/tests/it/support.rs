@@ -239,6 +239,7 @@ impl Harness {
                 windows,
             )
             .with_silent_mode(Arc::clone(&silent_mode))
+            .with_objects(Arc::new(store.clone()))
             .with_events(Arc::clone(&events) as Arc<dyn EventSink>),
         );
         Self {

@@ -4,14 +4,16 @@
 
 use async_trait::async_trait;
 use webhook_core::conformance::{cases, TestBed};
-use webhook_core::{Hook, NewRequest, RequestRow, Store, UnixTime};
-use webhook_store_mysql::MysqlStore;
+use webhook_core::{Hook, NewRequest, PhorgeObjects, RequestRow, Store, UnixTime};
+use webhook_store_mysql::{object_tables, MysqlStore};
+use webhook_test_support::{with_application_tables, ApplicationTables};
 
 use crate::fixture::{with_db, TestDb};
 
 struct MysqlBed {
     db: TestDb,
     store: MysqlStore,
+    tasks: ApplicationTables,
 }
 
 #[async_trait]
@@ -31,6 +33,15 @@ impl TestBed for MysqlBed {
     async fn row(&self, id: u64) -> RequestRow {
         self.db.row(id).await
     }
+    fn objects(&self) -> &dyn PhorgeObjects {
+        &self.store
+    }
+    async fn insert_task(&self, object_phid: &str, transactions: &[&str]) {
+        self.tasks.insert_object(object_phid, transactions).await;
+    }
+    async fn destroy_task(&self, object_phid: &str) {
+        self.tasks.destroy_object(object_phid).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -40,12 +51,18 @@ async fn mysql_store_passes_the_conformance_suite() {
     for case in all {
         eprintln!("conformance case: {}", case.name);
         with_db(|db| async move {
-            let bed = MysqlBed {
-                store: db.store(),
-                db,
-            };
-            (case.run)(&bed).await;
-            bed.store.disconnect().await.expect("close pool");
+            let namespace = db.namespace.clone();
+            let maniphest = object_tables("TASK").expect("tasks are mapped");
+            with_application_tables(&namespace, maniphest, |tasks| async move {
+                let bed = MysqlBed {
+                    store: db.store(),
+                    db,
+                    tasks,
+                };
+                (case.run)(&bed).await;
+                bed.store.disconnect().await.expect("close pool");
+            })
+            .await;
         })
         .await;
     }

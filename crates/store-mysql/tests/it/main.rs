@@ -9,6 +9,7 @@ mod fixture;
 mod handoff;
 mod indexes;
 mod locks;
+mod objects;
 mod properties;
 mod readiness;
 mod reads;

@@ -59,10 +59,10 @@ async fn php_shaped_rows_read_back_and_parse() {
         let properties = Properties::parse(&rows[0].properties).expect("PHP shapes parse");
         assert!(properties.retries_forever());
         assert_eq!(
-            properties.transaction_phids(),
+            properties.listed_transaction_phids(),
             vec![
-                &Value::from("PHID-XACT-TASK-bbbbbbbbbbbbbbb"),
-                &Value::from("PHID-XACT-TASK-aaaaaaaaaaaaaaa"),
+                "PHID-XACT-TASK-bbbbbbbbbbbbbbb",
+                "PHID-XACT-TASK-aaaaaaaaaaaaaaa"
             ],
             "values of the object, in stored order"
         );
