@@ -1,11 +1,12 @@
 //! `doctor`: the hand-off checks an operator runs before and after
 //! switching delivery to the daemon — database readiness and schema,
-//! Phorge's global silent mode, and leftover PHP delivery tasks — each
+//! Phorge's global silent mode, leftover PHP delivery tasks, and whether
+//! requests' objects can be checked as Phorge's worker does — each
 //! with what to do about it. Read-only, like every command.
 
 use serde_json::{json, Value};
 use webhook_core::PhorgeConfig;
-use webhook_store_mysql::PhpDeliveryTasks;
+use webhook_store_mysql::{MysqlStore, PhpDeliveryTasks, OBJECT_TABLES};
 
 use crate::error::{exit, AdminError};
 use crate::inspect::Db;
@@ -119,12 +120,60 @@ pub async fn run(db: &Db, json_out: bool) -> Result<u8, AdminError> {
             advice: Some("grant SELECT on it so the daemon can warn when PHP still delivers"),
         },
     });
+    checks.push(objects_check(store).await);
     report(&checks, json_out)?;
     Ok(if checks.iter().any(|c| c.verdict == Verdict::Fail) {
         exit::CHECK_FAILED
     } else {
         exit::OK
     })
+}
+
+/// Whether the daemon can check requests' objects as Phorge's worker does:
+/// every application's object and transaction tables readable.
+async fn objects_check(store: &MysqlStore) -> Check {
+    let mut unreadable = Vec::new();
+    for tables in OBJECT_TABLES {
+        match store.object_tables_readable(tables).await {
+            Ok(Ok(())) => {}
+            Ok(Err(table)) => unreadable.push(format!("{table} ({})", tables.phid_type)),
+            Err(err) => {
+                return Check {
+                    name: "objects",
+                    verdict: Verdict::Warn,
+                    finding: format!("cannot probe the application tables: {err}"),
+                    advice: None,
+                }
+            }
+        }
+    }
+    if unreadable.is_empty() {
+        return Check {
+            name: "objects",
+            verdict: Verdict::Ok,
+            finding: format!(
+                "reads the object and transaction tables of all {} object types: transactions go \
+                 out as Phorge's worker sends them, a destroyed object's request fails with hook \
+                 error object",
+                OBJECT_TABLES.len()
+            ),
+            advice: None,
+        };
+    }
+    Check {
+        name: "objects",
+        verdict: Verdict::Warn,
+        finding: format!(
+            "cannot read {}: requests about those objects list the stored transactions in the \
+             order their shape implies (removed ones included), and a destroyed object is sent \
+             instead of failed",
+            unreadable.join(", ")
+        ),
+        advice: Some(
+            "grant the daemon's account SELECT on Phorge's application databases \
+             ({namespace}_maniphest, …; docs/operations.md, the object check)",
+        ),
+    }
 }
 
 fn report(checks: &[Check], json_out: bool) -> Result<(), AdminError> {

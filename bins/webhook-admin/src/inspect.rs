@@ -7,7 +7,9 @@
 //! a hook's URI is printed only when asked for.
 
 use serde_json::{json, Value};
-use webhook_core::{Hook, Payload, Properties, RequestRow, Store, StoreError, UnixTime};
+use webhook_core::{
+    Hook, ObjectLookup, Payload, PhorgeObjects, Properties, RequestRow, Store, StoreError, UnixTime,
+};
 use webhook_store_mysql::{HookSummary, MysqlStore};
 
 use crate::clock::{moment, utc};
@@ -294,28 +296,51 @@ fn columns(table: &[Vec<String>]) -> String {
     out
 }
 
-/// The body that would be POSTed, if one would be built at all.
-fn payload_for(row: &RequestRow) -> Result<Payload, String> {
+/// The body that would be POSTed, if one would be built at all: with the
+/// transactions the object check finds (the stored list in the order its
+/// shape implies where the object's tables cannot be read).
+async fn payload_for(db: &Db, row: &RequestRow) -> Result<Result<Payload, String>, AdminError> {
     if let Some(defect) = &row.defect {
-        return Err(format!(
+        return Ok(Err(format!(
             "request {} holds a value outside Phorge's domain ({defect}); it would be failed, \
              not sent",
             row.id
-        ));
+        )));
     }
-    let properties = Properties::parse(&row.properties).map_err(|err| {
-        format!(
-            "request {} has unparseable properties ({err}); it would be failed, not sent",
-            row.id
-        )
-    })?;
-    Ok(Payload::build(row, &properties))
+    let properties = match Properties::parse(&row.properties) {
+        Ok(properties) => properties,
+        Err(err) => {
+            return Ok(Err(format!(
+                "request {} has unparseable properties ({err}); it would be failed, not sent",
+                row.id
+            )))
+        }
+    };
+    let listed = properties.listed_transaction_phids();
+    let lookup = db
+        .store
+        .lookup(&row.object_phid, &listed)
+        .await
+        .map_err(|e| db.fail(e))?;
+    Ok(match lookup {
+        ObjectLookup::Found { transactions } => {
+            Ok(Payload::with_transactions(row, &properties, &transactions))
+        }
+        ObjectLookup::Gone => Err(format!(
+            "request {}'s object {} no longer exists; it would be failed with hook error \
+             object, not sent",
+            row.id, row.object_phid
+        )),
+        ObjectLookup::Unseen(_) => Ok(Payload::build(row, &properties)),
+    })
 }
 
 /// `payload`: the body bytes, nothing added.
 pub async fn payload(db: &Db, which: &RequestRef) -> Result<u8, AdminError> {
     let row = db.request(which).await?;
-    let body = payload_for(&row).map_err(AdminError::NoPayload)?;
+    let body = payload_for(db, &row)
+        .await?
+        .map_err(AdminError::NoPayload)?;
     emit_bytes(body.as_bytes())?;
     Ok(exit::OK)
 }
@@ -355,7 +380,7 @@ pub async fn explain_request(
             lock_holder,
         },
     );
-    let payload = payload_for(&row);
+    let payload = payload_for(db, &row).await?;
     // Signed with the hook's key, which is used here and never shown.
     let signature = match (&payload, &hook) {
         (Ok(body), Some(hook)) => Some(body.sign(&hook.hmac_key)),

@@ -9,6 +9,7 @@ mod doctor;
 mod errors;
 mod explain;
 mod listen;
+mod objects;
 mod payload;
 mod readonly;
 mod signing;
