@@ -9,7 +9,11 @@
 #   - the daemon's, with SELECT and UPDATE on {namespace}_herald only: it
 #     never inserts, deletes or runs DDL. Granted on the database because
 #     its tables do not exist yet; docs/operations.md shows the tighter
-#     table-level grant for an installation that already has them.
+#     table-level grant for an installation that already has them. It may
+#     also SELECT on the application databases of the objects Herald calls
+#     webhooks about, to check each request's object as Phorge's worker
+#     does (docs/operations.md, the object check; a test in
+#     crates/store-mysql keeps this list equal to its OBJECT_TABLES).
 #
 # Passwords come from the container's environment (compose.yaml) and must
 # not contain a single quote. No `set -u` here: this runs inside the
@@ -33,3 +37,10 @@ GRANT ALL PRIVILEGES ON \`${ns_pattern}\\_%\`.* TO '${phorge_user}'@'%';
 CREATE USER IF NOT EXISTS '${webhook_user}'@'%' IDENTIFIED BY '${WEBHOOK_DB_PASSWORD}';
 GRANT SELECT, UPDATE ON \`${ns_pattern}\\_herald\`.* TO '${webhook_user}'@'%';
 SQL
+
+object_applications="maniphest differential repository audit phriction pholio ponder project phame calendar paste file badges legalpad slowvote countdown owners dashboard"
+for application in $object_applications; do
+  docker_process_sql <<SQL
+GRANT SELECT ON \`${ns_pattern}\\_${application}\`.* TO '${webhook_user}'@'%';
+SQL
+done

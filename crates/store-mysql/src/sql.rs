@@ -3,7 +3,10 @@
 //! in the crate writes SQL against Phorge's tables.
 //!
 //! Every value is a `?` placeholder; the only text ever assembled at run
-//! time is the number of placeholders in the hook exclusion list, and
+//! time is the number of placeholders in a list (excluded hooks, listed
+//! transactions), the validated namespace and the constant application
+//! names and tables of the statements that reach Phorge's other
+//! databases, and
 //! [`inline`], which the group commit uses to send several of these
 //! statements in one round trip: it puts numbers as digits and text as hex
 //! literals in place of the `?`s, so no byte of a value is ever read as SQL.

@@ -117,3 +117,29 @@ async fn missing_application_tables_are_unseen_not_errors() {
     })
     .await;
 }
+
+/// The Compose fragment's account script grants `SELECT` on exactly the
+/// application databases the object check reads (besides herald's).
+#[test]
+fn the_account_script_grants_every_objects_database() {
+    let script = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/mariadb-init/10-accounts.sh"
+    ))
+    .expect("deploy/mariadb-init/10-accounts.sh");
+    let listed = script
+        .lines()
+        .find_map(|line| line.strip_prefix("object_applications=\""))
+        .and_then(|rest| rest.strip_suffix('"'))
+        .expect("an object_applications=\"…\" line");
+    let mut granted: Vec<&str> = listed.split_whitespace().collect();
+    granted.sort_unstable();
+    let mut read: Vec<&str> = OBJECT_TABLES
+        .iter()
+        .flat_map(|t| [t.object_application, t.transaction_application])
+        .filter(|application| *application != "herald")
+        .collect();
+    read.sort_unstable();
+    read.dedup();
+    assert_eq!(granted, read);
+}
