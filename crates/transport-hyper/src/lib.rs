@@ -7,7 +7,10 @@
 //!   per host, dropped after an idle timeout. No OpenSSL, no aws-lc.
 //! - **Request (SPEC §6).** `POST`, the payload bytes unchanged,
 //!   `Content-Type: application/json`, every configured signature header,
-//!   `User-Agent`, optionally a request-id header. No compression.
+//!   `User-Agent`, `Accept: */*`, optionally a request-id header. No
+//!   compression. On HTTP/1.1 header names are written in Title-Case
+//!   (`Content-Type`, `X-Phabricator-Webhook-Signature`), as cURL writes
+//!   PHP's; HTTP/2 names are lower-case by protocol.
 //! - **Outbound check.** [`Transport::resolve`](webhook_core::Transport::resolve)
 //!   refuses URIs that are not `http`/`https` with a host, names that do not
 //!   exist, and names with any address in the deny list (unless the allow

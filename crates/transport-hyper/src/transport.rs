@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use http::header::{HeaderValue, CONTENT_TYPE, LOCATION, USER_AGENT};
+use http::header::{HeaderValue, ACCEPT, CONTENT_TYPE, LOCATION, USER_AGENT};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
@@ -156,6 +156,9 @@ impl HyperTransport {
             .wrap_connector(tcp);
         let connector = GuardedConnector::new(https, config.connect_timeout);
         let client = Client::builder(TokioExecutor::new())
+            // cURL writes header names as PHP gave them: `Content-Type`,
+            // `X-Phabricator-Webhook-Signature`, `Host`, ...
+            .http1_title_case_headers(true)
             .timer(TokioTimer::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(config.pool_idle_timeout)
@@ -190,7 +193,8 @@ impl HyperTransport {
         let mut builder = Request::builder()
             .method(verb)
             .uri(uri.uri().clone())
-            .header(USER_AGENT, self.headers.user_agent.clone());
+            .header(USER_AGENT, self.headers.user_agent.clone())
+            .header(ACCEPT, HeaderValue::from_static("*/*"));
         if method == HopMethod::PostPayload {
             builder = builder.header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         }

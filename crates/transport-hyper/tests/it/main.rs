@@ -7,3 +7,4 @@ mod outbound;
 mod redirects;
 mod support;
 mod tls;
+mod wire;

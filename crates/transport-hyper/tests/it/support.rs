@@ -1,6 +1,6 @@
 //! Loopback receivers and helpers shared by the integration tests: a
 //! recording hyper server (plain or TLS), raw TCP servers that misbehave on
-//! purpose, a test CA, a fixed-table name lookup, and request builders.
+//! purpose or keep requests' bytes as sent, a test CA, a fixed-table name lookup, and request builders.
 //! Every server binds 127.0.0.1 on an ephemeral port and stops when its
 //! handle is dropped.
 
@@ -221,6 +221,70 @@ where
         accepts,
         requests: Arc::new(Mutex::new(Vec::new())),
         task,
+    }
+}
+
+/// A raw HTTP/1.1 receiver keeping every request exactly as its bytes
+/// arrived (hyper servers normalise header names), answering the n-th
+/// request on any connection with `answers[n]` (the last one once they run
+/// out). Connections are kept alive.
+#[derive(Debug)]
+pub struct WireServer {
+    pub server: Server,
+    seen: Arc<Mutex<Vec<Vec<u8>>>>,
+}
+
+impl WireServer {
+    pub async fn start(answers: Vec<String>) -> Self {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let answers = Arc::new(answers);
+        let server = {
+            let seen = Arc::clone(&seen);
+            raw_server(move |mut stream| {
+                let seen = Arc::clone(&seen);
+                let answers = Arc::clone(&answers);
+                async move {
+                    loop {
+                        let request = read_request(&mut stream).await;
+                        if request.is_empty() {
+                            return;
+                        }
+                        let n = {
+                            let mut seen = seen.lock().expect("lock");
+                            seen.push(request);
+                            seen.len() - 1
+                        };
+                        let answer = answers.get(n).or(answers.last()).expect("an answer");
+                        write_all(&mut stream, answer.as_bytes()).await;
+                    }
+                }
+            })
+            .await
+        };
+        Self { server, seen }
+    }
+
+    /// Every request received so far, as bytes.
+    pub fn requests(&self) -> Vec<Vec<u8>> {
+        self.seen.lock().expect("lock").clone()
+    }
+
+    /// The `n`-th request's head lines (request line first), as sent.
+    pub fn head(&self, n: usize) -> Vec<String> {
+        let request = &self.requests()[n];
+        let end = find(request, b"\r\n\r\n").expect("a complete head");
+        String::from_utf8(request[..end].to_vec())
+            .expect("ASCII head")
+            .split("\r\n")
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The `n`-th request's body bytes.
+    pub fn body(&self, n: usize) -> Vec<u8> {
+        let request = &self.requests()[n];
+        let end = find(request, b"\r\n\r\n").expect("a complete head");
+        request[end + 4..].to_vec()
     }
 }
 

@@ -1,0 +1,63 @@
+//! The request as it is on the wire, read from a raw socket because hyper
+//! servers normalise header names: names as cURL writes PHP's, and
+//! `Accept`.
+
+use webhook_core::{sign, DeliveryResult};
+use webhook_transport_hyper::TransportConfig;
+
+use crate::support::*;
+
+const OK: &str = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+
+/// The header lines of a head, without the request line.
+fn header_names(head: &[String]) -> Vec<&str> {
+    head[1..]
+        .iter()
+        .map(|line| line.split_once(':').expect("a header line").0)
+        .collect()
+}
+
+#[tokio::test]
+async fn header_names_go_out_in_title_case_with_accept() {
+    let wire = WireServer::start(vec![OK.to_owned()]).await;
+    let transport = transport(TransportConfig {
+        signature_headers: vec![
+            "X-Phabricator-Webhook-Signature".into(),
+            "x-phorge-webhook-signature".into(),
+        ],
+        user_agent: "gorge-webhook-test/1".into(),
+        ..local_config()
+    });
+    let result = deliver(&transport, outbound(&wire.server.url("/hook"), GUARD)).await;
+    assert_eq!(result, DeliveryResult::Response { status: 200 });
+
+    let head = wire.head(0);
+    assert_eq!(head[0], "POST /hook HTTP/1.1");
+    let mut names = header_names(&head);
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "Accept",
+            "Content-Length",
+            "Content-Type",
+            "Host",
+            "User-Agent",
+            "X-Phabricator-Webhook-Signature",
+            "X-Phorge-Webhook-Signature",
+        ]
+    );
+    let signature = sign(KEY, PAYLOAD);
+    for line in [
+        "Accept: */*".to_owned(),
+        "Content-Type: application/json".to_owned(),
+        format!("Content-Length: {}", PAYLOAD.len()),
+        format!("Host: {}", wire.server.addr),
+        "User-Agent: gorge-webhook-test/1".to_owned(),
+        format!("X-Phabricator-Webhook-Signature: {signature}"),
+        format!("X-Phorge-Webhook-Signature: {signature}"),
+    ] {
+        assert!(head.contains(&line), "{line:?} not in {head:?}");
+    }
+    assert_eq!(wire.body(0), PAYLOAD);
+}
