@@ -21,9 +21,9 @@
 //!   [`DeliveryResult::Refused`](webhook_core::DeliveryResult::Refused).
 //! - **Deadline.** `OutboundRequest::timeout` bounds the whole exchange,
 //!   redirects and the bounded body read included.
-//! - **Redirects**, as PHP's cURL follows them: 301/302/303 become a GET
-//!   without body (and without `Content-Type`), 307/308 repeat the POST, up
-//!   to `max_redirects`; a relative `Location` is resolved against the URI
+//! - **Redirects**, as PHP's cURL follows them: 301/302/303 become a POST
+//!   with an empty body (`Content-Length: 0`) and the same headers, 307/308
+//!   repeat the POST with its body, up to `max_redirects`; a relative `Location` is resolved against the URI
 //!   that answered. `max_redirects = 0` means "never follow": the 3xx is the
 //!   final status (cURL with `CURLOPT_MAXREDIRS = 0` would report error 47).
 //! - **Stale pooled connections.** As cURL does, a request that dies without

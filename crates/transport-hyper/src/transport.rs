@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use http::header::{HeaderValue, ACCEPT, CONTENT_TYPE, LOCATION, USER_AGENT};
+use http::header::{HeaderValue, ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, LOCATION, USER_AGENT};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
@@ -57,10 +57,10 @@ struct FixedHeaders {
 /// What one hop of a delivery sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum HopMethod {
-    /// POST with the payload and `Content-Type`.
+    /// POST with the payload.
     PostPayload,
-    /// GET without a body (after 301/302/303).
-    GetEmpty,
+    /// POST with an empty body (after 301/302/303).
+    PostEmpty,
 }
 
 /// What to do with a response.
@@ -77,16 +77,18 @@ pub(crate) enum Next {
     },
 }
 
-/// cURL's default redirect rules for a POST (no `CURLOPT_POSTREDIR`):
-/// 301/302/303 turn into a GET without body, 307/308 repeat the POST. Any
-/// other status, or a redirect without a usable `Location`, is final.
+/// cURL's default redirect rules for a POST (no `CURLOPT_POSTREDIR`) as PHP
+/// sets it up: 301/302/303 drop the body, but the method stays POST because
+/// HTTPSFuture names it with `CURLOPT_CUSTOMREQUEST`; 307/308 repeat the
+/// request as it was. Any other status, or a redirect without a usable
+/// `Location`, is final.
 pub(crate) fn next_step(
     status: StatusCode,
     location: Option<&HeaderValue>,
     current: HopMethod,
 ) -> Next {
     let method = match status.as_u16() {
-        301..=303 => HopMethod::GetEmpty,
+        301..=303 => HopMethod::PostEmpty,
         307 | 308 => current,
         _ => return Next::Final,
     };
@@ -179,6 +181,8 @@ impl HyperTransport {
         })
     }
 
+    /// One hop's request, its headers in cURL's order (hyper adds `Host`,
+    /// and `Content-Length` for the payload).
     fn build_request(
         &self,
         uri: &HookUri,
@@ -186,26 +190,26 @@ impl HyperTransport {
         request: &OutboundRequest,
         body: &Bytes,
     ) -> Result<Request<RequestBody>, http::Error> {
-        let (verb, payload) = match method {
-            HopMethod::PostPayload => (Method::POST, RequestBody::Left(Full::new(body.clone()))),
-            HopMethod::GetEmpty => (Method::GET, RequestBody::Right(Empty::new())),
-        };
         let mut builder = Request::builder()
-            .method(verb)
+            .method(Method::POST)
             .uri(uri.uri().clone())
             .header(USER_AGENT, self.headers.user_agent.clone())
-            .header(ACCEPT, HeaderValue::from_static("*/*"));
-        if method == HopMethod::PostPayload {
-            builder = builder.header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        }
-        // cURL keeps custom headers on every hop, so the signature does too.
+            .header(ACCEPT, HeaderValue::from_static("*/*"))
+            // cURL keeps custom headers on every hop, so `Content-Type` and
+            // the signature stay after a 301/302/303 too.
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         for name in &self.headers.signature {
             builder = builder.header(name, request.signature.as_str());
         }
         if let Some(name) = &self.headers.request_id {
             builder = builder.header(name, request.request_phid.as_str());
         }
-        builder.body(payload)
+        match method {
+            HopMethod::PostPayload => builder.body(RequestBody::Left(Full::new(body.clone()))),
+            HopMethod::PostEmpty => builder
+                .header(CONTENT_LENGTH, HeaderValue::from_static("0"))
+                .body(RequestBody::Right(Empty::new())),
+        }
     }
 
     /// The whole exchange, without the deadline (the caller applies it).
@@ -404,9 +408,9 @@ mod tests {
     fn redirect_rules_follow_curl_for_a_post() {
         let loc = location("/next");
         for (code, expected) in [
-            (301, HopMethod::GetEmpty),
-            (302, HopMethod::GetEmpty),
-            (303, HopMethod::GetEmpty),
+            (301, HopMethod::PostEmpty),
+            (302, HopMethod::PostEmpty),
+            (303, HopMethod::PostEmpty),
             (307, HopMethod::PostPayload),
             (308, HopMethod::PostPayload),
         ] {
@@ -420,16 +424,16 @@ mod tests {
                 "{code}"
             );
         }
-        // A 307 after a 303 repeats the GET.
+        // A 307 after a 303 repeats the empty POST.
         assert_eq!(
             next_step(
                 StatusCode::TEMPORARY_REDIRECT,
                 Some(&loc),
-                HopMethod::GetEmpty
+                HopMethod::PostEmpty
             ),
             Next::Follow {
                 location: "/next".into(),
-                method: HopMethod::GetEmpty
+                method: HopMethod::PostEmpty
             }
         );
     }
@@ -472,7 +476,7 @@ mod tests {
             next_step(StatusCode::FOUND, Some(&raw), HopMethod::PostPayload),
             Next::Follow {
                 location: "/caf%C3%A9".into(),
-                method: HopMethod::GetEmpty
+                method: HopMethod::PostEmpty
             }
         );
     }

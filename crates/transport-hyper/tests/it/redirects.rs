@@ -8,8 +8,8 @@ use webhook_transport_hyper::TransportConfig;
 use crate::support::*;
 
 /// Routes: `/redirect/{code}` → `{code}` to `/final`; `/chain/{n}/{end}`
-/// → 302 to the next link until `end`; `/to?{location}` → 302 to the
-/// query text; `/bare/{code}` → `{code}` without `Location`; else 200.
+/// → 302 to the next link until `end`; `/bare/{code}` → `{code}` without
+/// `Location`; `/relative/deeper/start` → 307 to `../final`; else 200.
 async fn redirecting_server() -> Server {
     http_server(handler(|recorded| async move {
         let parts: Vec<&str> = recorded.path.trim_start_matches('/').split('/').collect();
@@ -37,7 +37,7 @@ async fn redirect_to(location: &'static str, code: u16) -> Server {
 }
 
 #[tokio::test]
-async fn moved_and_found_and_see_other_become_a_get_without_body() {
+async fn moved_found_and_see_other_repeat_the_post_without_its_body() {
     let server = redirecting_server().await;
     let transport = transport(local_config());
     for code in [301, 302, 303] {
@@ -55,10 +55,38 @@ async fn moved_and_found_and_see_other_become_a_get_without_body() {
         assert_eq!(first.body.as_ref(), PAYLOAD);
         let second = &requests[before + 1];
         assert_eq!(second.path, "/final");
-        assert_eq!(second.method, Method::GET, "{code}");
-        assert!(second.body.is_empty());
-        assert!(second.headers.get("content-type").is_none());
-        assert!(second.headers.get("content-length").is_none());
+        assert_eq!(second.method, Method::POST, "{code}");
+        assert!(second.body.is_empty(), "{code}");
+        assert_eq!(
+            second.headers.get("content-length").map(|v| v.as_bytes()),
+            Some(&b"0"[..]),
+            "{code}"
+        );
+        assert_eq!(
+            second.headers.get("content-type").map(|v| v.as_bytes()),
+            Some(&b"application/json"[..]),
+            "{code}"
+        );
+        for name in [
+            "content-type",
+            "x-phabricator-webhook-signature",
+            "user-agent",
+            "accept",
+        ] {
+            assert_eq!(
+                second.headers.get(name),
+                first.headers.get(name),
+                "{code}: {name}"
+            );
+        }
+        // The signature is still the payload's, though the body is gone.
+        let signature = second
+            .headers
+            .get("x-phabricator-webhook-signature")
+            .expect("signature")
+            .to_str()
+            .expect("ascii");
+        assert!(verify(KEY, PAYLOAD, signature), "{code}");
     }
 }
 

@@ -1,6 +1,6 @@
 //! The request as it is on the wire, read from a raw socket because hyper
-//! servers normalise header names: names as cURL writes PHP's, and
-//! `Accept`.
+//! servers normalise header names: names as cURL writes PHP's, `Accept`,
+//! and the empty POST after a 302.
 
 use webhook_core::{sign, DeliveryResult};
 use webhook_transport_hyper::TransportConfig;
@@ -60,4 +60,39 @@ async fn header_names_go_out_in_title_case_with_accept() {
         assert!(head.contains(&line), "{line:?} not in {head:?}");
     }
     assert_eq!(wire.body(0), PAYLOAD);
+}
+
+#[tokio::test]
+async fn a_302_is_followed_by_an_empty_post_with_the_same_headers() {
+    let wire = WireServer::start(vec![
+        "HTTP/1.1 302 Found\r\nLocation: /final\r\nContent-Length: 0\r\n\r\n".to_owned(),
+        OK.to_owned(),
+    ])
+    .await;
+    let transport = transport(local_config());
+    let result = deliver(&transport, outbound(&wire.server.url("/start"), GUARD)).await;
+    assert_eq!(result, DeliveryResult::Response { status: 200 });
+
+    let first = wire.head(0);
+    let second = wire.head(1);
+    assert_eq!(second[0], "POST /final HTTP/1.1");
+    assert!(
+        second.iter().any(|line| line == "Content-Length: 0"),
+        "{second:?}"
+    );
+    assert!(wire.body(1).is_empty());
+    let kept: Vec<&String> = first[1..]
+        .iter()
+        .filter(|line| !line.starts_with("Content-Length:"))
+        .collect();
+    let again: Vec<&String> = second[1..]
+        .iter()
+        .filter(|line| !line.starts_with("Content-Length:"))
+        .collect();
+    assert_eq!(kept, again, "the same headers, in the same order");
+    assert!(second.contains(&"Content-Type: application/json".to_owned()));
+    assert!(second.contains(&format!(
+        "X-Phabricator-Webhook-Signature: {}",
+        sign(KEY, PAYLOAD)
+    )));
 }
