@@ -11,6 +11,11 @@
 //!   compression. On HTTP/1.1 header names are written in Title-Case
 //!   (`Content-Type`, `X-Phabricator-Webhook-Signature`), as cURL writes
 //!   PHP's; HTTP/2 names are lower-case by protocol.
+//! - **Credentials in the URI** (`https://user:pass@host/`) go out as
+//!   `Authorization: Basic`, decoded as cURL decodes them, on the first
+//!   request and on redirect hops to the same origin only (rules in
+//!   [`auth`]). User-info never reaches the connection pool, a log line, an
+//!   error or a result.
 //! - **Outbound check.** [`Transport::resolve`](webhook_core::Transport::resolve)
 //!   refuses URIs that are not `http`/`https` with a host, names that do not
 //!   exist, and names with any address in the deny list (unless the allow
@@ -54,13 +59,12 @@
 //!   looks the name up again and checks every address again, so what is
 //!   connected to is always what was checked, but it may differ from the
 //!   addresses `resolve` reported.
-//! - Credentials in a URI (`https://user:pass@host/`) are not sent as Basic
-//!   authentication.
 //! - Names are resolved with `getaddrinfo`; a host name that is not ASCII
 //!   (IDN) is refused as malformed rather than converted to punycode.
 //! - `EAI_FAIL` and other resolver errors except "no such name" / "no
 //!   data" are treated as temporary (`http`/6), never as an unknown host.
 
+mod auth;
 mod classify;
 mod config;
 mod connector;

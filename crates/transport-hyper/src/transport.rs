@@ -1,15 +1,18 @@
 //! [`HyperTransport`]: the `webhook_core::Transport` that speaks HTTP to
-//! receivers. It owns the pooled client, builds the request of SPEC §6,
-//! follows redirects the way PHP's cURL does, bounds everything by the
-//! delivery deadline, and reads (a bounded part of) the response body only
-//! to discard it.
+//! receivers. It owns the pooled client, builds the request of SPEC §6
+//! (with the Basic authentication [`crate::auth`] decides on), follows
+//! redirects the way PHP's cURL does, bounds everything by the delivery
+//! deadline, and reads (a bounded part of) the response body only to
+//! discard it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use http::header::{HeaderValue, ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, LOCATION, USER_AGENT};
+use http::header::{
+    HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, LOCATION, USER_AGENT,
+};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
@@ -21,6 +24,7 @@ use webhook_core::{
     DeliveryResult, OutboundRequest, Resolution, Target, Transport, TransportFailure, UriRefusal,
 };
 
+use crate::auth::BasicAuth;
 use crate::classify::{classify, Stage};
 use crate::config::{TransportConfig, TransportConfigError, TransportSetting};
 use crate::connector::{
@@ -61,6 +65,14 @@ pub(crate) enum HopMethod {
     PostPayload,
     /// POST with an empty body (after 301/302/303).
     PostEmpty,
+}
+
+/// One hop of a delivery: where it goes and what it sends.
+struct Hop<'a> {
+    uri: &'a HookUri,
+    method: HopMethod,
+    /// Sensitive; never logged.
+    authorization: Option<HeaderValue>,
 }
 
 /// What to do with a response.
@@ -185,14 +197,17 @@ impl HyperTransport {
     /// and `Content-Length` for the payload).
     fn build_request(
         &self,
-        uri: &HookUri,
-        method: HopMethod,
+        hop: &Hop<'_>,
         request: &OutboundRequest,
         body: &Bytes,
     ) -> Result<Request<RequestBody>, http::Error> {
         let mut builder = Request::builder()
             .method(Method::POST)
-            .uri(uri.uri().clone())
+            .uri(hop.uri.uri().clone());
+        if let Some(authorization) = &hop.authorization {
+            builder = builder.header(AUTHORIZATION, authorization.clone());
+        }
+        builder = builder
             .header(USER_AGENT, self.headers.user_agent.clone())
             .header(ACCEPT, HeaderValue::from_static("*/*"))
             // cURL keeps custom headers on every hop, so `Content-Type` and
@@ -204,7 +219,7 @@ impl HyperTransport {
         if let Some(name) = &self.headers.request_id {
             builder = builder.header(name, request.request_phid.as_str());
         }
-        match method {
+        match hop.method {
             HopMethod::PostPayload => builder.body(RequestBody::Left(Full::new(body.clone()))),
             HopMethod::PostEmpty => builder
                 .header(CONTENT_LENGTH, HeaderValue::from_static("0"))
@@ -219,10 +234,16 @@ impl HyperTransport {
             Err(why) => return DeliveryResult::Refused(UriRefusal::Malformed(why)),
         };
         let body = Bytes::copy_from_slice(&request.body);
+        let mut auth = BasicAuth::new(&uri);
         let mut method = HopMethod::PostPayload;
         let mut followed = 0u32;
         loop {
-            let response = match self.send_hop(&uri, method, request, &body).await {
+            let hop = Hop {
+                uri: &uri,
+                method,
+                authorization: auth.header(&uri),
+            };
+            let response = match self.send_hop(&hop, request, &body).await {
                 Ok(response) => response,
                 Err(result) => return result,
             };
@@ -263,6 +284,7 @@ impl HyperTransport {
                     followed += 1;
                     debug!(event = "redirect_followed", request = %request.request_phid,
                            status = status.as_u16(), hop = followed, location = %next_uri.origin());
+                    auth.follow(&uri, &next_uri);
                     uri = next_uri;
                     method = next_method;
                 }
@@ -276,15 +298,14 @@ impl HyperTransport {
     /// connection as the request went out.
     async fn send_hop(
         &self,
-        uri: &HookUri,
-        method: HopMethod,
+        hop: &Hop<'_>,
         request: &OutboundRequest,
         body: &Bytes,
     ) -> Result<Response<Incoming>, DeliveryResult> {
         let mut retried = false;
         loop {
             let mut outgoing = self
-                .build_request(uri, method, request, body)
+                .build_request(hop, request, body)
                 // Only a header value that cannot be sent (e.g. a control
                 // character in a PHID) gets here.
                 .map_err(|_| DeliveryResult::Failed(TransportFailure::Send))?;

@@ -2,29 +2,39 @@
 //! `https` URI with a host, SPEC §5 step 5) and how a `Location` header is
 //! resolved against the URI that answered (RFC 3986 §5.2, as cURL does).
 //!
-//! Pure string work; it never resolves names.
+//! Pure string work; it never resolves names. A URI's user-info is split
+//! off here (see [`crate::auth`]) and never printed.
 
 use std::net::IpAddr;
 
 use http::uri::{Scheme, Uri};
 
-/// `uri` without `user:password@`: it is not sent (no Basic auth, as
-/// documented), and keeping it would put credentials into connection-pool
-/// keys and their debug logs.
-fn without_user_info(uri: Uri) -> Result<Uri, String> {
+use crate::auth::UserInfo;
+
+/// `uri` split into itself without `user:password@` and that user-info.
+/// The user-info is kept apart so that it never reaches connection-pool
+/// keys or their debug logs; it goes out only as Basic authentication.
+fn split_user_info(uri: Uri) -> Result<(Uri, Option<UserInfo>), String> {
     let Some(authority) = uri.authority() else {
-        return Ok(uri);
+        return Ok((uri, None));
     };
-    let Some((_, host_port)) = authority.as_str().rsplit_once('@') else {
-        return Ok(uri);
+    // cURL splits at the first `@` and would then fail on a host holding
+    // another one; the http crate takes the last one as the separator.
+    let Some((user_info, host_port)) = authority.as_str().split_once('@') else {
+        return Ok((uri, None));
     };
+    if host_port.contains('@') {
+        return Err("more than one '@' before the host".to_owned());
+    }
+    let user_info = UserInfo::parse(user_info)?;
     let mut parts = uri.clone().into_parts();
     parts.authority = Some(
         host_port
             .parse()
             .map_err(|err| format!("cannot parse the URI's host ({err})"))?,
     );
-    Uri::from_parts(parts).map_err(|err| format!("cannot rebuild the URI ({err})"))
+    let uri = Uri::from_parts(parts).map_err(|err| format!("cannot rebuild the URI ({err})"))?;
+    Ok((uri, Some(user_info)))
 }
 
 /// A URI the transport may try to call: absolute, `http`/`https`, with a
@@ -32,6 +42,7 @@ fn without_user_info(uri: Uri) -> Result<Uri, String> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct HookUri {
     uri: Uri,
+    user_info: Option<UserInfo>,
 }
 
 impl HookUri {
@@ -54,9 +65,8 @@ impl HookUri {
             Some(host) if !host.is_empty() && host != "[]" => {}
             _ => return Err("no host".to_owned()),
         }
-        Ok(Self {
-            uri: without_user_info(uri)?,
-        })
+        let (uri, user_info) = split_user_info(uri)?;
+        Ok(Self { uri, user_info })
     }
 
     /// `scheme://host:port` of this URI, for logs: never its path, query or
@@ -64,15 +74,33 @@ impl HookUri {
     pub(crate) fn origin(&self) -> String {
         format!(
             "{}://{}:{}",
-            self.uri.scheme_str().unwrap_or("http"),
+            self.scheme(),
             self.uri.host().unwrap_or_default(),
             self.port()
         )
     }
 
-    /// The parsed URI.
+    /// The parsed URI, without user-info.
     pub(crate) fn uri(&self) -> &Uri {
         &self.uri
+    }
+
+    /// The user-info the URI carried, decoded.
+    pub(crate) fn user_info(&self) -> Option<&UserInfo> {
+        self.user_info.as_ref()
+    }
+
+    /// `http` or `https`.
+    pub(crate) fn scheme(&self) -> &str {
+        self.uri.scheme_str().unwrap_or("http")
+    }
+
+    /// Same scheme, host (ASCII case aside) and port, as cURL compares them
+    /// before sending credentials on a redirect.
+    pub(crate) fn same_origin(&self, other: &Self) -> bool {
+        self.scheme() == other.scheme()
+            && self.host().eq_ignore_ascii_case(other.host())
+            && self.port() == other.port()
     }
 
     /// The host without IPv6 brackets.
@@ -198,14 +226,18 @@ fn remove_dot_segments(path: &str) -> String {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn user_info_is_dropped_and_never_quoted() {
+    fn user_info_is_split_off_and_never_quoted() {
         let uri =
             HookUri::parse("https://user:s3cret@hooks.example:8443/p?token=t").expect("valid");
         assert_eq!(
             uri.uri().to_string(),
             "https://hooks.example:8443/p?token=t"
         );
+        assert!(uri.user_info().is_some());
         assert_eq!(uri.origin(), "https://hooks.example:8443");
+        assert!(!format!("{uri:?}").contains("s3cret"));
+        let err = HookUri::parse("http://a@s3cret@h/").expect_err("two @");
+        assert!(!err.contains("s3cret"), "{err}");
         let err = HookUri::parse("http://bad host/x?token=s3cret").expect_err("malformed");
         assert!(
             !err.contains("s3cret") && !err.contains("bad host"),

@@ -4,9 +4,11 @@
 //! the daemon's output, and no key, token or URI part in `/metrics` or any
 //! API body. As docs/reliability.md ("Secrets") documents, a hook URI's
 //! user-info, path and query — and a redirect target's — never appear in
-//! the log at any level: the transport drops user-info before the URI
-//! reaches the connection pool, `redirect_followed` names only scheme, host
-//! and port, and `hook_uri_refused` never quotes an unparseable URI.
+//! the log at any level: the transport keeps user-info out of the URI it
+//! hands the connection pool and sends it only as Basic authentication
+//! (whose header value is never logged either), `redirect_followed` names
+//! only scheme, host and port, and `hook_uri_refused` never quotes an
+//! unparseable URI.
 
 use webhook_core::NewRequest;
 use webhook_test_support::{with_db, Receiver, Reply};
@@ -35,6 +37,11 @@ const DEBUG_ONLY: [&str; 5] = [
     "rquery-5vbn",
 ];
 const MALFORMED_ONLY: &str = "badquery-4pzk";
+/// The `Authorization: Basic` values of the two hooks with credentials.
+const BASIC: [&str; 2] = [
+    "dXJpdXNlci1yOHdkOnVyaXBhc3MtOXdxbg==",
+    "cnVzZXItMmtxejpycGFzcy0ya3F6",
+];
 
 fn level(line: &str) -> Option<&str> {
     line.split_whitespace()
@@ -89,6 +96,16 @@ async fn no_key_token_or_uri_secret_leaks_into_logs_metrics_or_api_bodies() {
             "a failure, its retry, and the credentialed hook"
         );
         assert_eq!(redirector.connections(), 2, "the redirect and its target");
+        let credentialed = receiver
+            .requests()
+            .into_iter()
+            .find(|seen| seen.path == "/creds")
+            .expect("the credentialed hook's request");
+        assert_eq!(
+            credentialed.header("authorization"),
+            Some(format!("Basic {}", BASIC[0]).as_str()),
+            "the credentials went out, so the log checks below are not vacuous"
+        );
 
         let auth = [("X-Service-Token", TOKEN)];
         let mut bodies = Vec::new();
@@ -119,7 +136,7 @@ async fn no_key_token_or_uri_secret_leaks_into_logs_metrics_or_api_bodies() {
         let log = daemon.log();
         assert!(log.contains(" TRACE "), "trace logging is on: {log}");
 
-        for secret in KEYS.into_iter().chain([TOKEN]) {
+        for secret in KEYS.into_iter().chain([TOKEN]).chain(BASIC) {
             assert!(
                 !log.contains(secret),
                 "{secret} in the daemon's output:\n{log}"
@@ -129,7 +146,7 @@ async fn no_key_token_or_uri_secret_leaks_into_logs_metrics_or_api_bodies() {
             .iter()
             .chain(&DEBUG_ONLY)
             .chain(&[MALFORMED_ONLY, "route-echo-7hzk"]);
-        for secret in KEYS.iter().chain(&[TOKEN]).chain(uri_parts) {
+        for secret in KEYS.iter().chain(&[TOKEN]).chain(&BASIC).chain(uri_parts) {
             for (target, body) in &bodies {
                 assert!(!body.contains(secret), "{secret} in {target}: {body}");
             }

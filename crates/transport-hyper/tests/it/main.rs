@@ -1,6 +1,7 @@
 //! Integration tests of `HyperTransport` against real loopback servers: one
 //! binary, one module per concern.
 
+mod credentials;
 mod exchange;
 mod failures;
 mod outbound;

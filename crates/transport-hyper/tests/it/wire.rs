@@ -1,6 +1,6 @@
 //! The request as it is on the wire, read from a raw socket because hyper
 //! servers normalise header names: names as cURL writes PHP's, `Accept`,
-//! and the empty POST after a 302.
+//! the empty POST after a 302, and the `Authorization` line.
 
 use webhook_core::{sign, DeliveryResult};
 use webhook_transport_hyper::TransportConfig;
@@ -95,4 +95,18 @@ async fn a_302_is_followed_by_an_empty_post_with_the_same_headers() {
         "X-Phabricator-Webhook-Signature: {}",
         sign(KEY, PAYLOAD)
     )));
+}
+
+#[tokio::test]
+async fn credentials_go_out_as_a_title_case_authorization_line() {
+    let wire = WireServer::start(vec![OK.to_owned()]).await;
+    let transport = transport(local_config());
+    let uri = format!("http://user:secret@{}/in", wire.server.addr);
+    let result = deliver(&transport, outbound(&uri, GUARD)).await;
+    assert_eq!(result, DeliveryResult::Response { status: 200 });
+    let head = wire.head(0);
+    assert!(
+        head.contains(&"Authorization: Basic dXNlcjpzZWNyZXQ=".to_owned()),
+        "{head:?}"
+    );
 }
