@@ -40,9 +40,9 @@ use mysql_async::{Conn, Pool, PoolConstraints, PoolOpts, Row};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use webhook_core::{Settings, Windows};
-use webhook_store_mysql::{sql, MysqlConfig};
+use webhook_store_mysql::{object_tables, sql, MysqlConfig};
 use webhook_test_support::mariadb::{server_opts, PhorgeSide};
-use webhook_test_support::{with_db, TestDb};
+use webhook_test_support::{with_db, ApplicationTables, TestDb};
 
 const USAGE: &str = "usage: cargo xtask bench [options]
   (or: cargo bench -p webhook-daemon --bench backlog -- [options])
@@ -56,7 +56,10 @@ const USAGE: &str = "usage: cargo xtask bench [options]
   --busy-rate RPS     background inserts/s in the busy phase (default: 1/4 of the drain rate)
   --idle-secs S       idle CPU sampling window (default 5)
   --env NAME=VALUE    an extra GORGE_* setting for the daemon (repeatable; for
-                      experiments — the baseline follows its pool size)";
+                      experiments — the baseline follows its pool size)
+  --objects           give every row's task an object row in Maniphest's tables
+                      (as on a real install whose account may read them), so
+                      each delivery's object check reads them";
 
 /// Properties as Phorge stores them for a rule-triggered edit.
 const PROPERTIES: &str =
@@ -85,6 +88,7 @@ struct Args {
     timed: usize,
     busy_rate: Option<f64>,
     idle_secs: u64,
+    objects: bool,
     extra_env: Vec<(String, String)>,
 }
 
@@ -98,6 +102,7 @@ fn parse_args() -> Result<Args, String> {
         timed: 50,
         busy_rate: None,
         idle_secs: 5,
+        objects: false,
         extra_env: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
@@ -132,6 +137,7 @@ fn parse_args() -> Result<Args, String> {
             "--timed" => args.timed = number(value()?)? as usize,
             "--busy-rate" => args.busy_rate = Some(number(value()?)? as f64),
             "--idle-secs" => args.idle_secs = number(value()?)?,
+            "--objects" => args.objects = true,
             "--env" => {
                 let pair = value()?;
                 match pair.split_once('=') {
@@ -256,6 +262,10 @@ async fn run(db: TestDb, args: Args) -> Outcome {
     // Phorge's config and worker databases, as on a real install: the
     // daemon's silent-mode and PHP-task checks read them.
     let side = PhorgeSide::create(&db.namespace).await;
+    let objects = match args.objects {
+        true => Some(mirror_objects(&db).await),
+        false => None,
+    };
     let receiver = Receiver::start(Duration::from_millis(args.latency_ms)).await;
     let listen = free_port();
     let settings = daemon_settings(&args, &db.namespace, listen);
@@ -509,6 +519,9 @@ async fn run(db: TestDb, args: Args) -> Outcome {
     drop(daemon);
     drop(probe);
     side.drop().await;
+    if let Some(objects) = objects {
+        objects.drop().await;
+    }
     let load_end = load_average();
 
     // ---- report
@@ -582,6 +595,7 @@ async fn run(db: TestDb, args: Args) -> Outcome {
         "load_start": load_start,
         "load_end": load_end,
         "nproc": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "objects": args.objects,
         "source": source_version(),
         "ok": failures.is_empty(),
     });
@@ -1190,6 +1204,25 @@ async fn wait_for_receipts(
 }
 
 // ---------------------------------------------------------------- seeding
+
+/// Maniphest's tables beside the bench's herald database, with an object
+/// row for every request's task made by a trigger as the request is
+/// inserted (by whichever phase inserts it), and the transaction the rows
+/// list on one of them.
+async fn mirror_objects(db: &TestDb) -> ApplicationTables {
+    let tables = object_tables("TASK").expect("bench: tasks are mapped");
+    let apps = ApplicationTables::create(&db.namespace, tables).await;
+    db.exec(&format!(
+        "CREATE TRIGGER bench_objects AFTER INSERT ON herald_webhookrequest FOR EACH ROW \
+         INSERT IGNORE INTO {} (phid, dateCreated, dateModified) \
+         VALUES (NEW.objectPHID, NEW.dateCreated, NEW.dateCreated)",
+        apps.object_table()
+    ))
+    .await;
+    apps.apply(&backlog_object(0), &["PHID-XACT-TASK-aaaaaaaaaaaaaaa"])
+        .await;
+    apps
+}
 
 fn hook_phid(i: usize) -> String {
     format!("PHID-HWBH-{i:020}")

@@ -175,6 +175,20 @@ impl ApplicationTables {
     }
 }
 
+impl ApplicationTables {
+    /// The object table, as `` `database`.`table` ``.
+    pub fn object_table(&self) -> &str {
+        &self.objects
+    }
+
+    /// Drops the databases this fixture created.
+    pub async fn drop(self) {
+        for database in &self.created {
+            crate::mariadb::drop_database(database).await;
+        }
+    }
+}
+
 /// Creates `tables` for `namespace`, runs `body` with them, and drops the
 /// databases the fixture created afterwards, also when `body` panics. Tables
 /// it made in a database that already existed (the herald database, for
