@@ -54,33 +54,11 @@ impl fmt::Debug for UserInfo {
 /// stays as it is, as cURL decodes. cURL refuses a URL whose user-info
 /// decodes to a NUL byte (error 3, malformed URL), so this does too.
 fn percent_decode(text: &str) -> Result<Vec<u8>, String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let escaped = match bytes.get(i..i + 3) {
-            Some([b'%', high, low]) => hex(*high).zip(hex(*low)).map(|(h, l)| (h << 4) | l),
-            _ => None,
-        };
-        match escaped {
-            Some(0) => return Err("the user-info holds an encoded NUL byte".to_owned()),
-            Some(byte) => {
-                out.push(byte);
-                i += 3;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
+    let decoded: Vec<u8> = percent_encoding::percent_decode_str(text).collect();
+    if decoded.contains(&0) {
+        return Err("the user-info holds an encoded NUL byte".to_owned());
     }
-    Ok(out)
-}
-
-fn hex(digit: u8) -> Option<u8> {
-    char::from(digit)
-        .to_digit(16)
-        .and_then(|value| u8::try_from(value).ok())
+    Ok(decoded)
 }
 
 /// The Basic credentials of one delivery, hop by hop.
