@@ -292,7 +292,8 @@ struct AheadRow {
 
 /// How the claim of a row taken along went.
 enum AheadClaim {
-    Won(Properties),
+    /// Ours, with its object as checked beside the claim.
+    Won(Properties, ObjectCheck),
     /// Another deliverer has it.
     Lost,
     /// The claim failed: it may or may not have landed.
@@ -707,12 +708,18 @@ impl Dispatcher {
             Err(_) => Vec::new(),
         };
         let claimed_at = self.clock.monotonic();
-        let claims = join_all(
-            std::iter::once(row)
-                .chain(along.iter().map(|(r, _)| *r))
-                .map(|r| self.store.claim(r.id, r.date_modified)),
+        // The objects of the rows taken along are checked while their
+        // claims commit, so their POSTs can follow each other at once.
+        let (claims, checks) = futures::future::join(
+            join_all(
+                std::iter::once(row)
+                    .chain(along.iter().map(|(r, _)| *r))
+                    .map(|r| self.store.claim(r.id, r.date_modified)),
+            ),
+            join_all(along.iter().map(|(r, p)| self.check_object(r, p))),
         )
         .await;
+        let along = along.into_iter().zip(checks).map(|((r, p), c)| (r, p, c));
         let mut claims = claims.into_iter();
         let first = claims.next().unwrap_or(Ok(Claim::Lost));
         match &first {
@@ -885,22 +892,22 @@ impl Dispatcher {
 
     /// Records the claims of the rows taken along, in order, as the run's
     /// claim group.
-    fn keep_claimed(
+    fn keep_claimed<'r>(
         &self,
         run: &mut HookRun,
         hook: &Hook,
         target: &Target,
         claimed_at: Duration,
-        along: Vec<(&RequestRow, Properties)>,
+        along: impl Iterator<Item = (&'r RequestRow, Properties, ObjectCheck)>,
         claims: impl Iterator<Item = Result<Claim, StoreError>>,
     ) {
         run.claimed.clear();
-        for ((row, properties), claim) in along.into_iter().zip(claims) {
+        for ((row, properties, check), claim) in along.zip(claims) {
             let claim = match claim {
                 Ok(claim) => {
                     self.note_claim(row, &hook.phid, claim);
                     match claim {
-                        Claim::Won => AheadClaim::Won(properties),
+                        Claim::Won => AheadClaim::Won(properties, check),
                         Claim::Lost => AheadClaim::Lost,
                     }
                 }
@@ -936,7 +943,8 @@ impl Dispatcher {
 
     /// A row claimed along with an earlier one: steps 6 and 8. It is sent
     /// only while the lock is still ours, the breaker (counted again after
-    /// a failure) closed, and the claim within [`Windows::claim_ahead_budget`].
+    /// a failure) closed, its object there (checked beside its claim), and
+    /// the claim within [`Windows::claim_ahead_budget`].
     async fn process_claimed<'a>(
         &'a self,
         run: &mut HookRun,
@@ -944,8 +952,8 @@ impl Dispatcher {
         ahead: AheadRow,
         stored_later: &mut Option<BoxFuture<'a, ()>>,
     ) -> Step {
-        let properties = match ahead.claim {
-            AheadClaim::Won(properties) => properties,
+        let (properties, check) = match ahead.claim {
+            AheadClaim::Won(properties, check) => (properties, check),
             AheadClaim::Lost => {
                 self.after_attempt(run, &row.webhook_phid, false);
                 return Step::Next;
@@ -965,7 +973,7 @@ impl Dispatcher {
             self.leave_to_lease(row, waited, "run_stopped");
             return Step::StopRun;
         }
-        let transactions = match self.check_object(row, &properties).await {
+        let transactions = match check {
             ObjectCheck::Send(transactions) => transactions,
             ObjectCheck::Gone => {
                 self.fail_hook(row, &properties, HookError::Object, Some(claimed_at))
@@ -1112,7 +1120,7 @@ impl Dispatcher {
         };
         let waited = self.clock.monotonic().saturating_sub(group.claimed_at);
         for ahead in run.claimed.drain(..) {
-            if !matches!(ahead.claim, AheadClaim::Won(_)) {
+            if !matches!(ahead.claim, AheadClaim::Won(..)) {
                 continue;
             }
             if let Some(row) = rows.iter().find(|r| r.id == ahead.id) {

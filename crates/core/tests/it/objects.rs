@@ -128,7 +128,7 @@ fn a_row_claimed_along_whose_object_is_gone_fails_without_a_post() {
         })
         .collect();
     // Groups go 1, 2, 4 rows: the sixth row is claimed along with the
-    // fourth, so its object is checked after its claim.
+    // fourth, so its object is checked beside its claim.
     h.store.destroy_object(&objects[5]);
     h.start();
     h.run_for(Duration::from_secs(5));
