@@ -35,7 +35,7 @@ pub mod windows;
 pub use clock::{Clock, ManualClock};
 pub use dispatcher::Dispatcher;
 pub use events::{Event, EventKind, EventSink};
-pub use hold::{PhorgeConfig, SilentMode};
+pub use hold::{ConfigUnreadable, PhorgeConfig, SilentMode};
 pub use lock_name::hook_lock_name;
 pub use memory_store::{MemoryStore, NewRequest};
 pub use metrics::{Metrics, MetricsSnapshot};

@@ -12,7 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::clock::Clock;
-use crate::hold::PhorgeConfig;
+use crate::hold::{ConfigUnreadable, PhorgeConfig};
 use crate::model::{phid_type, Hook, LastResult, RequestRow, RequestStatus, UnixTime};
 use crate::objects::{ObjectLookup, PhorgeObjects, Unseen};
 use crate::outcome::ResultWrite;
@@ -393,10 +393,10 @@ impl Store for MemoryStore {
 
 #[async_trait]
 impl PhorgeConfig for MemoryStore {
-    async fn silent_mode(&self) -> Result<bool, StoreError> {
+    async fn silent_mode(&self) -> Result<bool, ConfigUnreadable> {
         self.lock()
             .silent
-            .ok_or_else(|| StoreError::Query("configuration table not readable".into()))
+            .ok_or_else(|| ConfigUnreadable("configuration table not readable".into()))
     }
 }
 

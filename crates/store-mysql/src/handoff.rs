@@ -8,7 +8,8 @@
 use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
 use mysql_async::Row;
-use webhook_core::{PhorgeConfig, StoreError};
+use webhook_core::hold::php_truthy_json;
+use webhook_core::{ConfigUnreadable, PhorgeConfig, StoreError};
 
 use crate::rows;
 use crate::sql;
@@ -54,7 +55,7 @@ impl MysqlStore {
 
 #[async_trait]
 impl PhorgeConfig for MysqlStore {
-    async fn silent_mode(&self) -> Result<bool, StoreError> {
+    async fn silent_mode(&self) -> Result<bool, ConfigUnreadable> {
         let statement = sql::silent_mode(self.namespace());
         let mut conn = self.conn().await?;
         let value: Option<Row> = conn
@@ -65,30 +66,11 @@ impl PhorgeConfig for MysqlStore {
             // No row (or a deleted one): the default, off.
             None => Ok(false),
             Some(mut row) => {
+                // Phorge stores the value JSON-encoded and reads it back
+                // with json_decode.
                 let text = rows::text(&mut row, 0, "value", 0)?;
-                Ok(is_json_true(&text))
+                Ok(php_truthy_json(&text))
             }
         }
-    }
-}
-
-/// The option is a boolean stored as JSON: PHP writes `true`/`false`.
-fn is_json_true(value: &str) -> bool {
-    matches!(value.trim(), "true" | "1")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_json_true_is_silent() {
-        assert!(is_json_true("true"));
-        assert!(is_json_true(" true\n"));
-        assert!(is_json_true("1"));
-        assert!(!is_json_true("false"));
-        assert!(!is_json_true("null"));
-        assert!(!is_json_true("\"true\""));
-        assert!(!is_json_true(""));
     }
 }

@@ -24,6 +24,20 @@ async fn silent_mode_follows_phorges_config_entry() {
             assert!(store.silent_mode().await.expect("readable"));
             side.set_silent(Some("false")).await;
             assert!(!store.silent_mode().await.expect("readable"));
+            // Read as PHP's `if (json_decode($value, true))`.
+            for (value, silent) in [
+                ("1", true),
+                ("\"yes\"", true),
+                ("0", false),
+                ("\"\"", false),
+            ] {
+                side.set_silent(Some(value)).await;
+                assert_eq!(
+                    store.silent_mode().await.expect("readable"),
+                    silent,
+                    "{value}"
+                );
+            }
             side.set_silent(Some("true")).await;
             db.exec(&format!(
                 "UPDATE `{namespace}_config`.config_entry SET isDeleted = 1"
