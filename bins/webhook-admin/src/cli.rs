@@ -49,10 +49,13 @@ pub enum Command {
     Config(Output),
 
     /// The hand-off checks: database and schema, Phorge's global silent
-    /// mode, and PHP delivery tasks still in Phorge's task queue — each with
-    /// what to do.
+    /// mode (in its conf/local/local.json and its database configuration),
+    /// and PHP delivery tasks still in Phorge's task queue — each with what
+    /// to do.
     #[command(after_help = format!(
-        "Exit status 1 when PHP still delivers webhooks (receivers get requests twice) \
+        "Silent mode is read from the file GORGE_PHORGE_LOCAL_CONFIG names, as the daemon \
+         reads it, and from {{namespace}}_config.config_entry.\n\n\
+         Exit status 1 when PHP still delivers webhooks (receivers get requests twice) \
          or the schema is unusable.\n\n{ENVIRONMENT_HELP}\n\n{EXIT_STATUS_HELP}"
     ))]
     Doctor(Output),

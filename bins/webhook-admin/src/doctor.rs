@@ -1,11 +1,15 @@
 //! `doctor`: the hand-off checks an operator runs before and after
 //! switching delivery to the daemon — database readiness and schema,
-//! Phorge's global silent mode, leftover PHP delivery tasks, and whether
-//! requests' objects can be checked as Phorge's worker does — each
-//! with what to do about it. Read-only, like every command.
+//! Phorge's global silent mode (its `local.json` and its database entry,
+//! added up by the core's `Sight` as the daemon adds them up), leftover
+//! PHP delivery tasks, and whether requests' objects can be checked as
+//! Phorge's worker does — each with what to do about it. Read-only, like
+//! every command.
 
 use serde_json::{json, Value};
-use webhook_core::PhorgeConfig;
+use webhook_core::hold::{Reading, Sight, Visibility};
+use webhook_core::{ConfigUnreadable, PhorgeConfig};
+use webhook_local_config::{LocalConfig, LocalConfigError};
 use webhook_store_mysql::{MysqlStore, PhpDeliveryTasks, OBJECT_TABLES};
 
 use crate::error::{exit, AdminError};
@@ -38,7 +42,12 @@ struct Check {
 }
 
 /// Runs every check; exit 1 when any failed, 3 when the database is away.
-pub async fn run(db: &Db, json_out: bool) -> Result<u8, AdminError> {
+/// `local_config` is Phorge's `conf/local/local.json`, when configured.
+pub async fn run(
+    db: &Db,
+    local_config: Option<&LocalConfig>,
+    json_out: bool,
+) -> Result<u8, AdminError> {
     let store = db.store();
     if let Err(reason) = store.ready().await {
         return Err(db.unusable(reason.to_string()));
@@ -71,29 +80,11 @@ pub async fn run(db: &Db, json_out: bool) -> Result<u8, AdminError> {
             advice: Some("point GORGE_WEBHOOK_NAMESPACE at Phorge's storage namespace"),
         },
     });
-    checks.push(match store.silent_mode().await {
-        Ok(false) => Check {
-            name: "silent-mode",
-            verdict: Verdict::Ok,
-            finding: "phabricator.silent is off in Phorge's database configuration".into(),
-            advice: None,
-        },
-        Ok(true) => Check {
-            name: "silent-mode",
-            verdict: Verdict::Warn,
-            finding: "phabricator.silent is ON: the daemon holds delivery (claims nothing)".into(),
-            advice: Some("expected while Phorge is silent; rows stay queued for Phorge's worker"),
-        },
-        Err(err) => Check {
-            name: "silent-mode",
-            verdict: Verdict::Warn,
-            finding: format!("cannot read {{namespace}}_config.config_entry: {err}"),
-            advice: Some(
-                "grant SELECT on it, or stop the daemon whenever Phorge is silent \
-                 (silent mode set only in local.json is never visible)",
-            ),
-        },
-    });
+    let file = match local_config {
+        Some(config) => Some((config, config.silent_mode_now().await)),
+        None => None,
+    };
+    checks.push(silent_mode(file, store.silent_mode().await));
     checks.push(match store.php_delivery_tasks().await {
         Ok(tasks) if !tasks.any() => Check {
             name: "php-delivery",
@@ -173,6 +164,105 @@ async fn objects_check(store: &MysqlStore) -> Check {
             "grant the daemon's account SELECT on Phorge's application databases \
              ({namespace}_maniphest, …; docs/operations.md, the object check)",
         ),
+    }
+}
+
+/// The silent-mode check, from one reading of each source; what the
+/// readings add up to is the core's [`Sight`], as in the daemon.
+fn silent_mode(
+    file: Option<(&LocalConfig, Result<bool, LocalConfigError>)>,
+    database: Result<bool, ConfigUnreadable>,
+) -> Check {
+    let sight = Sight {
+        local_config: file
+            .as_ref()
+            .map_or(Reading::NotSet, |(_, read)| Reading::of(read)),
+        database: Reading::of(&database),
+    };
+    let path = file
+        .as_ref()
+        .map(|(config, _)| config.path().display().to_string());
+    let file_error = file.and_then(|(_, read)| read.err());
+    let database_error = database
+        .err()
+        .map(|err| format!("cannot read {{namespace}}_config.config_entry: {err}"));
+    let check = |verdict, finding: String, advice| Check {
+        name: "silent-mode",
+        verdict,
+        finding,
+        advice,
+    };
+    match sight.visibility() {
+        Visibility::On => {
+            let mut places = Vec::new();
+            if sight.local_config == Reading::On {
+                places.push(path.unwrap_or_default());
+            }
+            if sight.database == Reading::On {
+                places.push("Phorge's database configuration".to_owned());
+            }
+            check(
+                Verdict::Warn,
+                format!(
+                    "phabricator.silent is ON in {}: the daemon holds delivery (claims nothing)",
+                    places.join(" and ")
+                ),
+                Some("expected while Phorge is silent; rows stay queued for Phorge's worker"),
+            )
+        }
+        Visibility::Off => {
+            let database = match database_error {
+                None => " and in Phorge's database configuration".to_owned(),
+                Some(err) => format!("; {err} (a second source: Phorge's tools never write it)"),
+            };
+            check(
+                Verdict::Ok,
+                format!(
+                    "phabricator.silent is off in {}{database}",
+                    path.unwrap_or_default()
+                ),
+                None,
+            )
+        }
+        Visibility::DatabaseOnly => match file_error {
+            None => check(
+                Verdict::Warn,
+                "phabricator.silent is off in Phorge's database configuration, but Phorge keeps \
+                 it in conf/local/local.json (bin/config set), which is not read: silent mode \
+                 set that way is not seen"
+                    .to_owned(),
+                Some(
+                    "set GORGE_PHORGE_LOCAL_CONFIG to Phorge's conf/local/local.json, for the \
+                     daemon and for this tool",
+                ),
+            ),
+            Some(err) => check(
+                Verdict::Warn,
+                format!(
+                    "{err}; only the database entry is seen (off), and Phorge's tools never \
+                     write it"
+                ),
+                Some("make GORGE_PHORGE_LOCAL_CONFIG name a readable conf/local/local.json"),
+            ),
+        },
+        Visibility::Invisible | Visibility::Unchecked => {
+            let file = file_error.map_or_else(
+                || "GORGE_PHORGE_LOCAL_CONFIG is not set".to_owned(),
+                |err| err.to_string(),
+            );
+            check(
+                Verdict::Warn,
+                format!(
+                    "unknown: neither source of phabricator.silent can be read ({file}; {})",
+                    database_error.unwrap_or_default()
+                ),
+                Some(
+                    "set GORGE_PHORGE_LOCAL_CONFIG to Phorge's conf/local/local.json (or grant \
+                     SELECT on {namespace}_config.config_entry); until then stop the daemon \
+                     whenever Phorge is silent",
+                ),
+            )
+        }
     }
 }
 

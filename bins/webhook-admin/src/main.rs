@@ -137,8 +137,11 @@ fn run(cli: Cli) -> Result<u8, AdminError> {
             ))
         }
         Command::Doctor(output) => {
-            let (_, db, rt) = open_db()?;
-            rt.block_on(closing(&db, doctor::run(&db, output.json)))
+            let (config, db, rt) = open_db()?;
+            rt.block_on(closing(
+                &db,
+                doctor::run(&db, config.local_config.as_ref(), output.json),
+            ))
         }
         Command::Payload { request } => {
             let which = RequestRef::parse(&request)?;

@@ -1,6 +1,6 @@
 //! The daemon's `GORGE_*` settings as the tool reads them: validated by the
 //! same library parsers the daemon composes (`Settings` + `Windows`,
-//! `MysqlConfig`, `TransportConfig`), shown with where each value came from,
+//! `MysqlConfig`, `TransportConfig`, `LocalConfig`), shown with where each value came from,
 //! and checked for combinations that do not do what they seem to.
 //!
 //! Reads no environment itself: everything goes through a lookup function,
@@ -10,6 +10,7 @@
 use ipnet::IpNet;
 use serde_json::{json, Value};
 use webhook_core::{Setting, Settings, WindowWarning, Windows};
+use webhook_local_config::{LocalConfig, LocalConfigError, VARIABLE as LOCAL_CONFIG};
 use webhook_store_mysql::{MysqlConfig, MysqlError};
 use webhook_transport_hyper::{phorge_deny_list, TransportConfig};
 
@@ -34,6 +35,9 @@ pub struct AdminConfig {
     pub mysql: MysqlConfig,
     /// How receivers are called (signature headers, outbound lists).
     pub transport: TransportConfig,
+    /// Phorge's `conf/local/local.json`, where `bin/config set` keeps
+    /// `phabricator.silent`; `None` = not read.
+    pub local_config: Option<LocalConfig>,
 }
 
 impl AdminConfig {
@@ -53,10 +57,15 @@ impl AdminConfig {
             })?;
         let transport = TransportConfig::from_env_with(get)
             .map_err(|e| setting(e.setting.env_name(), e.reason))?;
+        let local_config = LocalConfig::from_lookup(get).map_err(|e| match e {
+            LocalConfigError::InvalidSetting { reason } => setting(LOCAL_CONFIG, reason),
+            other => setting(LOCAL_CONFIG, other.to_string()),
+        })?;
         Ok(Self {
             windows,
             mysql,
             transport,
+            local_config,
         })
     }
 }
@@ -214,6 +223,18 @@ pub fn report(get: Lookup<'_>) -> Result<Report, AdminError> {
             "GORGE_WEBHOOK_NAMESPACE",
             m.namespace.clone(),
             Some(format!("database {}", m.database())),
+        ),
+        (
+            LOCAL_CONFIG,
+            config.local_config.as_ref().map_or_else(
+                || "(not set)".to_owned(),
+                |c| c.path().display().to_string(),
+            ),
+            Some(if config.local_config.is_some() {
+                "read for phabricator.silent".to_owned()
+            } else {
+                "silent mode set with bin/config set is not seen (doctor warns)".to_owned()
+            }),
         ),
         (
             "GORGE_WEBHOOK_POLL_INTERVAL_MS",
@@ -590,6 +611,12 @@ mod tests {
             .find(|e| e.variable == "GORGE_WEBHOOK_CLAIM_LEASE_SEC")
             .expect("listed");
         assert_eq!(lease.value, "30 s");
+        let local = r
+            .entries
+            .iter()
+            .find(|e| e.variable == "GORGE_PHORGE_LOCAL_CONFIG")
+            .expect("listed");
+        assert_eq!(local.value, "(not set)");
         assert!(r
             .findings
             .iter()
@@ -675,6 +702,7 @@ mod tests {
             ("GORGE_WEBHOOK_MYSQL_PORT", "abc"),
             ("GORGE_WEBHOOK_NAMESPACE", ""),
             ("GORGE_WEBHOOK_OUTBOUND_ALLOW", "nope"),
+            ("GORGE_PHORGE_LOCAL_CONFIG", "local.json"),
         ] {
             match report_for(&[(name, value)]) {
                 Err(AdminError::Setting { variable, .. }) => assert_eq!(variable, name),

@@ -85,7 +85,20 @@ pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
     let store = Arc::new(MysqlStore::new(&config.mysql)?);
     let transport = Arc::new(HyperTransport::new(config.transport.clone())?);
     log_windows(&config.windows);
-    let silent_mode = Arc::new(SilentMode::new(Arc::clone(&store) as Arc<dyn PhorgeConfig>));
+    let mut silent_mode = SilentMode::new(Arc::clone(&store) as Arc<dyn PhorgeConfig>);
+    match &config.local_config {
+        Some(local_config) => {
+            silent_mode = silent_mode.with_local_config(Arc::new(local_config.clone()));
+        }
+        None => warn!(
+            event = "silent_mode_local_config_unset",
+            "GORGE_PHORGE_LOCAL_CONFIG is not set: Phorge keeps phabricator.silent in \
+             conf/local/local.json (bin/config set), so silent mode set that way is not seen and \
+             delivery is not held while Phorge is silent. Point GORGE_PHORGE_LOCAL_CONFIG at \
+             that file"
+        ),
+    }
+    let silent_mode = Arc::new(silent_mode);
     let handoff = Arc::new(HandOff::new(Arc::clone(&silent_mode)));
     let events = Arc::new(EventHub::new(config.event_streams));
     let dispatcher = Arc::new(
@@ -105,8 +118,12 @@ pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
             addr: config.listen,
             source,
         })?;
+    let local_config = config.local_config.as_ref().map_or_else(
+        || "(not set)".to_owned(),
+        |c| c.path().display().to_string(),
+    );
     info!(event = "listening", addr = %config.listen, database = %store.database(),
-          auth = !config.service_token.is_empty());
+          local_config = %local_config, auth = !config.service_token.is_empty());
 
     let api = Arc::new(
         Api::new(

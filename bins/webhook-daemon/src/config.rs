@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tracing_subscriber::EnvFilter;
 use webhook_core::{Settings, Windows};
+use webhook_local_config::{LocalConfig, LocalConfigError, VARIABLE as LOCAL_CONFIG};
 use webhook_store_mysql::{MysqlConfig, MysqlError};
 use webhook_transport_hyper::TransportConfig;
 
@@ -71,6 +72,11 @@ pub const VARIABLES: &[Variable] = &[
         "GORGE_WEBHOOK_NAMESPACE",
         "phorge",
         "Phorge storage namespace; the database is {namespace}_herald",
+    ),
+    var(
+        "GORGE_PHORGE_LOCAL_CONFIG",
+        "",
+        "Phorge's conf/local/local.json, read for phabricator.silent; empty = not read",
     ),
     var(
         "GORGE_WEBHOOK_POLL_INTERVAL_MS",
@@ -232,6 +238,9 @@ pub struct DaemonConfig {
     pub shutdown_grace: Duration,
     /// `/api/webhook/events` streams open at once at most.
     pub event_streams: usize,
+    /// Phorge's `conf/local/local.json`, where `bin/config set` keeps
+    /// `phabricator.silent`; `None` = not read.
+    pub local_config: Option<LocalConfig>,
 }
 
 /// Reads variables through `get`, with every default applied.
@@ -304,6 +313,10 @@ impl DaemonConfig {
         }
         let transport = TransportConfig::from_env_with(|name| (read.get)(name))
             .map_err(|e| invalid(e.setting.env_name(), e.reason))?;
+        let local_config = LocalConfig::from_lookup(get).map_err(|e| match e {
+            LocalConfigError::InvalidSetting { reason } => invalid(LOCAL_CONFIG, reason),
+            other => invalid(LOCAL_CONFIG, other.to_string()),
+        })?;
         Ok(Self {
             listen,
             service_token: read.text("GORGE_SERVICE_TOKEN", ""),
@@ -314,6 +327,7 @@ impl DaemonConfig {
             log_format,
             shutdown_grace: Duration::from_secs(grace),
             event_streams,
+            local_config,
         })
     }
 }
@@ -398,6 +412,7 @@ mod tests {
         assert_eq!(config.log_format, LogFormat::Text);
         assert_eq!(config.shutdown_grace, Duration::from_secs(30));
         assert_eq!(config.event_streams, 16);
+        assert_eq!(config.local_config, None);
     }
 
     #[test]
@@ -411,8 +426,16 @@ mod tests {
             ("GORGE_LOG_FORMAT", "json"),
             ("GORGE_WEBHOOK_OUTBOUND_ALLOW", "127.0.0.1/32"),
             ("GORGE_WEBHOOK_EVENT_STREAMS", "3"),
+            (
+                "GORGE_PHORGE_LOCAL_CONFIG",
+                "/srv/phorge/conf/local/local.json",
+            ),
         ])
         .expect("valid");
+        assert_eq!(
+            config.local_config.as_ref().map(|c| c.path().to_owned()),
+            Some("/srv/phorge/conf/local/local.json".into())
+        );
         assert_eq!(config.event_streams, 3);
         assert_eq!(config.listen, "127.0.0.1:9000".parse().expect("addr"));
         assert_eq!(config.mysql.database(), "phabricator_herald");
@@ -451,6 +474,7 @@ mod tests {
             // Parsed by the transport, refused by its check.
             ("GORGE_WEBHOOK_CONNECT_TIMEOUT_MS", "0"),
             ("GORGE_WEBHOOK_SIGNATURE_HEADERS", "bad header"),
+            ("GORGE_PHORGE_LOCAL_CONFIG", "conf/local/local.json"),
         ];
         for (name, value) in cases {
             let err = parse(&[(name, value)]).expect_err(&format!("{name}={value}"));

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tracing::{info, warn};
-use webhook_core::hold::Visibility;
+use webhook_core::hold::Sight;
 use webhook_core::SilentMode;
 use webhook_store_mysql::{MysqlStore, PhpDeliveryTasks};
 
@@ -19,8 +19,8 @@ pub const PHP_CHECK_INTERVAL: Duration = Duration::from_secs(30);
 /// What the daemon currently knows about the hand-off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HandOffStatus {
-    /// What the silent-mode check last found.
-    pub silent_mode: Visibility,
+    /// What the silent-mode check last found, source by source.
+    pub silent_mode: Sight,
     /// PHP delivery tasks, when the task queue was readable.
     pub php_tasks: Option<PhpDeliveryTasks>,
 }
@@ -52,7 +52,7 @@ impl HandOff {
     pub fn status(&self) -> HandOffStatus {
         let php = *self.php_tasks.lock().unwrap_or_else(|e| e.into_inner());
         HandOffStatus {
-            silent_mode: self.silent_mode.visibility(),
+            silent_mode: self.silent_mode.sight(),
             php_tasks: match php {
                 PhpWatch::Seen(tasks) => Some(tasks),
                 PhpWatch::Unchecked | PhpWatch::Invisible => None,
@@ -115,6 +115,8 @@ impl HandOff {
 
 /// The `/readyz` note while delivery is held, if it is.
 pub fn readiness_note(status: &HandOffStatus) -> Option<&'static str> {
-    (status.silent_mode == Visibility::On)
+    status
+        .silent_mode
+        .held()
         .then_some("held: Phorge is in global silent mode (phabricator.silent)")
 }

@@ -8,7 +8,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use webhook_core::hold::Visibility;
+use webhook_core::hold::Source;
 use webhook_core::metrics::LATENCY_BUCKETS;
 use webhook_core::{MetricsSnapshot, QueueStats};
 
@@ -213,16 +213,20 @@ fn encode_handoff(
         encoder,
         "gorge_webhook_silent_mode",
         "1 while Phorge is in global silent mode and delivery is held",
-        &[(none(), i64::from(status.silent_mode == Visibility::On))],
+        &[(none(), i64::from(status.silent_mode.held()))],
     )?;
+    let visible = |source: Source| {
+        (
+            vec![("source", source.label())],
+            i64::from(status.silent_mode.reading(source).is_visible()),
+        )
+    };
     gauge(
         encoder,
         "gorge_webhook_silent_mode_visible",
-        "0 when Phorge's configuration cannot be read, so silent mode cannot be seen",
-        &[(
-            none(),
-            i64::from(status.silent_mode != Visibility::Invisible),
-        )],
+        "1 when this source of phabricator.silent was read at the last check: local_config \
+         (GORGE_PHORGE_LOCAL_CONFIG, where bin/config set keeps it) or database (config_entry)",
+        &[visible(Source::LocalConfig), visible(Source::Database)],
     )?;
     if let Some(tasks) = status.php_tasks {
         gauge(
@@ -263,6 +267,7 @@ pub fn render(scrape: Scrape) -> Result<String, std::fmt::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use webhook_core::hold::{Reading, Sight};
 
     #[test]
     fn renders_counters_queue_and_histogram() {
@@ -313,5 +318,48 @@ mod tests {
         assert!(text.contains("gorge_webhook_database_up 0"), "{text}");
         assert!(text.contains("gorge_webhook_polls_total 0"), "{text}");
         assert!(!text.contains("queue_rows{"));
+    }
+
+    fn handoff_lines(local_config: Reading, database: Reading) -> Vec<String> {
+        let text = render(Scrape {
+            dispatcher: MetricsSnapshot {
+                latency_buckets: vec![0; LATENCY_BUCKETS.len()],
+                ..MetricsSnapshot::default()
+            },
+            queue: None,
+            handoff: Some(HandOffStatus {
+                silent_mode: Sight {
+                    local_config,
+                    database,
+                },
+                php_tasks: None,
+            }),
+        })
+        .expect("encodes");
+        text.lines()
+            .filter(|l| l.starts_with("gorge_webhook_silent_mode"))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn silent_mode_visibility_is_shown_per_source() {
+        assert_eq!(
+            handoff_lines(Reading::NotSet, Reading::Off),
+            [
+                "gorge_webhook_silent_mode 0",
+                "gorge_webhook_silent_mode_visible{source=\"local_config\"} 0",
+                "gorge_webhook_silent_mode_visible{source=\"database\"} 1",
+            ],
+            "the database alone is not where Phorge keeps the key"
+        );
+        assert_eq!(
+            handoff_lines(Reading::On, Reading::Unreadable),
+            [
+                "gorge_webhook_silent_mode 1",
+                "gorge_webhook_silent_mode_visible{source=\"local_config\"} 1",
+                "gorge_webhook_silent_mode_visible{source=\"database\"} 0",
+            ]
+        );
     }
 }

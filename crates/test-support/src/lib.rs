@@ -1,17 +1,20 @@
 //! Shared test fixtures, compiled once for every crate's integration tests:
 //! Phorge's two tables in a fresh database on the local MariaDB
 //! ([`mariadb`]), an application's object and transaction tables beside
-//! them ([`applications`]) and a recording receiver on loopback
-//! ([`receiver`]).
+//! them ([`applications`]), a recording receiver on loopback
+//! ([`receiver`]) and Phorge's `conf/local/local.json` in a temporary
+//! directory ([`local_config`]).
 //!
 //! Test-only code: failures panic with a message saying what was expected.
 
 #![allow(clippy::expect_used, clippy::missing_panics_doc)]
 
 pub mod applications;
+pub mod local_config;
 pub mod mariadb;
 pub mod receiver;
 
 pub use applications::{with_application_tables, ApplicationTables};
+pub use local_config::LocalJson;
 pub use mariadb::{with_db, TestDb};
 pub use receiver::{Receiver, Recorded, Replied, Reply};

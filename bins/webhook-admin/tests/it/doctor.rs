@@ -1,18 +1,43 @@
 //! `doctor`: the hand-off checks against tables created from Phorge's
-//! definitions — silent mode and leftover PHP delivery tasks — and what it
-//! says when those tables cannot be read.
+//! definitions and Phorge's `conf/local/local.json` — silent mode and
+//! leftover PHP delivery tasks — and what it says when those cannot be
+//! read.
 
 use webhook_test_support::mariadb::with_phorge_side;
-use webhook_test_support::with_db;
+use webhook_test_support::{with_db, LocalJson, TestDb};
 
-use crate::support::on_db;
+use crate::support::{db_env, on_db, run, Run};
+
+/// `doctor` with `GORGE_PHORGE_LOCAL_CONFIG` naming `local`.
+async fn doctor_with(db: &TestDb, local: &LocalJson, args: &[&str]) -> Run {
+    let setting = local.setting();
+    run(
+        &db_env(db, &[("GORGE_PHORGE_LOCAL_CONFIG", &setting)]),
+        args,
+    )
+    .await
+}
+
+/// The silent-mode check's words: verdict, name, finding, advice.
+fn silent_mode_line(run: &Run) -> String {
+    run.stdout
+        .lines()
+        .skip_while(|line| !line.contains("silent-mode"))
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn doctor_reports_silent_mode_and_php_delivery() {
     with_db(|db| async move {
         let db = &db;
         with_phorge_side(&db.namespace, |side| async move {
-            let healthy = on_db(db, &["doctor"]).await;
+            let local = LocalJson::silent("false");
+            let healthy = doctor_with(db, &local, &["doctor"]).await;
             assert_eq!(healthy.status, 0, "{}", healthy.all_output());
             assert!(
                 healthy.stdout.contains("ok    silent-mode"),
@@ -23,7 +48,7 @@ async fn doctor_reports_silent_mode_and_php_delivery() {
 
             side.set_silent(Some("true")).await;
             side.queue_php_task(true).await;
-            let worried = on_db(db, &["doctor", "--json"]).await;
+            let worried = doctor_with(db, &local, &["doctor", "--json"]).await;
             assert_eq!(worried.status, 1, "PHP delivering is a failed check");
             let checks = worried.json()["checks"].clone();
             let verdict = |name: &str| {
@@ -43,19 +68,58 @@ async fn doctor_reports_silent_mode_and_php_delivery() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_reads_silent_mode_where_phorge_keeps_it() {
+    with_db(|db| async move {
+        let db = &db;
+        with_phorge_side(&db.namespace, |_side| async move {
+            // `bin/config set phabricator.silent true`; the database entry
+            // stays absent, as Phorge leaves it.
+            let local = LocalJson::silent("true");
+            let on = doctor_with(db, &local, &["doctor"]).await;
+            assert_eq!(on.status, 0, "{}", on.all_output());
+            let line = silent_mode_line(&on);
+            assert!(
+                line.starts_with("warn silent-mode")
+                    && line.contains("phabricator.silent is ON in")
+                    && line.contains(&local.setting()),
+                "{line}"
+            );
+
+            // Only the database can be seen: never a plain "ok, off".
+            let blind = on_db(db, &["doctor"]).await;
+            let line = silent_mode_line(&blind);
+            assert!(line.starts_with("warn silent-mode"), "{line}");
+            assert!(line.contains("GORGE_PHORGE_LOCAL_CONFIG"), "{line}");
+            assert!(line.contains("local.json"), "{line}");
+        })
+        .await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn doctor_says_what_it_cannot_see() {
     with_db(|db| async move {
         let run = on_db(&db, &["doctor"]).await;
         assert_eq!(run.status, 0, "unreadable checks warn, they do not fail");
+        let line = silent_mode_line(&run);
+        assert!(line.starts_with("warn silent-mode unknown:"), "{line}");
         assert!(
-            run.stdout
-                .contains("cannot read {namespace}_config.config_entry"),
-            "{}",
-            run.stdout
+            line.contains("cannot read {namespace}_config.config_entry"),
+            "{line}"
         );
+        assert!(line.contains("GORGE_PHORGE_LOCAL_CONFIG"), "{line}");
+        assert!(!line.contains("off"), "{line}");
         assert!(run
             .stdout
             .contains("cannot read {namespace}_worker.worker_activetask"));
+
+        // A configured file that is not there is no better.
+        let local = LocalJson::absent();
+        let missing = doctor_with(&db, &local, &["doctor"]).await;
+        let line = silent_mode_line(&missing);
+        assert!(line.starts_with("warn silent-mode unknown:"), "{line}");
+        assert!(line.contains("does not exist"), "{line}");
     })
     .await;
 }
