@@ -218,6 +218,21 @@ impl Api {
     ) -> Reply {
         let route =
             Route::find(path).filter(|route| *route != Route::Events || self.events.is_some());
+        // The token comes before the route, as in the Go service's
+        // contract: without it, only the probes answer, so an unknown path
+        // or a write method tells an unauthenticated caller nothing.
+        let open = route.is_some_and(|route| !route.needs_token());
+        if !open
+            && !self
+                .token
+                .admits(presented_token(headers, query).as_deref())
+        {
+            return Reply::error(
+                StatusCode::UNAUTHORIZED,
+                "ERR_UNAUTHORIZED",
+                "missing or invalid service token",
+            );
+        }
         let Some(route) = route else {
             return Reply::error(StatusCode::NOT_FOUND, "ERR_NOT_FOUND", "not found");
         };
@@ -229,17 +244,6 @@ impl Api {
             );
             reply.allow = Some("GET, HEAD");
             return reply;
-        }
-        if route.needs_token()
-            && !self
-                .token
-                .admits(presented_token(headers, query).as_deref())
-        {
-            return Reply::error(
-                StatusCode::UNAUTHORIZED,
-                "ERR_UNAUTHORIZED",
-                "missing or invalid service token",
-            );
         }
         match route {
             Route::Health => Reply::json(StatusCode::OK, &json!({"status": "ok"})),
@@ -480,7 +484,56 @@ mod tests {
         assert_eq!(get(&api, "/metrics", None, None).await.0, 401);
         // Probes need no token.
         assert_eq!(get(&api, "/healthz", None, None).await.0, 200);
+        assert_eq!(get(&api, "/", None, None).await.0, 200);
         assert_eq!(get(&api, "/readyz", None, None).await.0, 200);
+    }
+
+    #[tokio::test]
+    async fn with_a_token_the_token_is_checked_before_the_route() {
+        let (api, _) = api("s3cret", Ok(()));
+        let unauthorized = json!({"error": {"code": "ERR_UNAUTHORIZED", "message": "missing or invalid service token"}});
+        for path in ["/nope", "/api/webhook", "/healthz/", "/api/webhook/events"] {
+            assert_eq!(
+                get(&api, path, None, None).await,
+                (401, unauthorized.clone()),
+                "{path}"
+            );
+            assert_eq!(get(&api, path, None, Some("wrong")).await.0, 401, "{path}");
+            assert_eq!(
+                get(&api, path, None, Some("s3cret")).await.0,
+                404,
+                "{path} (no event hub here)"
+            );
+        }
+        let post = |token: Option<&str>, path: &'static str| {
+            let headers = headers(token);
+            let api = &api;
+            async move {
+                api.handle(&Method::POST, path, None, &headers)
+                    .await
+                    .status
+                    .as_u16()
+            }
+        };
+        assert_eq!(post(None, "/api/webhook/stats").await, 401);
+        assert_eq!(post(None, "/nope").await, 401);
+        assert_eq!(post(Some("s3cret"), "/api/webhook/stats").await, 405);
+        // The probes stay open, whatever the method.
+        assert_eq!(post(None, "/healthz").await, 405);
+        assert_eq!(post(None, "/readyz").await, 405);
+    }
+
+    #[tokio::test]
+    async fn without_a_token_unknown_paths_stay_not_found() {
+        let (api, _) = api("", Ok(()));
+        for path in ["/nope", "/api/webhook", "/api/webhook/events"] {
+            let (status, body) = get(&api, path, None, None).await;
+            assert_eq!(
+                (status, &body["error"]["code"]),
+                (404, &json!("ERR_NOT_FOUND")),
+                "{path}"
+            );
+        }
     }
 
     #[tokio::test]

@@ -43,7 +43,7 @@ pub const VARIABLES: &[Variable] = &[
     var(
         "GORGE_SERVICE_TOKEN",
         "",
-        "token for /api and /metrics; empty = no auth",
+        "token for every path but /, /healthz and /readyz; empty = no auth",
     ),
     var(
         "GORGE_WEBHOOK_MYSQL_HOST",
