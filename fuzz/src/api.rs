@@ -348,6 +348,16 @@ fn internal() -> Expected {
 impl Model<'_> {
     fn answer(&mut self, request: &Request) -> Expected {
         let path = request.path.as_str();
+        // The token comes before the route: without it only the probes
+        // answer, whatever the path or method.
+        let probe = matches!(path, "/" | "/healthz" | "/readyz");
+        if !probe && !self.admitted(request) {
+            return error(
+                StatusCode::UNAUTHORIZED,
+                "ERR_UNAUTHORIZED",
+                "missing or invalid service token",
+            );
+        }
         if !ROUTES.contains(&path) {
             return error(StatusCode::NOT_FOUND, "ERR_NOT_FOUND", "not found");
         }
@@ -356,14 +366,6 @@ impl Model<'_> {
                 StatusCode::METHOD_NOT_ALLOWED,
                 "ERR_METHOD_NOT_ALLOWED",
                 "method not allowed; this API is read-only",
-            );
-        }
-        let probe = matches!(path, "/" | "/healthz" | "/readyz");
-        if !probe && !self.admitted(request) {
-            return error(
-                StatusCode::UNAUTHORIZED,
-                "ERR_UNAUTHORIZED",
-                "missing or invalid service token",
             );
         }
         let ok = |body: Value| Expected {
