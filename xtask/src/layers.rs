@@ -1,7 +1,7 @@
 //! The layering rules, checked on `cargo tree` output: `webhook-core` knows
 //! nothing of MySQL, HTTP or the tokio runtime; only `store-mysql` speaks
-//! SQL; only `transport-hyper` speaks HTTP (`local-config` reads a file and
-//! speaks neither); nothing links OpenSSL or a second TLS crypto provider.
+//! SQL; only `transport-hyper` speaks HTTP; nothing links OpenSSL or a
+//! second TLS crypto provider.
 
 use std::process::Command;
 
@@ -78,18 +78,6 @@ const RULES: &[Rule] = &[
         package: "webhook-transport-hyper",
         why: "only store-mysql speaks SQL",
         bans: &[ban("mysql_async"), ban("mysql_common")],
-    },
-    Rule {
-        package: "webhook-local-config",
-        why: "local-config reads one file: only store-mysql speaks SQL, only transport-hyper HTTP",
-        bans: &[
-            ban("mysql_async"),
-            ban("mysql_common"),
-            ban("hyper"),
-            ban("hyper-util"),
-            ban("hyper-rustls"),
-            ban("h2"),
-        ],
     },
 ];
 

@@ -9,7 +9,7 @@
 use serde_json::{json, Value};
 use webhook_core::hold::{Reading, Sight, Visibility};
 use webhook_core::{ConfigUnreadable, PhorgeConfig};
-use webhook_local_config::{LocalConfig, LocalConfigError};
+use webhook_store_mysql::local_config::{LocalConfig, LocalConfigError};
 use webhook_store_mysql::{MysqlStore, PhpDeliveryTasks, OBJECT_TABLES};
 
 use crate::error::{exit, AdminError};

@@ -10,7 +10,7 @@
 use ipnet::IpNet;
 use serde_json::{json, Value};
 use webhook_core::{Setting, Settings, WindowWarning, Windows};
-use webhook_local_config::{LocalConfig, LocalConfigError, VARIABLE as LOCAL_CONFIG};
+use webhook_store_mysql::local_config::{LocalConfig, LocalConfigError, VARIABLE as LOCAL_CONFIG};
 use webhook_store_mysql::{MysqlConfig, MysqlError};
 use webhook_transport_hyper::{phorge_deny_list, TransportConfig};
 

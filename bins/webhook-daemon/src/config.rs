@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tracing_subscriber::EnvFilter;
 use webhook_core::{Settings, Windows};
-use webhook_local_config::{LocalConfig, LocalConfigError, VARIABLE as LOCAL_CONFIG};
+use webhook_store_mysql::local_config::{LocalConfig, LocalConfigError, VARIABLE as LOCAL_CONFIG};
 use webhook_store_mysql::{MysqlConfig, MysqlError};
 use webhook_transport_hyper::TransportConfig;
 

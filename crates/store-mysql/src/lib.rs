@@ -26,7 +26,8 @@
 //! * The hand-off checks: Phorge's global silent mode
 //!   ([`webhook_core::PhorgeConfig`]) and leftover PHP delivery tasks
 //!   ([`MysqlStore::php_delivery_tasks`]), read from Phorge's config and
-//!   worker databases.
+//!   worker databases, and silent mode from Phorge's `conf/local/local.json`
+//!   ([`LocalConfig`], the one file this crate reads).
 //!
 //! Values read from the database are validated, never trusted. A request
 //! row whose PHID columns are not UTF-8 or whose `lastRequestResult` is
@@ -39,6 +40,7 @@ mod batch;
 mod config;
 mod error;
 mod handoff;
+pub mod local_config;
 mod lock;
 mod objects;
 mod reads;
@@ -50,6 +52,7 @@ mod store;
 pub use config::{MysqlConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_MAX};
 pub use error::{MysqlError, NotReady};
 pub use handoff::PhpDeliveryTasks;
+pub use local_config::{LocalConfig, LocalConfigError};
 pub use lock::MysqlHookLock;
 pub use objects::{object_tables, ObjectTables, OBJECT_TABLES};
 pub use reads::HookSummary;

@@ -1,14 +1,15 @@
 //! Phorge's local configuration file, `conf/local/local.json` — where
 //! `bin/config set phabricator.silent true` writes the key (Phorge refuses
-//! to store it in the database) — as a [`PhorgeConfig`] source for the
-//! core's silent-mode hold, and the `GORGE_PHORGE_LOCAL_CONFIG` setting
-//! that names it, parsed once for the daemon and `webhook-admin`.
+//! to store it in the database) — as the first [`PhorgeConfig`] source of
+//! the core's silent-mode hold (the database entry, [`crate::handoff`], is
+//! the second), and the `GORGE_PHORGE_LOCAL_CONFIG` setting that names it,
+//! parsed once for the daemon and `webhook-admin`. It lives beside the
+//! database entry's reader because both are Phorge's configuration as the
+//! hand-off reads it.
 //!
 //! It reads that one file and nothing else: no watching and no caching
 //! (`webhook_core::SilentMode` spaces the reads and decides what they add
 //! up to). It never writes.
-
-#![warn(missing_docs)]
 
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
@@ -227,7 +228,7 @@ mod tests {
 
     fn scratch(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!(
-            "webhook-local-config-{}-{name}",
+            "webhook-store-local-config-{}-{name}",
             std::process::id()
         ));
         let _ = std::fs::remove_dir_all(&dir);

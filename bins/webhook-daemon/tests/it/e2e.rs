@@ -494,7 +494,6 @@ fn variables_in_sources() -> Vec<String> {
         "crates/core/src",
         "crates/store-mysql/src",
         "crates/transport-hyper/src",
-        "crates/local-config/src",
         "bins/webhook-daemon/src",
     ] {
         let dir = root.join(dir);
