@@ -855,11 +855,13 @@ impl Dispatcher {
     fn note_unseen(&self, why: Unseen) {
         bump(&self.metrics.objects_unseen);
         let kind = why.kind();
-        let first = self
-            .unseen_reported
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(why.clone());
+        let first = {
+            let mut reported = self
+                .unseen_reported
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            !reported.contains(&why) && reported.insert(why.clone())
+        };
         if first {
             warn!(event = "objects_unseen", kind, reason = %why,
                   "transactions are sent in the order the stored list implies, and a destroyed \
