@@ -335,7 +335,7 @@ fn collection<'a>(properties: &'a Json, key: &'static str) -> Result<Vec<&'a Jso
 /// shape is known: newest first. An object whose every key PHP would have
 /// kept as an integer (a test call's transaction ids) goes by key, highest
 /// first; a live edit's PHID-keyed object, or a list, goes in reverse.
-fn newest_first<'a>(properties: &'a Json) -> Result<Vec<&'a Json>, WrongShape> {
+fn newest_first(properties: &Json) -> Result<Vec<&Json>, WrongShape> {
     let php_integer = |key: &str| -> Option<i64> {
         let digits = !key.is_empty() && key.bytes().all(|b| b.is_ascii_digit());
         let canonical = digits && (key == "0" || !key.starts_with('0'));
