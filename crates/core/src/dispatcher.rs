@@ -239,12 +239,11 @@ struct Claimed<'r> {
     claimed_at: Duration,
 }
 
-/// A row that passed steps 1–5 and the object check.
+/// A row that passed steps 1–5.
 struct Ready {
     properties: Properties,
     hook: Hook,
     target: Result<Target, TransportFailure>,
-    transactions: Transactions,
 }
 
 /// The transactions a payload lists: as loaded from the object's
@@ -252,13 +251,27 @@ struct Ready {
 /// implies.
 type Transactions = Option<Vec<String>>;
 
-/// What the object check found for a row about to be sent.
+/// What the object check's lookup found, before it is acted on (and
+/// counted): a row taken along is looked up beside its claim, and may yet
+/// be left to its lease unsent.
 enum ObjectCheck {
-    /// The object is there (or cannot be seen): send these transactions.
-    Send(Transactions),
-    /// The object is gone: hook error `object`, as Phorge's worker writes.
+    /// The object exists; its listed transactions that do, newest first.
+    Found(Vec<String>),
+    /// Its tables cannot be read here.
+    Unseen(Unseen),
+    /// The object is gone.
     Gone,
-    /// The store failed: nothing is written, the row is tried again later.
+    /// The store failed.
+    Failed,
+}
+
+/// What to do about a row's object check, once it is acted on.
+enum ObjectVerdict {
+    /// Send these transactions.
+    Send(Transactions),
+    /// Hook error `object`, as Phorge's worker writes it.
+    Gone,
+    /// Nothing is written; the row is tried again later.
     Failed,
 }
 
@@ -695,7 +708,6 @@ impl Dispatcher {
             properties,
             hook,
             target,
-            transactions,
         } = match self.prepare(run, row).await {
             Ok(ready) => ready,
             Err(step) => return step,
@@ -703,20 +715,41 @@ impl Dispatcher {
         if !self.may_call(run, &hook.phid).await {
             return Step::StopRun;
         }
+        // Phorge's worker fails a destroyed object's request before it
+        // calls; checked once the hook may be called, so a blocked hook
+        // costs no lookups.
+        let check = self.look_up_object(row, &properties).await;
+        let transactions = match self.act_on(row, check) {
+            ObjectVerdict::Send(transactions) => transactions,
+            ObjectVerdict::Gone => {
+                self.fail_hook(row, &properties, HookError::Object, None)
+                    .await;
+                return Step::Next;
+            }
+            ObjectVerdict::Failed => return Step::StopRun,
+        };
         let along = match &target {
             Ok(_) => self.look_ahead(&hook.phid, upcoming),
             Err(_) => Vec::new(),
         };
         let claimed_at = self.clock.monotonic();
-        // The objects of the rows taken along are checked while their
-        // claims commit, so their POSTs can follow each other at once.
+        // The objects of the rows taken along are looked up while their
+        // claims commit, so their POSTs can follow each other at once; one
+        // after the other, so a group holds one pooled connection for them.
+        let look_ups = async {
+            let mut checks = Vec::with_capacity(along.len());
+            for (row, properties) in &along {
+                checks.push(self.look_up_object(row, properties).await);
+            }
+            checks
+        };
         let (claims, checks) = futures::future::join(
             join_all(
                 std::iter::once(row)
                     .chain(along.iter().map(|(r, _)| *r))
                     .map(|r| self.store.claim(r.id, r.date_modified)),
             ),
-            join_all(along.iter().map(|(r, p)| self.check_object(r, p))),
+            look_ups,
         )
         .await;
         let along = along.into_iter().zip(checks).map(|((r, p), c)| (r, p, c));
@@ -753,9 +786,9 @@ impl Dispatcher {
         self.attempt(run, claimed, stored_later).await
     }
 
-    /// Steps 1–5 and the object check: the row's properties, its hook,
-    /// where to send it and what its payload lists; or the step to take
-    /// after a hook error was written (or a lookup failed).
+    /// Steps 1–5: the row's properties, its hook and where to send it; or
+    /// the step to take after a hook error was written (or the lookup
+    /// failed).
     async fn prepare(&self, run: &mut HookRun, row: &RequestRow) -> Result<Ready, Step> {
         if let Some(defect) = &row.defect {
             warn!(event = "row_invalid", request_id = row.id, hook = %row.webhook_phid,
@@ -803,52 +836,51 @@ impl Dispatcher {
             }
             Resolution::Failed(failure) => Err(failure),
         };
-        let transactions = match self.check_object(row, &properties).await {
-            ObjectCheck::Send(transactions) => transactions,
-            ObjectCheck::Gone => {
-                self.fail_hook(row, &properties, HookError::Object, None)
-                    .await;
-                return Err(Step::Next);
-            }
-            ObjectCheck::Failed => return Err(Step::StopRun),
-        };
         Ok(Ready {
             properties,
             hook,
             target,
-            transactions,
         })
     }
 
     /// Phorge's worker loads the request's object, and fails the request
-    /// when it is gone, before it takes the hook's lock; then it sends only
-    /// the listed transactions that still exist, newest first. Asked afresh
-    /// for every delivery: nothing cached could keep a deleted object alive.
-    async fn check_object(&self, row: &RequestRow, properties: &Properties) -> ObjectCheck {
+    /// when it is gone; then it sends only the listed transactions that
+    /// still exist, newest first. Asked afresh for every delivery: nothing
+    /// cached could keep a deleted object alive.
+    async fn look_up_object(&self, row: &RequestRow, properties: &Properties) -> ObjectCheck {
         let Some(objects) = &self.objects else {
-            self.note_unseen(Unseen::NoSource);
-            return ObjectCheck::Send(None);
+            return ObjectCheck::Unseen(Unseen::NoSource);
         };
         let listed = properties.listed_transaction_phids();
         match objects.lookup(&row.object_phid, &listed).await {
-            Ok(ObjectLookup::Found { transactions }) => {
-                bump(&self.metrics.objects_found);
-                ObjectCheck::Send(Some(transactions))
-            }
-            Ok(ObjectLookup::Gone) => {
-                bump(&self.metrics.objects_gone);
-                warn!(event = "object_missing", request = %row.phid, hook = %row.webhook_phid,
-                      object = %row.object_phid, "the object no longer exists: failed as Phorge does");
-                ObjectCheck::Gone
-            }
-            Ok(ObjectLookup::Unseen(why)) => {
-                self.note_unseen(why);
-                ObjectCheck::Send(None)
-            }
+            Ok(ObjectLookup::Found { transactions }) => ObjectCheck::Found(transactions),
+            Ok(ObjectLookup::Gone) => ObjectCheck::Gone,
+            Ok(ObjectLookup::Unseen(why)) => ObjectCheck::Unseen(why),
             Err(err) => {
                 self.store_failed("object_lookup", &err);
                 ObjectCheck::Failed
             }
+        }
+    }
+
+    /// Counts and reports an object check as its row is acted on.
+    fn act_on(&self, row: &RequestRow, check: ObjectCheck) -> ObjectVerdict {
+        match check {
+            ObjectCheck::Found(transactions) => {
+                bump(&self.metrics.objects_found);
+                ObjectVerdict::Send(Some(transactions))
+            }
+            ObjectCheck::Gone => {
+                bump(&self.metrics.objects_gone);
+                warn!(event = "object_missing", request = %row.phid, hook = %row.webhook_phid,
+                      object = %row.object_phid, "the object no longer exists: failed as Phorge does");
+                ObjectVerdict::Gone
+            }
+            ObjectCheck::Unseen(why) => {
+                self.note_unseen(why);
+                ObjectVerdict::Send(None)
+            }
+            ObjectCheck::Failed => ObjectVerdict::Failed,
         }
     }
 
@@ -871,8 +903,9 @@ impl Dispatcher {
     }
 
     /// The rows after this one to claim with it: as many as the hook's pace
-    /// allows, stopping at the first that would not go straight to a POST
-    /// (it takes the ordinary path in its turn).
+    /// allows, stopping at the first that would fail before its claim (a
+    /// defect, unparseable properties: it takes the ordinary path in its
+    /// turn). Their objects are looked up beside their claims.
     fn look_ahead<'r>(
         &self,
         hook_phid: &str,
@@ -975,23 +1008,24 @@ impl Dispatcher {
             self.leave_to_lease(row, waited, "run_stopped");
             return Step::StopRun;
         }
-        let transactions = match check {
-            ObjectCheck::Send(transactions) => transactions,
-            ObjectCheck::Gone => {
+        // Late, it is not ours to write: not even the object's verdict.
+        if self.left_late(run, row, claimed_at) {
+            return Step::Next;
+        }
+        let transactions = match self.act_on(row, check) {
+            ObjectVerdict::Send(transactions) => transactions,
+            ObjectVerdict::Gone => {
                 self.fail_hook(row, &properties, HookError::Object, Some(claimed_at))
                     .await;
                 self.after_attempt(run, &hook.phid, true);
                 return Step::Next;
             }
-            ObjectCheck::Failed => {
+            ObjectVerdict::Failed => {
                 let waited = self.clock.monotonic().saturating_sub(claimed_at);
                 self.leave_to_lease(row, waited, "run_stopped");
                 return Step::StopRun;
             }
         };
-        if self.left_late(run, row, claimed_at) {
-            return Step::Next;
-        }
         let claimed = Claimed {
             row,
             properties: &properties,

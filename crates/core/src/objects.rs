@@ -46,6 +46,14 @@ pub enum Unseen {
         /// The database and table that could not be read.
         table: String,
     },
+    /// The database refused this one lookup for good (say, more listed
+    /// transactions than a statement takes): asking again would not help.
+    Refused {
+        /// The PHID type.
+        phid_type: String,
+        /// The server's error number.
+        code: u16,
+    },
 }
 
 impl Unseen {
@@ -55,6 +63,7 @@ impl Unseen {
             Self::NoSource => "no_source",
             Self::UnknownType(_) => "unknown_type",
             Self::NoAccess { .. } => "no_access",
+            Self::Refused { .. } => "refused",
         }
     }
 }
@@ -72,6 +81,10 @@ impl fmt::Display for Unseen {
             Self::NoAccess { phid_type, table } => {
                 write!(f, "cannot read {table} (objects of type {phid_type})")
             }
+            Self::Refused { phid_type, code } => write!(
+                f,
+                "the database refused the lookup of an object of type {phid_type} (error {code})"
+            ),
         }
     }
 }

@@ -2,6 +2,7 @@
 //! and POSTing one signed payload. Implementations own HTTP; the core only
 //! sees results in SPEC §5's terms.
 
+use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -12,12 +13,67 @@ use crate::outcome::{DeliveryResult, TransportFailure, UriRefusal};
 /// A URI that passed the outbound check, with the addresses that were
 /// checked. A transport may resolve again when it connects, but must then
 /// check again: whatever it connects to must have passed the check.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Target {
-    /// The hook's URI.
+    /// The hook's URI (its user-info is the hook's Basic credentials).
     pub uri: String,
     /// Checked addresses of its host.
     pub addrs: Vec<SocketAddr>,
+}
+
+// Hand-written: the URI's user-info is a secret, and a `Debug` of the
+// target must never print it.
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Target")
+            .field("uri", &without_user_info(&self.uri))
+            .field("addrs", &self.addrs)
+            .finish()
+    }
+}
+
+/// `uri` with anything between its `://` and the `@` that ends the
+/// authority replaced by `***`.
+fn without_user_info(uri: &str) -> String {
+    let Some(start) = uri.find("://").map(|at| at + 3) else {
+        return uri.to_owned();
+    };
+    let authority_end = uri[start..]
+        .find(['/', '?', '#'])
+        .map_or(uri.len(), |at| start + at);
+    match uri[start..authority_end].rfind('@') {
+        Some(at) => format!("{}***{}", &uri[..start], &uri[start + at..]),
+        None => uri.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_targets_debug_never_shows_its_credentials() {
+        for uri in [
+            "https://ci-user:s3cret@ci.example/hook?x=1",
+            "http://s3cret@ci.example",
+            "https://a:b@c:s3cret@ci.example:8443/p@th",
+        ] {
+            let shown = format!(
+                "{:?}",
+                Target {
+                    uri: uri.to_owned(),
+                    addrs: Vec::new()
+                }
+            );
+            assert!(!shown.contains("s3cret"), "{shown}");
+            assert!(shown.contains("***@ci.example"), "{shown}");
+        }
+        let plain = Target {
+            uri: "https://ci.example/p@th".to_owned(),
+            addrs: Vec::new(),
+        };
+        assert!(format!("{plain:?}").contains("https://ci.example/p@th"));
+    }
 }
 
 /// The outcome of checking a hook's URI before claiming (SPEC §5 step 5).

@@ -119,6 +119,12 @@ fn server_code(err: &DriverFailure) -> Option<u16> {
     }
 }
 
+/// Whether a server error number means the session is gone or cannot
+/// start, rather than that the server rejected the statement.
+pub(crate) fn is_connection_loss_code(code: u16) -> bool {
+    CONNECTION_SERVER_CODES.contains(&code)
+}
+
 /// Whether a failed statement means the connection itself is gone.
 fn is_connection_loss(err: &DriverFailure) -> bool {
     match err {
@@ -130,7 +136,7 @@ fn is_connection_loss(err: &DriverFailure) -> bool {
                 | DriverError::PacketOutOfOrder
                 | DriverError::UnexpectedPacket { .. }
         ),
-        DriverFailure::Server(server) => CONNECTION_SERVER_CODES.contains(&server.code),
+        DriverFailure::Server(server) => is_connection_loss_code(server.code),
         DriverFailure::Other(_) | DriverFailure::Url(_) => false,
     }
 }

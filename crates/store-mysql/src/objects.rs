@@ -6,9 +6,10 @@
 //! [`OBJECT_TABLES`] says, per PHID type, where Phorge keeps the object and
 //! its transactions; it is read off Phorge's storage classes (each class's
 //! application names its database, `{namespace}_{application}`, and Lisk
-//! derives the table from the class name). A type not listed, or tables
-//! this account cannot read, are reported as `Unseen`, never as an error:
-//! the dispatcher then falls back to the stored list. Read-only: plain
+//! derives the table from the class name). A type not listed, tables this
+//! account cannot read, or a lookup the server refuses for good, are
+//! reported as `Unseen`, never as an error: the dispatcher then falls back
+//! to the stored list. Only a lost connection is an error. Read-only: plain
 //! `SELECT`s.
 
 use std::collections::HashMap;
@@ -20,6 +21,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::Value;
 use webhook_core::{phid_type, ObjectLookup, PhorgeObjects, StoreError, Unseen};
 
+use crate::error::is_connection_loss_code;
 use crate::sql;
 use crate::store::MysqlStore;
 
@@ -265,6 +267,12 @@ impl PhorgeObjects for MysqlStore {
                 self.unreadable_tables()
                     .note(tables.phid_type, table.clone());
                 return Ok(unseen(table));
+            }
+            Err(mysql_async::Error::Server(server)) if !is_connection_loss_code(server.code) => {
+                return Ok(ObjectLookup::Unseen(Unseen::Refused {
+                    phid_type: tables.phid_type.to_owned(),
+                    code: server.code,
+                }))
             }
             Err(err) => return Err(self.statement_error(err)),
         };

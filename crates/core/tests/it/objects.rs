@@ -83,6 +83,11 @@ fn without_the_objects_tables_a_live_edit_goes_in_reverse_of_its_stored_order() 
     let at = |phid: &str| text.find(&format!("\"{phid}\"")).expect("listed");
     assert!(at(applied[2]) < at(applied[1]) && at(applied[1]) < at(applied[0]));
     assert_eq!(h.dispatcher.metrics().snapshot().objects_unseen, 1);
+    assert_eq!(
+        h.store.calls(StoreOp::ObjectLookup),
+        1,
+        "the object was looked up"
+    );
 }
 
 #[test]
@@ -174,4 +179,63 @@ fn a_failed_object_lookup_writes_nothing_and_is_retried() {
     h.run_for(Duration::from_secs(2));
     assert_eq!(h.transport.posts().len(), 1);
     assert_eq!(h.store.row(id).expect("row").status, RequestStatus::Sent);
+}
+
+#[test]
+fn a_row_claimed_along_whose_turn_comes_late_is_left_to_its_lease_even_if_its_object_is_gone() {
+    let mut h = Harness::with_defaults();
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    let quick = || Reply::status(200).after(Duration::from_millis(10));
+    // Groups go 1, 2, 4 rows; the third group's first row (the fourth)
+    // answers after 7 s, past the 6.5 s claim-ahead budget, so the rows
+    // claimed along with it (the fifth, and the sixth, whose object is
+    // gone) come up too late to be written as this claim's.
+    h.transport.script(
+        URI_A,
+        [
+            quick(),
+            quick(),
+            quick(),
+            Reply::status(200).after(Duration::from_secs(7)),
+        ],
+    );
+    h.transport.always(URI_A, quick());
+    let objects: Vec<String> = (0..8)
+        .map(|n| format!("PHID-TASK-objectslate{n:07}"))
+        .collect();
+    let ids: Vec<u64> = objects
+        .iter()
+        .map(|object| {
+            h.store.add_object(object, &[]);
+            h.store.insert_request(request_about(object, "{}"))
+        })
+        .collect();
+    h.store.destroy_object(&objects[5]);
+    h.start();
+    h.run_for(Duration::from_secs(8));
+
+    let metrics = h.dispatcher.metrics().snapshot();
+    assert!(metrics.claims_unused >= 2, "{metrics:?}");
+    let gone = h.store.row(ids[5]).expect("row");
+    assert_eq!(
+        gone.status,
+        RequestStatus::Queued,
+        "left to its lease, unwritten"
+    );
+    assert_eq!(metrics.objects_gone, 0, "not acted on yet");
+
+    h.run_for(Duration::from_secs(60));
+    let gone = h.store.row(ids[5]).expect("row");
+    assert_eq!(
+        (gone.status, gone.last_request_result),
+        (RequestStatus::Failed, LastResult::None)
+    );
+    let posted: Vec<String> = h
+        .transport
+        .posts()
+        .into_iter()
+        .map(|p| p.request_phid)
+        .collect();
+    assert!(!posted.contains(&gone.phid));
+    assert_eq!(h.dispatcher.metrics().snapshot().objects_gone, 1);
 }

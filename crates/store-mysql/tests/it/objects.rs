@@ -143,3 +143,36 @@ fn the_account_script_grants_every_objects_database() {
     read.dedup();
     assert_eq!(granted, read);
 }
+
+/// More listed transactions than a statement takes placeholders for
+/// (65,535): the server refuses that lookup for good, so it is `Unseen`
+/// (the stored list is sent), not a failure retried forever.
+#[tokio::test]
+async fn a_lookup_the_server_refuses_is_unseen_not_an_error() {
+    with_db(|db| async move {
+        let store = db.store();
+        let maniphest = object_tables("TASK").expect("mapped");
+        let (db, store) = (&db, &store);
+        with_application_tables(&db.namespace, maniphest, |tasks| async move {
+            tasks
+                .insert_object("PHID-TASK-objectsrefusedaaaa", &[])
+                .await;
+            let listed: Vec<String> = (0..70_000).map(|n| format!("PHID-XACT-TASK-{n}")).collect();
+            let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
+            let lookup = store
+                .lookup("PHID-TASK-objectsrefusedaaaa", &listed)
+                .await
+                .expect("a refused statement is not a store failure");
+            assert!(
+                matches!(
+                    &lookup,
+                    ObjectLookup::Unseen(Unseen::Refused { phid_type, .. }) if phid_type == "TASK"
+                ),
+                "{lookup:?}"
+            );
+        })
+        .await;
+        store.disconnect().await.expect("close pool");
+    })
+    .await;
+}
