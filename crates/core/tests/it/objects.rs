@@ -36,6 +36,43 @@ fn request_about(object: &str, properties: &str) -> NewRequest {
     }
 }
 
+/// `n` rows of hook A, each about a task of its own; the task of row
+/// `gone` is destroyed. Returns the rows' ids.
+fn rows_about_their_own_tasks(h: &Harness, n: usize, gone: usize) -> Vec<u64> {
+    let objects: Vec<String> = (0..n)
+        .map(|i| format!("PHID-TASK-objects{i:011}"))
+        .collect();
+    let ids = objects
+        .iter()
+        .map(|object| {
+            h.store.add_object(object, &[]);
+            h.store.insert_request(request_about(object, "{}"))
+        })
+        .collect();
+    h.store.destroy_object(&objects[gone]);
+    ids
+}
+
+/// Row `id` was failed with hook error `object` and never POSTed; returns
+/// the request PHIDs that were.
+fn assert_failed_as_gone_unsent(h: &Harness, id: u64) -> Vec<String> {
+    let gone = h.store.row(id).expect("row");
+    assert_eq!(
+        (gone.status, gone.last_request_result),
+        (RequestStatus::Failed, LastResult::None)
+    );
+    let properties: Value = serde_json::from_str(&gone.properties).expect("JSON");
+    assert_eq!(properties["errorCode"], Value::from("object"));
+    let posted: Vec<String> = h
+        .transport
+        .posts()
+        .into_iter()
+        .map(|p| p.request_phid)
+        .collect();
+    assert!(!posted.contains(&gone.phid));
+    posted
+}
+
 fn body_text(h: &Harness) -> String {
     let posts = h.transport.posts();
     assert_eq!(posts.len(), 1);
@@ -122,36 +159,13 @@ fn a_row_claimed_along_whose_object_is_gone_fails_without_a_post() {
     h.store.put_hook(hook(HOOK_A, URI_A));
     h.transport
         .always(URI_A, Reply::status(200).after(Duration::from_millis(10)));
-    let objects: Vec<String> = (0..10)
-        .map(|n| format!("PHID-TASK-objects{n:011}"))
-        .collect();
-    let ids: Vec<u64> = objects
-        .iter()
-        .map(|object| {
-            h.store.add_object(object, &[]);
-            h.store.insert_request(request_about(object, "{}"))
-        })
-        .collect();
     // Groups go 1, 2, 4 rows: the sixth row is claimed along with the
     // fourth, so its object is checked beside its claim.
-    h.store.destroy_object(&objects[5]);
+    let ids = rows_about_their_own_tasks(&h, 10, 5);
     h.start();
     h.run_for(Duration::from_secs(5));
 
-    let gone = h.store.row(ids[5]).expect("row");
-    assert_eq!(
-        (gone.status, gone.last_request_result),
-        (RequestStatus::Failed, LastResult::None)
-    );
-    let properties: Value = serde_json::from_str(&gone.properties).expect("JSON");
-    assert_eq!(properties["errorCode"], Value::from("object"));
-    let posted: Vec<String> = h
-        .transport
-        .posts()
-        .into_iter()
-        .map(|p| p.request_phid)
-        .collect();
-    assert!(!posted.contains(&gone.phid));
+    let posted = assert_failed_as_gone_unsent(&h, ids[5]);
     for (n, id) in ids.iter().enumerate().filter(|(n, _)| *n != 5) {
         let row = h.store.row(*id).expect("row");
         assert_eq!(row.status, RequestStatus::Sent, "row {n}");
@@ -200,17 +214,7 @@ fn a_row_claimed_along_whose_turn_comes_late_is_left_to_its_lease_even_if_its_ob
         ],
     );
     h.transport.always(URI_A, quick());
-    let objects: Vec<String> = (0..8)
-        .map(|n| format!("PHID-TASK-objectslate{n:07}"))
-        .collect();
-    let ids: Vec<u64> = objects
-        .iter()
-        .map(|object| {
-            h.store.add_object(object, &[]);
-            h.store.insert_request(request_about(object, "{}"))
-        })
-        .collect();
-    h.store.destroy_object(&objects[5]);
+    let ids = rows_about_their_own_tasks(&h, 8, 5);
     h.start();
     h.run_for(Duration::from_secs(8));
 
@@ -225,17 +229,6 @@ fn a_row_claimed_along_whose_turn_comes_late_is_left_to_its_lease_even_if_its_ob
     assert_eq!(metrics.objects_gone, 0, "not acted on yet");
 
     h.run_for(Duration::from_secs(60));
-    let gone = h.store.row(ids[5]).expect("row");
-    assert_eq!(
-        (gone.status, gone.last_request_result),
-        (RequestStatus::Failed, LastResult::None)
-    );
-    let posted: Vec<String> = h
-        .transport
-        .posts()
-        .into_iter()
-        .map(|p| p.request_phid)
-        .collect();
-    assert!(!posted.contains(&gone.phid));
+    assert_failed_as_gone_unsent(&h, ids[5]);
     assert_eq!(h.dispatcher.metrics().snapshot().objects_gone, 1);
 }
