@@ -152,6 +152,21 @@ impl Collector for ScrapeCollector {
                 "Results that could not be stored (the row is sent again after its lease)",
                 d.writeback_failures,
             ),
+            (
+                "gorge_webhook_writeback_stale",
+                "Results dropped unwritten because another deliverer claimed the row after this claim's lease",
+                d.writeback_stale,
+            ),
+            (
+                "gorge_webhook_lock_lost",
+                "Hook runs stopped because the hook lock's database session was lost before a call",
+                d.lock_lost,
+            ),
+            (
+                "gorge_webhook_local_failures",
+                "Calls this host could not make (out of file descriptors or memory); nothing written, retried after the lease",
+                d.local_failures,
+            ),
         ];
         for (name, help, value) in simple {
             counter(&mut encoder, name, help, &[(none(), value)])?;

@@ -43,24 +43,24 @@ pub fn candidate_sql(excluded_hooks: usize) -> String {
 /// `+ 1` is load-bearing: `dateModified` has one-second resolution, so a
 /// claim in the insert's (or a previous claim's) second would otherwise
 /// leave the version unchanged and let a second claimer win too.
+///
+/// `LAST_INSERT_ID(…)` hands the version written back in the statement's
+/// own OK packet (no second round trip, and nothing else about the row
+/// changes): every write of the claim's result is then guarded by it.
 pub const CLAIM: &str = "UPDATE herald_webhookrequest \
-     SET dateModified = GREATEST(dateModified + 1, UNIX_TIMESTAMP()) \
+     SET dateModified = LAST_INSERT_ID(GREATEST(dateModified + 1, UNIX_TIMESTAMP())) \
      WHERE id = ? AND status = 'queued' AND dateModified = ?";
 
 /// The write-back of a processing step. Parameters: status,
-/// lastRequestResult, lastRequestEpoch, the write's time, properties, id.
+/// lastRequestResult, lastRequestEpoch, the write's time, properties, id,
+/// and the version the write expects.
 ///
 /// `GREATEST(dateModified + 1, ?)`: a result written in the claim's second
 /// must still move the version, or a failed row would look fresh again.
+/// The guard lands it only on a row still queued at the version its
+/// decision was based on — after a claim, the one the claim wrote — so a
+/// result never overwrites a later claim's.
 pub const WRITE_RESULT: &str = "UPDATE herald_webhookrequest \
-     SET status = ?, lastRequestResult = ?, lastRequestEpoch = ?, \
-     dateModified = GREATEST(dateModified + 1, ?), properties = ? \
-     WHERE id = ?";
-
-/// [`WRITE_RESULT`] for a write made without a claim: lands only on a row
-/// still queued at the version the decision was based on. One extra
-/// parameter: that version.
-pub const WRITE_RESULT_GUARDED: &str = "UPDATE herald_webhookrequest \
      SET status = ?, lastRequestResult = ?, lastRequestEpoch = ?, \
      dateModified = GREATEST(dateModified + 1, ?), properties = ? \
      WHERE id = ? AND status = 'queued' AND dateModified = ?";
@@ -144,6 +144,10 @@ pub const BREAKER_FAILURE_EPOCHS: &str = "SELECT lastRequestEpoch FROM herald_we
 /// The session holding a named lock, NULL when free; takes nothing.
 /// Parameter: the lock name.
 pub const IS_USED_LOCK: &str = "SELECT IS_USED_LOCK(?)";
+
+/// Whether the asking session still holds a named lock (1), or not (0);
+/// run on the holding connection before each call. Parameter: the name.
+pub const LOCK_STILL_HELD: &str = "SELECT IS_USED_LOCK(?) <=> CONNECTION_ID()";
 
 /// Phorge's global silent mode from its database-stored configuration,
 /// for `namespace` (validated: no quoting characters). No row = off.
@@ -268,9 +272,8 @@ mod tests {
     #[test]
     fn placeholder_counts_match_the_documented_parameters() {
         assert_eq!(CLAIM.matches('?').count(), 2);
-        assert_eq!(WRITE_RESULT.matches('?').count(), 6);
-        assert_eq!(WRITE_RESULT_GUARDED.matches('?').count(), 7);
-        assert!(WRITE_RESULT_GUARDED.starts_with(WRITE_RESULT));
+        assert_eq!(WRITE_RESULT.matches('?').count(), 7);
+        assert!(WRITE_RESULT.ends_with("AND status = 'queued' AND dateModified = ?"));
         assert_eq!(BREAKER_FAILURES.matches('?').count(), 2);
     }
 
@@ -311,7 +314,7 @@ mod tests {
             inline(CLAIM, &[Literal::Number(7), Literal::Number(1_700_000_001)]).as_deref(),
             Some(
                 "UPDATE herald_webhookrequest \
-                 SET dateModified = GREATEST(dateModified + 1, UNIX_TIMESTAMP()) \
+                 SET dateModified = LAST_INSERT_ID(GREATEST(dateModified + 1, UNIX_TIMESTAMP())) \
                  WHERE id = 7 AND status = 'queued' AND dateModified = 1700000001"
             )
         );
@@ -325,13 +328,17 @@ mod tests {
                 Literal::Number(2),
                 Literal::Text(hostile),
                 Literal::Number(3),
+                Literal::Number(4),
             ],
         )
-        .expect("six values");
+        .expect("seven values");
         assert!(
             text.starts_with("UPDATE herald_webhookrequest SET status = _utf8mb4 X'73656e74', ")
         );
-        assert!(text.ends_with(" WHERE id = 3"), "{text}");
+        assert!(
+            text.ends_with(" WHERE id = 3 AND status = 'queued' AND dateModified = 4"),
+            "{text}"
+        );
         assert!(!text.contains("DROP") && !text.contains('?'), "{text}");
         let hex: String = hostile.bytes().map(|b| format!("{b:02x}")).collect();
         assert!(

@@ -225,22 +225,28 @@ impl Store for MysqlStore {
     }
 
     async fn claim(&self, id: u64, seen_version: UnixTime) -> Result<Claim, StoreError> {
-        let matched = self
+        let applied = self
             .batcher()
             .run(RowWrite::Claim { id, seen_version })
             .await?;
         // CLIENT_FOUND_ROWS: matched rows; the id is the primary key, so
         // this is 0 or 1.
-        Ok(if matched == 1 {
-            Claim::Won
-        } else {
-            Claim::Lost
-        })
+        if applied.matched != 1 {
+            return Ok(Claim::Lost);
+        }
+        match applied.last_insert_id {
+            Some(version) if version > seen_version => Ok(Claim::Won(version)),
+            other => Err(MysqlError::UnexpectedResult {
+                statement: "claim",
+                detail: format!("won, but reported the version {other:?} (seen {seen_version})"),
+            }
+            .into_store_error(&self.connector.database)),
+        }
     }
 
     async fn write_result(&self, write: &ResultWrite) -> Result<Written, StoreError> {
-        let matched = self.batcher().run(RowWrite::Result(write.clone())).await?;
-        Ok(if matched == 0 {
+        let applied = self.batcher().run(RowWrite::Result(write.clone())).await?;
+        Ok(if applied.matched == 0 {
             Written::Skipped
         } else {
             Written::Yes
