@@ -37,6 +37,7 @@
 //! becomes [`webhook_core::StoreError::MalformedRow`].
 
 mod batch;
+mod candidates;
 mod config;
 mod error;
 mod handoff;
@@ -49,6 +50,7 @@ mod schema;
 pub mod sql;
 mod store;
 
+pub use candidates::{INLINE_PROPERTIES_MAX, POLL_BYTES_MAX};
 pub use config::{MysqlConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_MAX};
 pub use error::{MysqlError, NotReady};
 pub use handoff::PhpDeliveryTasks;
