@@ -124,7 +124,9 @@ const REASON_MAX: usize = 300;
 /// `Other`.
 fn failure_reason(err: &DriverFailure) -> String {
     let text = match err {
-        DriverFailure::Server(server) => format!("{} {}", server.code, server.message),
+        // As the driver writes it (`ERROR 1153 (08S01): Got a packet …`), so
+        // a log line that also walks `source()` can tell it is said already.
+        DriverFailure::Server(server) => server.to_string(),
         DriverFailure::Io(io) => format!("connection error: {io}"),
         DriverFailure::Driver(driver) => format!("driver error: {driver}"),
         DriverFailure::Url(_) => "invalid connection settings".to_owned(),
@@ -353,6 +355,35 @@ mod tests {
             reason(MysqlError::Statement(server(1146))),
             "database server did not answer the readiness probe"
         );
+    }
+
+    /// A failing write-back's log line (`error = %err`) says why.
+    #[test]
+    fn a_failed_statement_names_the_servers_code_and_message() {
+        let err = MysqlError::Statement(DriverFailure::Server(ServerError {
+            code: 1153,
+            message: "Got a packet bigger than 'max_allowed_packet' bytes".into(),
+            state: "08S01".into(),
+        }))
+        .into_store_error("x_herald");
+        assert_eq!(
+            err.to_string(),
+            "database query failed: database statement failed: ERROR 1153 (08S01): Got a \
+             packet bigger than 'max_allowed_packet' bytes"
+        );
+        let long = MysqlError::Statement(DriverFailure::Server(ServerError {
+            code: 1064,
+            message: format!("near '{}'", "\u{e9}".repeat(1_000)),
+            state: "42000".into(),
+        }));
+        assert!(long.to_string().len() < REASON_MAX + 64, "{long}");
+        let url = MysqlError::Statement(DriverFailure::Url(
+            mysql_async::UrlError::InvalidParamValue {
+                param: "password".into(),
+                value: "hunter2".into(),
+            },
+        ));
+        assert!(!url.to_string().contains("hunter2"), "{url}");
     }
 
     #[test]
