@@ -115,7 +115,11 @@ pub struct Api {
     token: ServiceToken,
     handoff: Option<Arc<HandOff>>,
     events: Option<Arc<EventHub>>,
+    rows_unreadable: Option<RowsUnreadable>,
 }
+
+/// Reads the store's count of candidate rows skipped as unreadable.
+pub type RowsUnreadable = Arc<dyn Fn() -> u64 + Send + Sync>;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Route {
@@ -163,7 +167,14 @@ impl Api {
             token,
             handoff: None,
             events: None,
+            rows_unreadable: None,
         }
+    }
+
+    /// Reports the store's unreadable-row count in `/metrics`.
+    pub fn with_rows_unreadable(mut self, count: RowsUnreadable) -> Self {
+        self.rows_unreadable = Some(count);
+        self
     }
 
     /// Serves `hub`'s events on `/api/webhook/events` (without a hub the
@@ -317,6 +328,7 @@ impl Api {
             dispatcher: self.metrics.snapshot(),
             queue,
             handoff: self.handoff.as_ref().map(|h| h.status()),
+            rows_unreadable: self.rows_unreadable.as_ref().map(|count| count()),
         };
         match metrics_text::render(scrape) {
             Ok(text) => Reply {

@@ -48,4 +48,6 @@ pub use payload::{sign, verify, Payload};
 pub use properties::{ErrorCode, ErrorType, Properties, PropertiesError};
 pub use store::{CandidateQuery, Claim, HookLock, QueueStats, Store, StoreError, Written};
 pub use transport::{OutboundRequest, Resolution, Target, Transport};
-pub use windows::{Breaker, ConfigError, Cutoffs, Setting, Settings, WindowWarning, Windows};
+pub use windows::{
+    withheld, Breaker, ConfigError, Cutoffs, Setting, Settings, WindowWarning, Windows,
+};

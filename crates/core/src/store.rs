@@ -24,8 +24,11 @@ pub enum StoreError {
     /// not run its storage upgrade).
     #[error("database {0} does not exist yet")]
     MissingDatabase(String),
-    /// A statement failed.
-    #[error("database query failed")]
+    /// A statement failed. The source's text is shown (a store's own
+    /// error, which names the server's error code and message and never
+    /// carries credentials): "database query failed" alone left a failing
+    /// write-back unexplained in the log.
+    #[error("database query failed: {0}")]
     Query(#[source] BoxError),
     /// A row holds a value outside Phorge's domain.
     #[error("row {id} is malformed: {reason}")]

@@ -17,9 +17,18 @@ use crate::objects::ObjectTables;
 pub const REQUEST_SELECT_LIST: &str = "id, phid, webhookPHID, objectPHID, status, properties, \
      lastRequestResult, lastRequestEpoch, dateCreated, dateModified";
 
+/// The candidate query's columns: [`REQUEST_SELECT_LIST`]'s, except that
+/// `properties` comes only when its length is within the inline limit (the
+/// first parameter; NULL otherwise), and `LENGTH(properties)` last, so a
+/// poll can bound its bytes and fetch larger rows one at a time
+/// ([`CANDIDATE_PROPERTIES`]).
+pub const CANDIDATE_SELECT_LIST: &str = "id, phid, webhookPHID, objectPHID, status, \
+     IF(LENGTH(properties) <= ?, properties, NULL), \
+     lastRequestResult, lastRequestEpoch, dateCreated, dateModified, LENGTH(properties)";
+
 /// The candidate query for a given number of excluded hooks. Parameters:
-/// `lease_cutoff`, `retry_cutoff`, then one hook PHID per exclusion, then
-/// the limit.
+/// the inline limit of [`CANDIDATE_SELECT_LIST`], `lease_cutoff`,
+/// `retry_cutoff`, then one hook PHID per exclusion, then the limit.
 ///
 /// `dateModified = dateCreated` lets a fresh row through at once;
 /// `key_status (status, id)` serves both the filter and the order.
@@ -31,12 +40,19 @@ pub fn candidate_sql(excluded_hooks: usize) -> String {
         format!("\n   AND webhookPHID NOT IN ({marks})")
     };
     format!(
-        "SELECT {REQUEST_SELECT_LIST}\n  FROM herald_webhookrequest\n WHERE status = 'queued'\n   \
+        "SELECT {CANDIDATE_SELECT_LIST}\n  FROM herald_webhookrequest\n WHERE status = 'queued'\n   \
          AND (dateModified = dateCreated OR dateModified <= ?)\n   \
          AND (lastRequestResult <> 'fail' OR lastRequestEpoch <= ?){exclusion}\n \
          ORDER BY id ASC\n LIMIT ?"
     )
 }
+
+/// The `properties` of one candidate too long to come inline, fetched
+/// alone, only while the row is still at the version the candidate query
+/// saw (no row: it changed since, and is no longer this poll's candidate).
+/// Parameters: id, the version seen.
+pub const CANDIDATE_PROPERTIES: &str =
+    "SELECT properties FROM herald_webhookrequest WHERE id = ? AND dateModified = ?";
 
 /// The compare-and-set claim. Parameters: `id`, the version seen.
 ///
@@ -247,8 +263,9 @@ mod tests {
     fn candidate_query_is_the_spec_statement() {
         assert_eq!(
             candidate_sql(0),
-            "SELECT id, phid, webhookPHID, objectPHID, status, properties, \
-             lastRequestResult, lastRequestEpoch, dateCreated, dateModified\n  \
+            "SELECT id, phid, webhookPHID, objectPHID, status, \
+             IF(LENGTH(properties) <= ?, properties, NULL), \
+             lastRequestResult, lastRequestEpoch, dateCreated, dateModified, LENGTH(properties)\n  \
              FROM herald_webhookrequest\n \
              WHERE status = 'queued'\n   \
              AND (dateModified = dateCreated OR dateModified <= ?)\n   \
@@ -265,8 +282,9 @@ mod tests {
             sql.contains("\n   AND webhookPHID NOT IN (?, ?, ?)\n ORDER BY id ASC"),
             "{sql}"
         );
-        assert_eq!(sql.matches('?').count(), 6);
-        assert_eq!(candidate_sql(0).matches('?').count(), 3);
+        assert_eq!(sql.matches('?').count(), 7);
+        assert_eq!(candidate_sql(0).matches('?').count(), 4);
+        assert_eq!(CANDIDATE_PROPERTIES.matches('?').count(), 2);
     }
 
     #[test]
