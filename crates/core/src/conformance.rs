@@ -79,6 +79,7 @@ cases!(
     hook_lock_is_exclusive_until_released,
     a_lock_whose_session_broke_is_no_longer_held,
     a_result_lands_only_while_its_claim_owns_the_row,
+    claims_in_flight_are_the_unanswered_claims_within_their_lease,
     stats_count_rows_and_active_hooks,
     properties_text_is_stored_verbatim,
     object_lookup_lists_the_objects_existing_transactions_newest_first,
@@ -516,6 +517,65 @@ async fn a_lock_whose_session_broke_is_no_longer_held(bed: &dyn TestBed) {
         "the old holder's release must not free the new holder's lock"
     );
     next.release().await.expect("release");
+}
+
+async fn claims_in_flight_are_the_unanswered_claims_within_their_lease(bed: &dyn TestBed) {
+    let now = bed.now().await;
+    let store = bed.store();
+    let in_flight = |cutoff| store.claims_in_flight(HOOK, cutoff);
+    let fresh = bed
+        .insert_request(&request(HOOK, now - 100, now - 100))
+        .await;
+    let claimed = bed
+        .insert_request(&request(HOOK, now - 100, now - 100))
+        .await;
+    let elsewhere = bed
+        .insert_request(&request(OTHER_HOOK, now - 100, now - 100))
+        .await;
+    assert_eq!(
+        in_flight(now - 30).await.expect("count"),
+        0,
+        "{fresh} fresh"
+    );
+    let Claim::Won(version) = store.claim(claimed, now - 100).await.expect("claim") else {
+        panic!("claim won");
+    };
+    store.claim(elsewhere, now - 100).await.expect("claim");
+    assert_eq!(in_flight(now - 30).await.expect("count"), 1, "claimed");
+    assert_eq!(
+        in_flight(version).await.expect("count"),
+        0,
+        "past its lease it is a dead deliverer's row, retried"
+    );
+    // A failed attempt written back (it stays queued) is answered.
+    let properties =
+        crate::properties::Properties::parse(r#"{"retry":"forever"}"#).expect("properties");
+    let (write, _) = crate::outcome::attempt_write(
+        claimed,
+        version,
+        &properties,
+        &crate::outcome::DeliveryResult::Response { status: 500 },
+        now,
+    )
+    .expect("a response is written");
+    assert_eq!(
+        store.write_result(&write).await.expect("write"),
+        Written::Yes
+    );
+    let row = bed.row(claimed).await;
+    assert_eq!(row.status, RequestStatus::Queued);
+    assert_eq!(row.last_request_epoch, row.date_modified, "stamped alike");
+    assert_eq!(in_flight(now - 30).await.expect("count"), 0, "answered");
+    // Claimed again for its retry: in flight again.
+    store
+        .claim(claimed, row.date_modified)
+        .await
+        .expect("claim");
+    assert_eq!(
+        in_flight(now - 30).await.expect("count"),
+        1,
+        "retry in flight"
+    );
 }
 
 async fn stats_count_rows_and_active_hooks(bed: &dyn TestBed) {

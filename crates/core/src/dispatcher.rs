@@ -1310,23 +1310,20 @@ impl Dispatcher {
         }
     }
 
-    /// SPEC §5 step 6: the per-hook lock (kept for the rest of the run) and
-    /// the breaker.
+    /// SPEC §5 step 6: the per-hook lock (kept for the rest of the run, and
+    /// checked before each call: see [`Self::lock_still_ours`]) and the
+    /// breaker.
     async fn may_call(&self, run: &mut HookRun, hook_phid: &str) -> bool {
-        let lease = Duration::from_secs(self.windows.lease_secs());
-        if self.clock.monotonic().saturating_sub(run.lock_acquired_at) >= lease {
-            // Taken afresh once per lease, even within a long run (see
-            // `HeldLock::acquired_at`); the breaker is counted again too.
-            if let Some(lock) = run.lock.take() {
-                release(lock, hook_phid).await;
-                run.breaker_closed = false;
-            }
-        }
         if run.lock.is_none() {
             match self.store.lock_hook(hook_phid).await {
                 Ok(Some(lock)) => {
+                    if !self.nothing_in_flight(hook_phid).await {
+                        release(lock, hook_phid).await;
+                        return false;
+                    }
                     run.lock = Some(lock);
                     run.lock_acquired_at = self.clock.monotonic();
+                    run.breaker_closed = false;
                 }
                 Ok(None) => {
                     bump(&self.metrics.lock_busy);
@@ -1357,6 +1354,29 @@ impl Dispatcher {
             }
             Err(err) => {
                 self.store_failed("breaker count", &err);
+                false
+            }
+        }
+    }
+
+    /// Whether the hook's lock, just taken, may be used at once: a named
+    /// lock dies with its session, so a holder whose session broke in the
+    /// middle of a call leaves the lock free while that call goes on. Its
+    /// claimed row, unwritten and within its lease, says so; the hook
+    /// waits (as if the lock were busy) until that row is written or its
+    /// lease ends, so two calls never reach it at once.
+    async fn nothing_in_flight(&self, hook_phid: &str) -> bool {
+        let lease_cutoff = self.windows.cutoffs(self.clock.now()).lease_cutoff;
+        match self.store.claims_in_flight(hook_phid, lease_cutoff).await {
+            Ok(0) => true,
+            Ok(rows) => {
+                bump(&self.metrics.lock_busy);
+                debug!(event = "hook_call_in_flight", hook = %hook_phid, rows,
+                       "a claim of this hook is unanswered within its lease; waiting for it");
+                false
+            }
+            Err(err) => {
+                self.store_failed("in-flight check", &err);
                 false
             }
         }

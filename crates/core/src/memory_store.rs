@@ -35,6 +35,8 @@ pub enum StoreOp {
     LockHook,
     /// [`HookLock::still_held`]
     LockCheck,
+    /// [`Store::claims_in_flight`]
+    ClaimsInFlight,
     /// [`Store::stats`]
     Stats,
     /// [`Store::hook_count`]
@@ -361,6 +363,26 @@ impl Store for MemoryStore {
                 r.webhook_phid == hook_phid
                     && r.last_request_result == LastResult::Fail
                     && r.last_request_epoch >= since
+            })
+            .count() as u64)
+    }
+
+    async fn claims_in_flight(
+        &self,
+        hook_phid: &str,
+        lease_cutoff: UnixTime,
+    ) -> Result<u64, StoreError> {
+        let mut inner = self.lock();
+        Self::check_fault(&mut inner, StoreOp::ClaimsInFlight)?;
+        Ok(inner
+            .rows
+            .values()
+            .filter(|r| {
+                r.webhook_phid == hook_phid
+                    && r.status == RequestStatus::Queued
+                    && r.date_modified > lease_cutoff
+                    && r.date_modified != r.date_created
+                    && r.date_modified != r.last_request_epoch
             })
             .count() as u64)
     }

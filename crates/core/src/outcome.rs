@@ -245,13 +245,23 @@ pub fn attempt_write(
             AttemptOutcome::GaveUp,
         )
     };
+    // The guard makes the stored version exactly `GREATEST(claimed + 1,
+    // now)`. A row that stays queued has its epoch stamped with that same
+    // value (as PHP's worker stamps both with one `time()`), so a queued
+    // row whose `dateModified` differs from its `lastRequestEpoch` was
+    // claimed after its last write: a call may be in flight (see
+    // `Store::claims_in_flight`). A finished row keeps the plain time.
+    let stamp = match status {
+        RequestStatus::Queued => now.max(claimed_version.saturating_add(1)),
+        RequestStatus::Sent | RequestStatus::Failed => now,
+    };
     let write = ResultWrite {
         id,
         expected_version: claimed_version,
         status,
         last_request_result: last,
-        last_request_epoch: now,
-        date_modified: now,
+        last_request_epoch: stamp,
+        date_modified: stamp,
         properties: updated.to_column(),
     };
     Some((write, outcome))

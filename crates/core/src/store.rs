@@ -128,6 +128,19 @@ pub trait Store: Send + Sync {
     /// `lastRequestEpoch >= since` (rows, not attempts).
     async fn breaker_failures(&self, hook_phid: &str, since: UnixTime) -> Result<u64, StoreError>;
 
+    /// Rows of this hook claimed within their lease (`dateModified >
+    /// lease_cutoff`) whose result is not written yet: `queued`, moved from
+    /// `dateCreated`, and `dateModified <> lastRequestEpoch` (an attempt's
+    /// write-back stamps both alike). A deliverer that has just taken the
+    /// hook's lock asks it before calling: if the last holder's session
+    /// broke mid-call, its call may still be in flight, and the hook must
+    /// wait for it.
+    async fn claims_in_flight(
+        &self,
+        hook_phid: &str,
+        lease_cutoff: UnixTime,
+    ) -> Result<u64, StoreError>;
+
     /// Takes the per-hook serialisation without waiting; `None` when someone
     /// else (another daemon, a PHP worker) holds it.
     async fn lock_hook(&self, hook_phid: &str) -> Result<Option<Box<dyn HookLock>>, StoreError>;

@@ -90,6 +90,15 @@ pub const HOOK: &str = "SELECT id, phid, name, webhookURI, status, hmacKey \
 pub const BREAKER_FAILURES: &str = "SELECT COUNT(*) FROM herald_webhookrequest \
      WHERE webhookPHID = ? AND lastRequestResult = 'fail' AND lastRequestEpoch >= ?";
 
+/// Rows of one hook claimed within their lease and not written since
+/// (`Store::claims_in_flight`). Parameters: hook PHID, lease cutoff.
+/// `lastRequestResult IN ('none', 'fail')` keeps the scan of `key_ratelimit`
+/// to the hook's unsent and failed rows, never its delivered history.
+pub const CLAIMS_IN_FLIGHT: &str = "SELECT COUNT(*) FROM herald_webhookrequest \
+     WHERE webhookPHID = ? AND lastRequestResult IN ('none', 'fail') \
+     AND status = 'queued' AND dateModified > ? \
+     AND dateModified <> dateCreated AND dateModified <> lastRequestEpoch";
+
 /// Row counts by status and hooks not `disabled`, in one round trip; each
 /// status count is an index range count on `key_status`.
 pub const STATS: &str = "SELECT \

@@ -266,6 +266,18 @@ impl Store for MysqlStore {
             .await
     }
 
+    async fn claims_in_flight(
+        &self,
+        hook_phid: &str,
+        lease_cutoff: UnixTime,
+    ) -> Result<u64, StoreError> {
+        self.count(
+            sql::CLAIMS_IN_FLIGHT,
+            vec![hook_phid.into(), lease_cutoff.into()],
+        )
+        .await
+    }
+
     async fn lock_hook(&self, hook_phid: &str) -> Result<Option<Box<dyn HookLock>>, StoreError> {
         Ok(self
             .try_lock_hook(hook_phid)

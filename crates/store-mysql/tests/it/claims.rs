@@ -8,7 +8,8 @@ use webhook_core::{
     Settings, Store, Windows, Written,
 };
 
-use crate::fixture::with_db;
+use crate::fixture::{with_db, TestDb};
+use mysql_async::prelude::Queryable;
 
 const HOOK: &str = "PHID-HWBH-claimsaaaaaaaaaaaaaa";
 
@@ -149,7 +150,10 @@ async fn a_failed_attempt_waits_out_lease_and_backoff_after_a_real_write_back() 
         let failed = db.row(id).await;
         assert_eq!(failed.status, RequestStatus::Queued);
         assert_eq!(failed.last_request_result, LastResult::Fail);
-        assert_eq!(failed.last_request_epoch, at);
+        // Stamped like its version (the claim's second + 1 here), so the
+        // row reads as answered, not as a claim in flight.
+        assert_eq!(failed.last_request_epoch, failed.date_modified);
+        assert!(failed.last_request_epoch > at);
         assert!(
             failed.date_modified > failed.date_created,
             "must not look fresh"
@@ -215,9 +219,17 @@ async fn the_breaker_counts_rows_not_attempts() {
             3
         );
         // The window start is inclusive; rows slide out after it.
-        assert_eq!(store.breaker_failures(HOOK, now).await.expect("count"), 3);
+        let latest = all_epochs(&db).await.into_iter().max().unwrap_or(0);
+        let earliest = all_epochs(&db).await.into_iter().min().unwrap_or(0);
         assert_eq!(
-            store.breaker_failures(HOOK, now + 1).await.expect("count"),
+            store.breaker_failures(HOOK, earliest).await.expect("count"),
+            3
+        );
+        assert_eq!(
+            store
+                .breaker_failures(HOOK, latest + 1)
+                .await
+                .expect("count"),
             0
         );
         assert_eq!(
@@ -259,4 +271,12 @@ async fn several_excluded_hooks_are_left_out() {
         assert!(store.candidates(&q).await.expect("candidates").is_empty());
     })
     .await;
+}
+
+/// Every row's `lastRequestEpoch`.
+async fn all_epochs(db: &TestDb) -> Vec<u64> {
+    let mut conn = db.conn().await;
+    conn.query("SELECT lastRequestEpoch FROM herald_webhookrequest")
+        .await
+        .expect("epochs")
 }

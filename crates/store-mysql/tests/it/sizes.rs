@@ -154,7 +154,7 @@ async fn preserved_unparseable_properties_fit_the_packet() {
         let kept = Properties::preserving_unparseable(&original);
         let write = hook_error_write(
             id,
-            Some(row.date_modified),
+            row.date_modified,
             &kept,
             HookError::InvalidProperties,
             row.date_modified,
@@ -186,7 +186,7 @@ async fn a_failed_write_names_the_servers_code_and_message() {
         let props = Properties::parse("{}").expect("parses");
         let write = hook_error_write(
             id,
-            None,
+            row.date_modified,
             &props,
             HookError::InvalidProperties,
             row.date_modified,
