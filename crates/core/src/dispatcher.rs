@@ -1316,6 +1316,7 @@ impl Dispatcher {
             DeliveryResult::Timeout => &self.metrics.delivered_timeout,
             DeliveryResult::Failed(_) => &self.metrics.delivered_transport_error,
             DeliveryResult::Refused(_) => &self.metrics.hook_errors,
+            DeliveryResult::Local(_) => &self.metrics.hook_errors,
         };
         bump(counter);
     }

@@ -96,6 +96,30 @@ pub enum DeliveryResult {
     Failed(TransportFailure),
     /// A hop (e.g. a redirect) led to a URI the outbound check refuses.
     Refused(UriRefusal),
+    /// This host could not make the call (out of file descriptors or
+    /// memory): nothing reached the receiver and nothing is the receiver's
+    /// fault, so nothing is written and the row is tried again.
+    Local(LocalFailure),
+}
+
+/// A failure of the deliverer's own host, not of the receiver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LocalFailure {
+    /// The process or the system ran out of file descriptors (EMFILE,
+    /// ENFILE).
+    Descriptors,
+    /// The kernel had no memory or buffers for a socket (ENOMEM, ENOBUFS).
+    Memory,
+}
+
+impl LocalFailure {
+    /// A stable name for logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Descriptors => "descriptors",
+            Self::Memory => "memory",
+        }
+    }
 }
 
 impl DeliveryResult {
@@ -180,6 +204,7 @@ pub fn attempt_error(result: &DeliveryResult) -> Option<(ErrorType, i64)> {
         DeliveryResult::Timeout => Some((ErrorType::Timeout, CURL_TIMEOUT_CODE)),
         DeliveryResult::Failed(failure) => Some((ErrorType::Http, failure.curl_code())),
         DeliveryResult::Refused(_) => None,
+        DeliveryResult::Local(_) => None,
     }
 }
 
