@@ -69,6 +69,10 @@ async fn healthz_answers_through_a_flood_of_half_open_connections() {
                 )
             });
         assert!(took < Duration::from_secs(3), "round {round}: {took:?}");
+        eprintln!(
+            "listener: /healthz round {round} answered in {took:?} with {} flood connections",
+            flood.len()
+        );
         // More of the flood arrives between checks.
         for _ in 0..50 {
             if let Ok(stream) = TcpStream::connect(daemon.addr()).await {
@@ -77,6 +81,7 @@ async fn healthz_answers_through_a_flood_of_half_open_connections() {
         }
     }
     let open = open_descriptors(daemon.pid());
+    eprintln!("listener: {open} descriptors open in the daemon (limit {LIMIT})");
     assert!(
         open > 0 && open < LIMIT as usize,
         "{open} descriptors open in the daemon"
@@ -154,6 +159,7 @@ async fn slow_and_silent_clients_are_closed_after_the_header_read_timeout() {
         ("idle keep-alive", kept_took, IDLE * 3),
     ] {
         let took = took.unwrap_or_else(|| panic!("{what}: still open after {bound:?}"));
+        eprintln!("listener: {what} client closed after {took:?}");
         assert!(
             took >= IDLE - Duration::from_millis(500) && took <= most,
             "{what}: closed after {took:?}, expected {IDLE:?}..{most:?}"
