@@ -614,6 +614,47 @@ fn systemd_unit_is_hardened() {
     assert_eq!(exec, ["/usr/local/bin/webhook-daemon"], "ExecStart");
 }
 
+/// `pub const MAX_CONNECTIONS: usize = N;` of the diagnostics listener.
+fn diagnostics_connection_cap() -> u64 {
+    let server = read("bins/webhook-daemon/src/server.rs");
+    server
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("pub const MAX_CONNECTIONS: usize = "))
+        .and_then(|rest| rest.strip_suffix(';'))
+        .map(|n| n.replace('_', ""))
+        .and_then(|n| n.parse().ok())
+        .expect("server.rs declares pub const MAX_CONNECTIONS: usize = N;")
+}
+
+#[test]
+fn deploy_raises_the_descriptor_limit_well_above_the_diagnostics_cap() {
+    // A full diagnostics listener must leave most descriptors to
+    // deliveries and the database pool: at least 16 times its cap.
+    let floor = diagnostics_connection_cap() * 16;
+    let unit = read("deploy/gorge-webhook.service");
+    let limits: Vec<u64> = unit_entries(&unit)
+        .into_iter()
+        .filter(|(s, k, _)| s == "Service" && k == "LimitNOFILE")
+        .map(|(_, _, v)| v.parse().expect("LimitNOFILE is one number (soft = hard)"))
+        .collect();
+    assert!(
+        matches!(limits.as_slice(), [n] if *n >= floor),
+        "deploy/gorge-webhook.service: LimitNOFILE {limits:?}, want one value >= {floor}"
+    );
+    let compose = read("deploy/compose.yaml");
+    let nofile = yaml_block(&compose, &["services", DAEMON_SERVICE, "ulimits", "nofile"])
+        .expect("the daemon service sets ulimits: nofile");
+    for key in ["soft", "hard"] {
+        let value: u64 = yaml_value(&nofile, key)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("ulimits.nofile.{key} is a number"));
+        assert!(
+            value >= floor,
+            "compose ulimits.nofile.{key} = {value} < {floor}"
+        );
+    }
+}
+
 #[test]
 fn systemd_unit_passes_systemd_analyze_verify() {
     // The unit is verified as written, except that ExecStart points at a

@@ -9,7 +9,7 @@
 use std::error::Error;
 use std::io;
 
-use webhook_core::{DeliveryResult, TransportFailure, UriRefusal};
+use webhook_core::{DeliveryResult, LocalFailure, TransportFailure, UriRefusal};
 
 use crate::connector::{HopError, WriteFailed};
 
@@ -45,6 +45,20 @@ pub(crate) struct Facts {
     pub(crate) parse: bool,
     /// The connection closed before the message was complete.
     pub(crate) incomplete: bool,
+    /// An I/O error in the chain says this host ran out of descriptors or
+    /// memory.
+    pub(crate) local: Option<LocalFailure>,
+}
+
+/// Linux's errno values for this host running out of something: EMFILE,
+/// ENFILE (descriptors), ENOMEM, ENOBUFS (socket memory). Numbers, not
+/// `io::ErrorKind`s: std has no stable kinds for them.
+fn local_failure(err: &io::Error) -> Option<LocalFailure> {
+    match err.raw_os_error()? {
+        23 | 24 => Some(LocalFailure::Descriptors),
+        12 | 105 => Some(LocalFailure::Memory),
+        _ => None,
+    }
 }
 
 impl Facts {
@@ -69,6 +83,9 @@ impl Facts {
             if io.kind() == io::ErrorKind::TimedOut {
                 self.io_timed_out = true;
             }
+            if let Some(local) = local_failure(io) {
+                self.local.get_or_insert(local);
+            }
         } else if cause.is::<rustls::Error>() {
             self.tls = true;
         } else if cause.is::<WriteFailed>() {
@@ -83,8 +100,9 @@ impl Facts {
     }
 
     /// The outcome, by precedence: a refusal, then name lookup, then the
-    /// connection setup (timeout, TCP, else TLS), then send, protocol,
-    /// empty reply, and finally receive.
+    /// connection setup (this host out of descriptors or memory, timeout,
+    /// TCP, else TLS), then send, protocol, empty reply, and finally
+    /// receive.
     pub(crate) fn decide(&self, stage: Stage) -> DeliveryResult {
         use TransportFailure as F;
         if let Some(why) = &self.refused {
@@ -98,6 +116,13 @@ impl Facts {
             return DeliveryResult::Timeout;
         }
         if self.tcp_failed {
+            if let Some(local) = self.local {
+                // socket() or connect() failed for want of descriptors or
+                // memory: no packet left this host, so it is not the
+                // receiver refusing (cURL would say 7, and a `retry=never`
+                // row would fail for good over our own shortage).
+                return DeliveryResult::Local(local);
+            }
             return if self.io_timed_out {
                 DeliveryResult::Timeout
             } else {
@@ -197,6 +222,50 @@ mod tests {
         assert_eq!(
             classify(&HopError::SetupTimeout, Stage::Head),
             DeliveryResult::Timeout
+        );
+    }
+
+    #[test]
+    fn running_out_of_descriptors_or_memory_on_connect_is_local() {
+        for (errno, local) in [
+            (24, LocalFailure::Descriptors),
+            (23, LocalFailure::Descriptors),
+            (12, LocalFailure::Memory),
+            (105, LocalFailure::Memory),
+        ] {
+            // As hyper-util's connector reports socket() failing: the
+            // io::Error is the source of its own error type.
+            let err = HopError::Tcp(boxed(io::Error::other(io::Error::from_raw_os_error(errno))));
+            assert_eq!(
+                classify(&err, Stage::Head),
+                DeliveryResult::Local(local),
+                "errno {errno}"
+            );
+        }
+        // Another errno on connect stays a connect failure.
+        let unreachable = HopError::Tcp(boxed(io::Error::from_raw_os_error(101)));
+        assert_eq!(
+            classify(&unreachable, Stage::Head),
+            DeliveryResult::Failed(F::Connect)
+        );
+        // The outbound check still comes first.
+        let ip: IpAddr = "10.0.0.1".parse().expect("ip");
+        let facts = Facts {
+            refused: Some(UriRefusal::DeniedAddress(ip)),
+            tcp_failed: true,
+            local: Some(LocalFailure::Descriptors),
+            ..Facts::default()
+        };
+        assert!(matches!(
+            facts.decide(Stage::Head),
+            DeliveryResult::Refused(_)
+        ));
+        // Past the connect, the same errno is not ours to claim: what the
+        // receiver got is unknown, so it stays a receive failure.
+        let later = io::Error::from_raw_os_error(105);
+        assert_eq!(
+            classify(&later, Stage::Body),
+            DeliveryResult::Failed(F::Receive)
         );
     }
 

@@ -46,6 +46,7 @@
 //! | a hop's URI is not http(s) with a host, its host does not exist, or has a denied address | `Refused(..)` (a permanent hook error `uri`) |
 //! | the resolver failed temporarily while connecting | `Failed(Resolve)` (6) |
 //! | TCP connect refused / unreachable | `Failed(Connect)` (7) |
+//! | creating or connecting the socket failed for want of descriptors (EMFILE, ENFILE) or memory (ENOMEM, ENOBUFS) | `Local(Descriptors / Memory)`: this host's failure, nothing written (cURL would say 7) |
 //! | the response is not HTTP | `Failed(Protocol)` (8) |
 //! | TLS handshake or certificate failure, or the peer hung up mid-handshake | `Failed(Tls)` (35) |
 //! | more redirects than `max_redirects` | `Failed(TooManyRedirects)` (47) |

@@ -410,16 +410,112 @@ impl Transport for HyperTransport {
         // One deadline for everything: connect, TLS, send, response, body,
         // every redirect hop. Dropping the exchange drops its connection,
         // so a stalled receiver holds nothing past it.
-        match tokio::time::timeout(request.timeout, self.exchange(&request)).await {
-            Ok(result) => result,
-            Err(_) => DeliveryResult::Timeout,
+        within_deadline(self.exchange(&request), request.timeout).await
+    }
+}
+
+/// How long an exchange is still polled once its deadline has passed.
+///
+/// A process that was paused (SIGSTOP, a frozen VM, a long GC pause of the
+/// host) wakes with the deadline's timer and the response's readiness
+/// arriving together. The exchange learns of a response only when hyper's
+/// connection task has read it from the socket, and that task may not have
+/// run yet when the timer is seen: without this, an answer the receiver
+/// gave in time is recorded as a timeout and sent again. 50 ms is ample
+/// for a runnable task to run and short beside any delivery timeout.
+pub(crate) const LAST_CHANCE: Duration = Duration::from_millis(50);
+
+/// `exchange`'s result if it finishes within `deadline` (or within
+/// [`LAST_CHANCE`] after it), else [`DeliveryResult::Timeout`].
+pub(crate) async fn within_deadline(
+    exchange: impl std::future::Future<Output = DeliveryResult>,
+    deadline: Duration,
+) -> DeliveryResult {
+    let mut exchange = std::pin::pin!(exchange);
+    if let Ok(result) = tokio::time::timeout(deadline, &mut exchange).await {
+        return result;
+    }
+    match tokio::time::timeout(LAST_CHANCE, &mut exchange).await {
+        Ok(result) => {
+            debug!(event = "response_after_deadline_kept", result = ?result);
+            result
         }
+        Err(_) => DeliveryResult::Timeout,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A response handed over the way hyper hands one over: another task
+    /// (the connection task) must run before the exchange sees it. It is
+    /// woken at `at` and needs one more turn of the scheduler, as reading
+    /// the socket does.
+    fn answer_at(
+        at: Duration,
+        result: DeliveryResult,
+    ) -> tokio::sync::oneshot::Receiver<DeliveryResult> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let start = tokio::time::Instant::now();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(start + at).await;
+            tokio::task::yield_now().await;
+            let _ = tx.send(result);
+        });
+        rx
+    }
+
+    async fn received(rx: tokio::sync::oneshot::Receiver<DeliveryResult>) -> DeliveryResult {
+        rx.await
+            .unwrap_or(DeliveryResult::Failed(TransportFailure::Receive))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_response_ready_as_the_deadline_fires_is_not_a_timeout() {
+        // After a pause, the deadline and the response are due at the same
+        // instant; the timer is seen before the connection task has run.
+        let deadline = Duration::from_secs(15);
+        let rx = answer_at(deadline, DeliveryResult::Response { status: 200 });
+        let started = tokio::time::Instant::now();
+        let result = within_deadline(received(rx), deadline).await;
+        assert_eq!(result, DeliveryResult::Response { status: 200 });
+        assert_eq!(started.elapsed(), deadline);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_response_after_the_last_chance_is_a_timeout() {
+        let deadline = Duration::from_secs(15);
+        let rx = answer_at(
+            deadline + Duration::from_secs(1),
+            DeliveryResult::Response { status: 200 },
+        );
+        let started = tokio::time::Instant::now();
+        assert_eq!(
+            within_deadline(received(rx), deadline).await,
+            DeliveryResult::Timeout
+        );
+        assert_eq!(started.elapsed(), deadline + LAST_CHANCE);
+        let never = std::future::pending::<DeliveryResult>();
+        assert_eq!(
+            within_deadline(never, deadline).await,
+            DeliveryResult::Timeout
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_response_before_the_deadline_is_returned_at_once() {
+        let rx = answer_at(
+            Duration::from_secs(1),
+            DeliveryResult::Response { status: 500 },
+        );
+        let started = tokio::time::Instant::now();
+        assert_eq!(
+            within_deadline(received(rx), Duration::from_secs(15)).await,
+            DeliveryResult::Response { status: 500 }
+        );
+        assert_eq!(started.elapsed(), Duration::from_secs(1));
+    }
 
     fn location(value: &'static str) -> HeaderValue {
         HeaderValue::from_static(value)

@@ -45,9 +45,53 @@ pub(crate) struct HookUri {
     user_info: Option<UserInfo>,
 }
 
+/// The longest URI the `http` crate can hold (`u16::MAX - 1` bytes; it
+/// keeps offsets in `u16`s). cURL has no such limit, and Phorge's
+/// `webhookURI` is LONGTEXT: longer hook URIs are refused as `uri`, a
+/// stated limit (docs/compatibility.md).
+pub(crate) const MAX_URI_LEN: usize = u16::MAX as usize - 1;
+
+/// Checks the port of `host_port` (an authority without user-info) as
+/// cURL's URL parser does: nothing after the colon means the scheme's
+/// default; otherwise only decimal digits (leading zeros allowed) up to
+/// 65535. Port 0 passes, as with cURL, whose connect then fails (7). The
+/// `http` crate takes any other text and quietly drops it, which would
+/// send `:99999` or `:-1` to port 80.
+fn check_port(host_port: &str) -> Result<(), String> {
+    let after_host = match host_port.strip_prefix('[') {
+        Some(bracketed) => match bracketed.split_once(']') {
+            Some((_, rest)) => rest,
+            None => return Err("an IPv6 address without its closing ']'".to_owned()),
+        },
+        None => host_port.find(':').map_or("", |at| &host_port[at..]),
+    };
+    let port = match after_host.strip_prefix(':') {
+        Some(port) => port,
+        None if after_host.is_empty() => return Ok(()),
+        None => return Err("text after the IPv6 address that is not a port".to_owned()),
+    };
+    if port.is_empty() {
+        return Ok(());
+    }
+    if !port.bytes().all(|b| b.is_ascii_digit()) {
+        return Err("the port is not a decimal number".to_owned());
+    }
+    let digits = port.trim_start_matches('0');
+    if digits.len() > 5 || digits.parse::<u32>().is_ok_and(|n| n > 65_535) {
+        return Err(format!("port {digits} is above 65535"));
+    }
+    Ok(())
+}
+
 impl HookUri {
     /// Parses and checks a hook URI; the error says why it is malformed.
     pub(crate) fn parse(text: &str) -> Result<Self, String> {
+        if text.len() > MAX_URI_LEN {
+            return Err(format!(
+                "URI longer than 65,534 bytes, the HTTP library's limit ({} bytes)",
+                text.len()
+            ));
+        }
         let uri: Uri = text
             .parse()
             // The text stays out of the message: it may carry credentials.
@@ -66,6 +110,7 @@ impl HookUri {
             _ => return Err("no host".to_owned()),
         }
         let (uri, user_info) = split_user_info(uri)?;
+        check_port(uri.authority().map(|a| a.as_str()).unwrap_or_default())?;
         Ok(Self { uri, user_info })
     }
 
@@ -275,6 +320,59 @@ mod tests {
         ] {
             assert!(HookUri::parse(bad).is_err(), "{bad:?} must be refused");
         }
+    }
+
+    #[test]
+    fn ports_are_checked_as_curl_checks_them() {
+        // Measured with curl 7.88.1: these are "URL using bad/illegal
+        // format" (3) there; the http crate reads each as "no port" (80).
+        for (bad, why) in [
+            ("http://h:99999/", "port 99999 is above 65535"),
+            ("http://h:65536/", "port 65536 is above 65535"),
+            ("http://h:65616/", "port 65616 is above 65535"),
+            ("http://h:00065536/", "port 65536 is above 65535"),
+            (
+                "http://h:123456789012345678901/",
+                "port 123456789012345678901 is above 65535",
+            ),
+            ("http://h:-1/", "the port is not a decimal number"),
+            ("http://h:+80/", "the port is not a decimal number"),
+            ("http://h:8a/", "the port is not a decimal number"),
+            ("https://u:p@h:99999/", "port 99999 is above 65535"),
+            ("http://[::1]:99999/", "port 99999 is above 65535"),
+            ("http://[::1]:x/", "the port is not a decimal number"),
+        ] {
+            assert_eq!(HookUri::parse(bad).expect_err(bad), why, "{bad}");
+        }
+        // And these curl takes: an empty port is the default, leading
+        // zeros are dropped, 0 is a port (whose connect fails, 7).
+        for (ok, port) in [
+            ("http://h:/", 80),
+            ("https://h:/x", 443),
+            ("http://[::1]:/", 80),
+            ("http://h:08/", 8),
+            ("http://h:000000000000000001/", 1),
+            ("http://h:65535/", 65535),
+            ("http://h:0/", 0),
+            ("https://u:p@h:8443/", 8443),
+        ] {
+            assert_eq!(HookUri::parse(ok).expect(ok).port(), port, "{ok}");
+        }
+        // A redirect is checked the same way.
+        let base = HookUri::parse("http://h/").expect("base");
+        assert!(base.join("http://h:70000/").is_err());
+    }
+
+    #[test]
+    fn uris_longer_than_the_http_crates_limit_are_refused_saying_so() {
+        let head = "http://h/";
+        let longest = format!("{head}{}", "a".repeat(MAX_URI_LEN - head.len()));
+        assert!(HookUri::parse(&longest).is_ok());
+        let longer = format!("{longest}a");
+        assert_eq!(
+            HookUri::parse(&longer).expect_err("too long"),
+            "URI longer than 65,534 bytes, the HTTP library's limit (65535 bytes)"
+        );
     }
 
     #[test]

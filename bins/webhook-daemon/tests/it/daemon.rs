@@ -97,6 +97,18 @@ impl Daemon {
     /// (inherited `GORGE_*` variables are removed). When `env` has no
     /// `GORGE_LISTEN_ADDR`, a free loopback port is chosen.
     pub fn spawn(label: &str, args: &[&str], env: &[(String, String)]) -> Self {
+        Self::spawn_limited(label, args, env, None)
+    }
+
+    /// Like [`Daemon::spawn`]; with `nofile`, the process's soft and hard
+    /// limits on open files are set to it first (`ulimit -n`, then `exec`,
+    /// so the pid is the daemon's).
+    pub fn spawn_limited(
+        label: &str,
+        args: &[&str],
+        env: &[(String, String)],
+        nofile: Option<u32>,
+    ) -> Self {
         let mut env: Vec<(String, String)> = env.to_vec();
         if !env.iter().any(|(k, _)| k == "GORGE_LISTEN_ADDR") {
             env.push((
@@ -116,7 +128,16 @@ impl Daemon {
             .parse()
             .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 9)));
         let bin = bin();
-        let mut command = Command::new(&bin);
+        let mut command = match nofile {
+            None => Command::new(&bin),
+            Some(limit) => {
+                let mut sh = Command::new("sh");
+                sh.args(["-c", "ulimit -n \"$0\" && exec \"$@\""])
+                    .arg(limit.to_string())
+                    .arg(&bin);
+                sh
+            }
+        };
         command
             .args(args)
             .stdin(Stdio::null())

@@ -9,6 +9,7 @@ mod daemon;
 mod e2e;
 mod handoff;
 mod hostile;
+mod listener;
 mod live;
 mod objects;
 mod outage;

@@ -270,3 +270,63 @@ async fn a_truncated_body_is_a_receive_failure() {
     let result = deliver(&transport, outbound(&server.url("/"), GUARD)).await;
     assert_eq!(result, DeliveryResult::Failed(TransportFailure::Receive));
 }
+
+/// Set in the child process of
+/// [`running_out_of_descriptors_on_connect_is_a_local_failure`].
+const DESCRIPTOR_CHILD: &str = "WEBHOOK_TEST_DESCRIPTOR_CHILD";
+
+#[tokio::test]
+async fn running_out_of_descriptors_on_connect_is_a_local_failure() {
+    if std::env::var_os(DESCRIPTOR_CHILD).is_some() {
+        return out_of_descriptors_in_this_process().await;
+    }
+    // The descriptor table is the process's: this test runs itself again
+    // in a child (`ulimit -n 64`, the same test binary, only this test), so
+    // the tests beside it keep their descriptors.
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let output = std::process::Command::new("sh")
+        .args(["-c", "ulimit -n 64 && exec \"$0\" \"$@\""])
+        .arg(exe)
+        .args([
+            "--exact",
+            "failures::running_out_of_descriptors_on_connect_is_a_local_failure",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(DESCRIPTOR_CHILD, "1")
+        .output()
+        .expect("run the test binary under ulimit -n 64");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.contains("1 passed"),
+        "the child failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+}
+
+async fn out_of_descriptors_in_this_process() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let transport = transport(local_config());
+    // Fill the descriptor table, so the connect's socket() gets EMFILE.
+    let mut held = Vec::new();
+    loop {
+        match std::fs::File::open("/dev/null") {
+            Ok(file) => held.push(file),
+            Err(err) if err.raw_os_error() == Some(24) => break,
+            Err(err) => panic!("open /dev/null: {err}"),
+        }
+        assert!(held.len() < 100_000, "the descriptor limit was not lowered");
+    }
+    let result = deliver(&transport, outbound(&format!("http://{addr}/"), GUARD)).await;
+    drop(held);
+    assert_eq!(
+        result,
+        DeliveryResult::Local(webhook_core::LocalFailure::Descriptors)
+    );
+    // With descriptors back, the same receiver is reached.
+    let accepted = tokio::spawn(async move { listener.accept().await.is_ok() });
+    let _ = deliver(&transport, outbound(&format!("http://{addr}/"), SHORT)).await;
+    assert!(accepted.await.expect("accept task"), "connected afterwards");
+}

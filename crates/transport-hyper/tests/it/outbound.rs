@@ -208,3 +208,61 @@ async fn localhost_through_the_system_resolver() {
         other => panic!("localhost not resolved: {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn invalid_ports_are_refused_as_malformed_like_curl_does() {
+    // The http crate reads these as "no port": they went to port 80.
+    let transport = transport(local_config());
+    for (uri, why) in [
+        ("http://127.0.0.1:99999/", "port 99999 is above 65535"),
+        ("http://127.0.0.1:65616/", "port 65616 is above 65535"),
+        ("http://127.0.0.1:-1/", "the port is not a decimal number"),
+        (
+            "https://hooks.example:44x3/",
+            "the port is not a decimal number",
+        ),
+    ] {
+        let expected = UriRefusal::Malformed(why.to_owned());
+        assert_eq!(
+            transport.resolve(uri).await,
+            Resolution::Refused(expected.clone()),
+            "{uri}"
+        );
+        assert_eq!(
+            deliver(&transport, outbound(uri, GUARD)).await,
+            DeliveryResult::Refused(expected),
+            "{uri}"
+        );
+    }
+    // Port 0 is a port to cURL too; nothing listens there (7).
+    assert_eq!(
+        deliver(&transport, outbound("http://127.0.0.1:0/", GUARD)).await,
+        DeliveryResult::Failed(TransportFailure::Connect)
+    );
+}
+
+#[tokio::test]
+async fn an_empty_port_is_the_schemes_default_like_curl() {
+    let transport = transport(local_config());
+    for (uri, port) in [("http://127.0.0.1:/x", 80), ("https://127.0.0.1:/x", 443)] {
+        let resolution = transport.resolve(uri).await;
+        assert!(
+            matches!(&resolution, Resolution::Ready(target)
+                if target.addrs == [SocketAddr::from(([127, 0, 0, 1], port))]),
+            "{uri}: {resolution:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_uri_past_the_http_crates_limit_is_refused_saying_why() {
+    let transport = transport(local_config());
+    let uri = format!("http://127.0.0.1/{}", "a".repeat(70_000));
+    let Resolution::Refused(UriRefusal::Malformed(why)) = transport.resolve(&uri).await else {
+        panic!("a 70,017-byte URI must be refused");
+    };
+    assert_eq!(
+        why,
+        "URI longer than 65,534 bytes, the HTTP library's limit (70017 bytes)"
+    );
+}
