@@ -15,3 +15,4 @@ mod readiness;
 mod reads;
 mod rows;
 mod schema;
+mod timeouts;
