@@ -111,7 +111,8 @@ impl StreamUrl {
         let invalid = || AdminError::Setting {
             variable: "GORGE_LISTEN_ADDR".to_owned(),
             reason: format!(
-                "{text:?} is not an address like :8160 or 127.0.0.1:8160; pass --url instead"
+                "is not an address like :8160 or 127.0.0.1:8160 ({}); pass --url instead",
+                webhook_core::withheld(text)
             ),
         };
         let addr: SocketAddr = match text.strip_prefix(':') {

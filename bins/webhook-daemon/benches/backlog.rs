@@ -1799,7 +1799,12 @@ async fn time_candidates(
         .await
         .expect("bench: prepare candidates");
     let cutoffs = windows.cutoffs(now_unix());
-    let params = (cutoffs.lease_cutoff, cutoffs.retry_cutoff, limit as u64);
+    let params = (
+        4096u64,
+        cutoffs.lease_cutoff,
+        cutoffs.retry_cutoff,
+        limit as u64,
+    );
     // Warm the statement and the pages it touches.
     let warm: Vec<Row> = conn
         .exec(&statement, params)

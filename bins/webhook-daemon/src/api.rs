@@ -138,6 +138,7 @@ pub struct Api {
     events: Option<Arc<EventHub>>,
     /// Turns for the database-backed routes ([`DB_ROUTES_AT_ONCE`]).
     db_turns: Semaphore,
+    rows_unreadable: Option<RowsUnreadable>,
 }
 
 /// Why a database-backed request got no answer from the store.
@@ -149,6 +150,9 @@ enum Unanswered {
     /// The store did not answer within the bound.
     Late,
 }
+
+/// Reads the store's count of candidate rows skipped as unreadable.
+pub type RowsUnreadable = Arc<dyn Fn() -> u64 + Send + Sync>;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Route {
@@ -196,6 +200,7 @@ impl Api {
             token,
             handoff: None,
             events: None,
+            rows_unreadable: None,
             db_turns: Semaphore::new(DB_ROUTES_AT_ONCE),
         }
     }
@@ -227,6 +232,12 @@ impl Api {
                 .await
                 .unwrap_or(Err(Unanswered::Late)),
         }
+    }
+
+    /// Reports the store's unreadable-row count in `/metrics`.
+    pub fn with_rows_unreadable(mut self, count: RowsUnreadable) -> Self {
+        self.rows_unreadable = Some(count);
+        self
     }
 
     /// Serves `hub`'s events on `/api/webhook/events` (without a hub the
@@ -415,6 +426,7 @@ impl Api {
             dispatcher: self.metrics.snapshot(),
             queue,
             handoff: self.handoff.as_ref().map(|h| h.status()),
+            rows_unreadable: self.rows_unreadable.as_ref().map(|count| count()),
         };
         match metrics_text::render(scrape) {
             Ok(text) => Reply {

@@ -148,7 +148,11 @@ pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
             ServiceToken::new(&config.service_token),
         )
         .with_handoff(Arc::clone(&handoff))
-        .with_events(Arc::clone(&events)),
+        .with_events(Arc::clone(&events))
+        .with_rows_unreadable({
+            let store = Arc::clone(&store);
+            Arc::new(move || store.rows_unreadable())
+        }),
     );
     let (stop, stopped) = watch::channel(false);
     let server = tokio::spawn(server::serve(listener, api, signalled(stopped.clone())));

@@ -9,7 +9,7 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 use tracing_subscriber::EnvFilter;
-use webhook_core::{Settings, Windows};
+use webhook_core::{withheld, Settings, Windows};
 use webhook_store_mysql::local_config::{LocalConfig, LocalConfigError, VARIABLE as LOCAL_CONFIG};
 use webhook_store_mysql::{MysqlConfig, MysqlError};
 use webhook_transport_hyper::TransportConfig;
@@ -274,7 +274,7 @@ impl Reader<'_> {
             Some(raw) => raw
                 .trim()
                 .parse()
-                .map_err(|_| invalid(name, format!("{raw:?} is not a whole number"))),
+                .map_err(|_| invalid(name, format!("is not a whole number ({})", withheld(&raw)))),
         }
     }
 }
@@ -295,10 +295,14 @@ impl DaemonConfig {
             .map_err(|reason| invalid("GORGE_LISTEN_ADDR", reason))?;
         let raw_filter = read.text("GORGE_LOG_LEVEL", "info");
         let log_filter = trim_directives(&raw_filter);
-        EnvFilter::try_new(&log_filter).map_err(|e| {
+        // The parser's own message quotes the directive, so it is left out.
+        EnvFilter::try_new(&log_filter).map_err(|_| {
             invalid(
                 "GORGE_LOG_LEVEL",
-                format!("{raw_filter:?} is not a level or tracing filter: {e}"),
+                format!(
+                    "is not a level or tracing filter ({})",
+                    withheld(&raw_filter)
+                ),
             )
         })?;
         let log_format = match read.text("GORGE_LOG_FORMAT", "text").trim() {
@@ -307,7 +311,7 @@ impl DaemonConfig {
             other => {
                 return Err(invalid(
                     "GORGE_LOG_FORMAT",
-                    format!("{other:?} is not text or json"),
+                    format!("is not text or json ({})", withheld(other)),
                 ))
             }
         };
@@ -315,7 +319,7 @@ impl DaemonConfig {
         if !(1..=3_600).contains(&grace) {
             return Err(invalid(
                 "GORGE_WEBHOOK_SHUTDOWN_GRACE_SEC",
-                format!("must be between 1 and 3600 (got {grace})"),
+                "must be between 1 and 3600".to_owned(),
             ));
         }
         let event_streams: usize =
@@ -323,7 +327,7 @@ impl DaemonConfig {
         if !(1..=1_024).contains(&event_streams) {
             return Err(invalid(
                 "GORGE_WEBHOOK_EVENT_STREAMS",
-                format!("must be between 1 and 1024 (got {event_streams})"),
+                "must be between 1 and 1024".to_owned(),
             ));
         }
         let transport = TransportConfig::from_env_with(|name| (read.get)(name))
@@ -364,13 +368,20 @@ fn trim_directives(filter: &str) -> String {
 fn parse_listen(text: &str) -> Result<SocketAddr, String> {
     let text = text.trim();
     if let Some(port) = text.strip_prefix(':') {
-        let port: u16 = port
-            .parse()
-            .map_err(|_| format!("{text:?}: port is not a number from 0 to 65535"))?;
+        let port: u16 = port.parse().map_err(|_| {
+            format!(
+                "the port is not a number from 0 to 65535 ({})",
+                withheld(text)
+            )
+        })?;
         return Ok(SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port));
     }
-    text.parse()
-        .map_err(|_| format!("{text:?} is not an address like :8160, 127.0.0.1:8160 or [::1]:8160"))
+    text.parse().map_err(|_| {
+        format!(
+            "is not an address like :8160, 127.0.0.1:8160 or [::1]:8160 ({})",
+            withheld(text)
+        )
+    })
 }
 
 /// The `--help` text.
@@ -500,6 +511,36 @@ mod tests {
             assert_eq!(err.variable, name, "{name}={value}: {err}");
             assert!(err.to_string().starts_with(name));
         }
+    }
+
+    /// A password pasted into the wrong variable must not be printed: no
+    /// refused value is echoed, whatever the variable, whether it failed to
+    /// parse or parsed to a number out of range.
+    #[test]
+    fn refused_values_are_never_echoed() {
+        let secrets = [
+            "hunter2:s3cr\u{e9}t/`x y=",
+            "987654321987",
+            "9876543219876543219876",
+        ];
+        let mut refused = 0;
+        for secret in secrets {
+            for v in VARIABLES {
+                for extra in [None, Some(("GORGE_WEBHOOK_MYSQL_TLS", "true"))] {
+                    let mut pairs = vec![(v.name, secret)];
+                    pairs.extend(extra);
+                    if let Err(err) = parse(&pairs) {
+                        refused += 1;
+                        let text = format!("{err} {err:?}");
+                        for needle in [secret, "hunter2", "98765"] {
+                            assert!(!text.contains(needle), "{}={secret}: {text}", v.name);
+                        }
+                    }
+                }
+            }
+        }
+        // Most variables refuse such values: the check saw real messages.
+        assert!(refused > 40, "{refused}");
     }
 
     #[test]

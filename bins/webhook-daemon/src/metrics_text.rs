@@ -23,6 +23,8 @@ pub struct Scrape {
     pub queue: Option<QueueStats>,
     /// The hand-off checks, where the daemon runs them.
     pub handoff: Option<HandOffStatus>,
+    /// Candidate rows the store skipped as unreadable, where it counts them.
+    pub rows_unreadable: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -152,9 +154,33 @@ impl Collector for ScrapeCollector {
                 "Results that could not be stored (the row is sent again after its lease)",
                 d.writeback_failures,
             ),
+            (
+                "gorge_webhook_writeback_stale",
+                "Results dropped unwritten because another deliverer claimed the row after this claim's lease",
+                d.writeback_stale,
+            ),
+            (
+                "gorge_webhook_lock_lost",
+                "Hook runs stopped because the hook lock's database session was lost before a call",
+                d.lock_lost,
+            ),
+            (
+                "gorge_webhook_local_failures",
+                "Calls this host could not make (out of file descriptors or memory); nothing written, retried after the lease",
+                d.local_failures,
+            ),
         ];
         for (name, help, value) in simple {
             counter(&mut encoder, name, help, &[(none(), value)])?;
+        }
+        if let Some(skipped) = self.0.rows_unreadable {
+            counter(
+                &mut encoder,
+                "gorge_webhook_rows_unreadable",
+                "Candidate rows skipped because they could not be read (wider than the \
+                 connection's max_allowed_packet), once per poll that met one; they stay queued",
+                &[(none(), skipped)],
+            )?;
         }
         gauge(
             &mut encoder,
@@ -288,8 +314,13 @@ mod tests {
                 active_hooks: 2,
             }),
             handoff: None,
+            rows_unreadable: Some(4),
         })
         .expect("encodes");
+        assert!(
+            text.contains("gorge_webhook_rows_unreadable_total 4"),
+            "{text}"
+        );
         assert!(
             text.contains("gorge_webhook_deliveries_total{outcome=\"ok\"} 5"),
             "{text}"
@@ -313,6 +344,7 @@ mod tests {
             },
             queue: None,
             handoff: None,
+            rows_unreadable: None,
         })
         .expect("encodes");
         assert!(text.contains("gorge_webhook_database_up 0"), "{text}");
@@ -327,6 +359,7 @@ mod tests {
                 ..MetricsSnapshot::default()
             },
             queue: None,
+            rows_unreadable: None,
             handoff: Some(HandOffStatus {
                 silent_mode: Sight {
                     local_config,

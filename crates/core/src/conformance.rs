@@ -36,6 +36,10 @@ pub trait TestBed: Send + Sync {
     async fn insert_task(&self, object_phid: &str, transactions: &[&str]);
     /// Destroys an object and its transactions, as `bin/remove destroy`.
     async fn destroy_task(&self, object_phid: &str);
+    /// Breaks the database session holding this hook's lock behind its
+    /// holder's back (as a cut connection or a `KILL` does): the server
+    /// frees the lock.
+    async fn lose_lock_session(&self, hook_phid: &str);
 }
 
 /// One named conformance case.
@@ -73,6 +77,9 @@ cases!(
     breaker_counts_failed_rows_in_the_window,
     hook_lookup_returns_the_row_or_nothing,
     hook_lock_is_exclusive_until_released,
+    a_lock_whose_session_broke_is_no_longer_held,
+    a_result_lands_only_while_its_claim_owns_the_row,
+    claims_in_flight_are_the_unanswered_claims_within_their_lease,
     stats_count_rows_and_active_hooks,
     properties_text_is_stored_verbatim,
     object_lookup_lists_the_objects_existing_transactions_newest_first,
@@ -224,7 +231,7 @@ async fn same_second_claim_still_changes_the_version(bed: &dyn TestBed) {
     let id = bed.insert_request(&request(HOOK, ahead, ahead)).await;
     assert_eq!(
         bed.store().claim(id, ahead).await.expect("claim"),
-        Claim::Won
+        Claim::Won(ahead + 1)
     );
     let row = bed.row(id).await;
     assert_eq!(row.date_modified, ahead + 1);
@@ -241,16 +248,62 @@ async fn claim_moves_the_version_to_server_time(bed: &dyn TestBed) {
     let id = bed
         .insert_request(&request(HOOK, now - 500, now - 500))
         .await;
-    assert_eq!(
-        bed.store().claim(id, now - 500).await.expect("claim"),
-        Claim::Won
-    );
+    let Claim::Won(claimed) = bed.store().claim(id, now - 500).await.expect("claim") else {
+        panic!("a fresh row's claim is won");
+    };
     let after = bed.now().await;
     let version = bed.row(id).await.date_modified;
     assert!(
         (now..=after).contains(&version),
         "{version} not in {now}..={after}"
     );
+    assert_eq!(claimed, version, "the claim reports the version it wrote");
+}
+
+async fn a_result_lands_only_while_its_claim_owns_the_row(bed: &dyn TestBed) {
+    // A deliverer paused past its lease: another claims the row (from the
+    // version the first claim wrote) and stores its success; the paused
+    // one's late result must not be stored over it.
+    let now = bed.now().await;
+    let id = bed
+        .insert_request(&request(HOOK, now - 500, now - 500))
+        .await;
+    let Claim::Won(first) = bed.store().claim(id, now - 500).await.expect("claim") else {
+        panic!("first claim won");
+    };
+    let Claim::Won(second) = bed.store().claim(id, first).await.expect("claim") else {
+        panic!("a claim after the lease wins");
+    };
+    assert!(second > first, "{second} > {first}");
+    let result = |expected_version, status, last_request_result| ResultWrite {
+        id,
+        expected_version,
+        status,
+        last_request_result,
+        last_request_epoch: now,
+        date_modified: now,
+        properties: r#"{"errorType":"timeout","errorCode":28}"#.to_owned(),
+    };
+    assert_eq!(
+        bed.store()
+            .write_result(&result(second, RequestStatus::Sent, LastResult::Okay))
+            .await
+            .expect("write"),
+        Written::Yes
+    );
+    let stored = bed.row(id).await;
+    assert_eq!(
+        bed.store()
+            .write_result(&result(first, RequestStatus::Queued, LastResult::Fail))
+            .await
+            .expect("write"),
+        Written::Skipped,
+        "the stale claim's result"
+    );
+    let after = bed.row(id).await;
+    assert_eq!(after.status, RequestStatus::Sent);
+    assert_eq!(after.last_request_result, LastResult::Okay);
+    assert_eq!(after.date_modified, stored.date_modified);
 }
 
 async fn two_claimers_of_one_version_one_wins(bed: &dyn TestBed) {
@@ -258,8 +311,11 @@ async fn two_claimers_of_one_version_one_wins(bed: &dyn TestBed) {
     let id = bed.insert_request(&request(HOOK, now, now)).await;
     let (a, b) = futures::join!(bed.store().claim(id, now), bed.store().claim(id, now));
     let mut outcomes = [a.expect("claim a"), b.expect("claim b")];
-    outcomes.sort_by_key(|c| *c == Claim::Won);
-    assert_eq!(outcomes, [Claim::Lost, Claim::Won]);
+    outcomes.sort_by_key(|c| matches!(c, Claim::Won(_)));
+    assert!(
+        matches!(outcomes, [Claim::Lost, Claim::Won(v)] if v > now),
+        "{outcomes:?}"
+    );
 }
 
 async fn claim_needs_a_queued_row(bed: &dyn TestBed) {
@@ -287,7 +343,7 @@ async fn write_result_sets_every_column(bed: &dyn TestBed) {
     let before = bed.row(id).await;
     let write = ResultWrite {
         id,
-        expected_version: None,
+        expected_version: now - 50,
         status: RequestStatus::Sent,
         last_request_result: LastResult::Okay,
         last_request_epoch: now,
@@ -326,11 +382,11 @@ async fn write_in_the_claim_second_still_advances_the_version(bed: &dyn TestBed)
     let id = bed.insert_request(&request(HOOK, ahead, ahead)).await;
     assert_eq!(
         bed.store().claim(id, ahead).await.expect("claim"),
-        Claim::Won
+        Claim::Won(ahead + 1)
     );
     let write = ResultWrite {
         id,
-        expected_version: None,
+        expected_version: ahead + 1,
         status: RequestStatus::Queued,
         last_request_result: LastResult::Fail,
         last_request_epoch: ahead,
@@ -353,7 +409,7 @@ async fn guarded_write_lands_only_on_an_untouched_row(bed: &dyn TestBed) {
     let id = bed.insert_request(&request(HOOK, now, now)).await;
     let write = |expected| ResultWrite {
         id,
-        expected_version: Some(expected),
+        expected_version: expected,
         status: RequestStatus::Failed,
         last_request_result: LastResult::None,
         last_request_epoch: 0,
@@ -440,6 +496,88 @@ async fn hook_lock_is_exclusive_until_released(bed: &dyn TestBed) {
     other.release().await.expect("release");
 }
 
+async fn a_lock_whose_session_broke_is_no_longer_held(bed: &dyn TestBed) {
+    let store = bed.store();
+    let mut lock = store.lock_hook(HOOK).await.expect("lock").expect("free");
+    assert!(lock.still_held().await.expect("check"), "just taken");
+    assert!(lock.still_held().await.expect("check"), "asking keeps it");
+    assert!(store.lock_hook(HOOK).await.expect("lock").is_none());
+    bed.lose_lock_session(HOOK).await;
+    // The broken session cannot answer, or says the lock is not its own.
+    assert!(!matches!(lock.still_held().await, Ok(true)));
+    let next = store
+        .lock_hook(HOOK)
+        .await
+        .expect("lock")
+        .expect("freed by the server with the session");
+    let _ = lock.release().await;
+    let mut next = next;
+    assert!(
+        next.still_held().await.expect("check"),
+        "the old holder's release must not free the new holder's lock"
+    );
+    next.release().await.expect("release");
+}
+
+async fn claims_in_flight_are_the_unanswered_claims_within_their_lease(bed: &dyn TestBed) {
+    let now = bed.now().await;
+    let store = bed.store();
+    let in_flight = |cutoff| store.claims_in_flight(HOOK, cutoff);
+    let fresh = bed
+        .insert_request(&request(HOOK, now - 100, now - 100))
+        .await;
+    let claimed = bed
+        .insert_request(&request(HOOK, now - 100, now - 100))
+        .await;
+    let elsewhere = bed
+        .insert_request(&request(OTHER_HOOK, now - 100, now - 100))
+        .await;
+    assert_eq!(
+        in_flight(now - 30).await.expect("count"),
+        0,
+        "{fresh} fresh"
+    );
+    let Claim::Won(version) = store.claim(claimed, now - 100).await.expect("claim") else {
+        panic!("claim won");
+    };
+    store.claim(elsewhere, now - 100).await.expect("claim");
+    assert_eq!(in_flight(now - 30).await.expect("count"), 1, "claimed");
+    assert_eq!(
+        in_flight(version).await.expect("count"),
+        0,
+        "past its lease it is a dead deliverer's row, retried"
+    );
+    // A failed attempt written back (it stays queued) is answered.
+    let properties =
+        crate::properties::Properties::parse(r#"{"retry":"forever"}"#).expect("properties");
+    let (write, _) = crate::outcome::attempt_write(
+        claimed,
+        version,
+        &properties,
+        &crate::outcome::DeliveryResult::Response { status: 500 },
+        now,
+    )
+    .expect("a response is written");
+    assert_eq!(
+        store.write_result(&write).await.expect("write"),
+        Written::Yes
+    );
+    let row = bed.row(claimed).await;
+    assert_eq!(row.status, RequestStatus::Queued);
+    assert_eq!(row.last_request_epoch, row.date_modified, "stamped alike");
+    assert_eq!(in_flight(now - 30).await.expect("count"), 0, "answered");
+    // Claimed again for its retry: in flight again.
+    store
+        .claim(claimed, row.date_modified)
+        .await
+        .expect("claim");
+    assert_eq!(
+        in_flight(now - 30).await.expect("count"),
+        1,
+        "retry in flight"
+    );
+}
+
 async fn stats_count_rows_and_active_hooks(bed: &dyn TestBed) {
     let now = bed.now().await;
     for (status, n) in [
@@ -483,7 +621,7 @@ async fn properties_text_is_stored_verbatim(bed: &dyn TestBed) {
     assert_eq!(bed.row(id).await.properties, text);
     let write = ResultWrite {
         id,
-        expected_version: None,
+        expected_version: now,
         status: RequestStatus::Queued,
         last_request_result: LastResult::Fail,
         last_request_epoch: now,
@@ -598,6 +736,9 @@ mod memory {
         }
         async fn destroy_task(&self, object_phid: &str) {
             self.store.destroy_object(object_phid);
+        }
+        async fn lose_lock_session(&self, _hook_phid: &str) {
+            self.store.lose_lock_sessions();
         }
     }
 

@@ -24,7 +24,7 @@ use crate::clock::Clock;
 use crate::events::{Event, EventKind, EventSink};
 use crate::hold::SilentMode;
 use crate::metrics::{bump, Metrics};
-use crate::model::{Hook, RequestRow};
+use crate::model::{Hook, RequestRow, UnixTime};
 use crate::objects::{ObjectLookup, PhorgeObjects, Unseen};
 use crate::outcome::{
     attempt_error, attempt_write, hook_error_write, AttemptOutcome, DeliveryResult, HookError,
@@ -62,6 +62,11 @@ const CLAIM_AHEAD_MAX: usize = 16;
 /// Write-backs a hook run may have in flight before it waits for them:
 /// enough for a whole claim group.
 const WRITES_BEHIND_MAX: usize = CLAIM_AHEAD_MAX;
+/// A call that takes at least this long is reported (`hook_slow`), at most
+/// once per [`SLOW_REPORT_INTERVAL`] per hook: such a hook holds one of the
+/// `max_concurrent` slots while it answers, and nothing else.
+const SLOW_CALL: Duration = Duration::from_secs(1);
+const SLOW_REPORT_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Delivers queued requests. Cheap to share: `run` takes `&self`.
 pub struct Dispatcher {
@@ -79,6 +84,8 @@ pub struct Dispatcher {
     objects: Option<Arc<dyn PhorgeObjects>>,
     /// Why objects could not be looked up, each logged once.
     unseen_reported: Mutex<HashSet<Unseen>>,
+    /// When each slow hook was last reported.
+    slow_reported: Mutex<HashMap<String, Duration>>,
     events: Option<Arc<dyn EventSink>>,
     /// The hold last reported as an event.
     reported_hold: AtomicBool,
@@ -192,6 +199,32 @@ impl Backlog {
         }
     }
 
+    /// Rows waiting for a hook that is not running: what the next runs
+    /// can start on. Rows a running hook holds do not count, so a slow
+    /// hook's queue never keeps the others from being polled.
+    fn startable(&self) -> usize {
+        self.waiting
+            .iter()
+            .filter(|(hook, _)| !self.active.contains(*hook))
+            .map(|(_, rows)| rows.len())
+            .sum()
+    }
+
+    /// Hooks to leave out of the next candidate query: those kept out for
+    /// a while, and those running now (their rows are in hand; re-reading
+    /// them would only crowd out other hooks' rows).
+    fn hooks_to_exclude(&self) -> Vec<String> {
+        let mut hooks: Vec<String> = self
+            .excluded
+            .keys()
+            .chain(self.active.iter())
+            .cloned()
+            .collect();
+        hooks.sort();
+        hooks.dedup();
+        hooks
+    }
+
     fn drop_waiting(&mut self) {
         for rows in self.waiting.drain().map(|(_, rows)| rows) {
             for id in rows.keys() {
@@ -235,8 +268,15 @@ struct Claimed<'r> {
     hook: &'r Hook,
     target: Result<Target, TransportFailure>,
     transactions: Transactions,
-    /// Read before the claim was sent: its lease began no earlier.
-    claimed_at: Duration,
+    claim: ClaimToken,
+}
+
+/// A won claim: when it was sent (its lease began no earlier) and the
+/// version it wrote, which guards every write of its result.
+#[derive(Debug, Clone, Copy)]
+struct ClaimToken {
+    at: Duration,
+    version: UnixTime,
 }
 
 /// A row that passed steps 1–5.
@@ -305,8 +345,8 @@ struct AheadRow {
 
 /// How the claim of a row taken along went.
 enum AheadClaim {
-    /// Ours, with its object as checked beside the claim.
-    Won(Properties, ObjectCheck),
+    /// Ours at this version, with its object as checked beside the claim.
+    Won(Properties, ObjectCheck, UnixTime),
     /// Another deliverer has it.
     Lost,
     /// The claim failed: it may or may not have landed.
@@ -364,6 +404,7 @@ impl Dispatcher {
             silent_mode: None,
             objects: None,
             unseen_reported: Mutex::new(HashSet::new()),
+            slow_reported: Mutex::new(HashMap::new()),
             events: None,
             reported_hold: AtomicBool::new(false),
         }
@@ -457,7 +498,7 @@ impl Dispatcher {
         let mut finished: Vec<RunReport> = Vec::new();
         loop {
             let now = self.clock.monotonic();
-            if !stopping && now >= next_poll && backlog.pending.len() < low_water {
+            if !stopping && now >= next_poll && backlog.startable() < low_water {
                 if alongside(self.hold_now(), &mut runs, |r| finished.push(r)).await {
                     backlog.drop_waiting();
                 }
@@ -508,7 +549,7 @@ impl Dispatcher {
             if stopping && runs.is_empty() {
                 break;
             }
-            let poll_wanted = !stopping && backlog.pending.len() < low_water;
+            let poll_wanted = !stopping && backlog.startable() < low_water;
             if poll_wanted && timer.is_none() {
                 let now = self.clock.monotonic();
                 timer = Some(self.clock.sleep(next_poll.saturating_sub(now)));
@@ -570,7 +611,7 @@ impl Dispatcher {
         let query = CandidateQuery {
             cutoffs: self.windows.cutoffs(self.clock.now()),
             limit,
-            exclude_hooks: backlog.excluded.keys().cloned().collect(),
+            exclude_hooks: backlog.hooks_to_exclude(),
         };
         bump(&self.metrics.polls);
         match self.store.candidates(&query).await {
@@ -762,14 +803,14 @@ impl Dispatcher {
         if let Ok(target) = &target {
             self.keep_claimed(run, &hook, target, claimed_at, along, claims);
         }
-        match first {
-            Ok(Claim::Won) => {}
+        let version = match first {
+            Ok(Claim::Won(version)) => version,
             Ok(Claim::Lost) => {
                 self.after_attempt(run, &hook.phid, false);
                 return Step::Next;
             }
             Err(_) => return Step::StopRun,
-        }
+        };
         // Its lease runs from its own claim, which may have committed well
         // before the slowest of its group's.
         if !run.claimed.is_empty() && self.left_late(run, row, claimed_at) {
@@ -781,7 +822,10 @@ impl Dispatcher {
             hook: &hook,
             target,
             transactions,
-            claimed_at,
+            claim: ClaimToken {
+                at: claimed_at,
+                version,
+            },
         };
         self.attempt(run, claimed, stored_later).await
     }
@@ -942,7 +986,7 @@ impl Dispatcher {
                 Ok(claim) => {
                     self.note_claim(row, &hook.phid, claim);
                     match claim {
-                        Claim::Won => AheadClaim::Won(properties, check),
+                        Claim::Won(version) => AheadClaim::Won(properties, check, version),
                         Claim::Lost => AheadClaim::Lost,
                     }
                 }
@@ -964,7 +1008,7 @@ impl Dispatcher {
 
     fn note_claim(&self, row: &RequestRow, hook_phid: &str, claim: Claim) {
         match claim {
-            Claim::Won => {
+            Claim::Won(_) => {
                 bump(&self.metrics.claims_won);
                 self.emit(Some(&row.phid), Some(hook_phid), EventKind::ClaimWon);
             }
@@ -987,8 +1031,8 @@ impl Dispatcher {
         ahead: AheadRow,
         stored_later: &mut Option<BoxFuture<'a, ()>>,
     ) -> Step {
-        let (properties, check) = match ahead.claim {
-            AheadClaim::Won(properties, check) => (properties, check),
+        let (properties, check, version) = match ahead.claim {
+            AheadClaim::Won(properties, check, version) => (properties, check, version),
             AheadClaim::Lost => {
                 self.after_attempt(run, &row.webhook_phid, false);
                 return Step::Next;
@@ -1003,6 +1047,10 @@ impl Dispatcher {
         };
         let (hook, target, claimed_at) =
             (group.hook.clone(), group.target.clone(), group.claimed_at);
+        let claim = ClaimToken {
+            at: claimed_at,
+            version,
+        };
         if !self.may_call(run, &hook.phid).await {
             let waited = self.clock.monotonic().saturating_sub(claimed_at);
             self.leave_to_lease(row, waited, "run_stopped");
@@ -1015,7 +1063,7 @@ impl Dispatcher {
         let transactions = match self.act_on(row, check) {
             ObjectVerdict::Send(transactions) => transactions,
             ObjectVerdict::Gone => {
-                self.fail_hook(row, &properties, HookError::Object, Some(claimed_at))
+                self.fail_hook(row, &properties, HookError::Object, Some(claim))
                     .await;
                 self.after_attempt(run, &hook.phid, true);
                 return Step::Next;
@@ -1032,7 +1080,7 @@ impl Dispatcher {
             hook: &hook,
             target: Ok(target),
             transactions,
-            claimed_at,
+            claim,
         };
         self.attempt(run, claimed, stored_later).await
     }
@@ -1051,14 +1099,15 @@ impl Dispatcher {
 
     /// A claimed row that will not be sent now: it is retried once its
     /// lease ends, like a row whose deliverer died.
-    /// `reason`: `late` (past the budget) or `run_stopped` (lock lost,
-    /// breaker open, store error).
+    /// `reason`: `late` (past the budget), `run_stopped` (breaker open,
+    /// store error), `lock_lost` (the lock's session broke) or
+    /// `local_failure` (this host could not make the call).
     fn leave_to_lease(&self, row: &RequestRow, waited: Duration, reason: &'static str) {
         bump(&self.metrics.claims_unused);
         info!(event = "claim_left_to_lease", request = %row.phid, hook = %row.webhook_phid,
               reason, waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
               lease_secs = self.windows.lease_secs(),
-              "claimed along with an earlier row but not sent; retried after its lease");
+              "claimed but not sent; retried after its lease");
     }
 
     /// Step 8 for a claimed row: the POST and its write-back.
@@ -1074,10 +1123,14 @@ impl Dispatcher {
             hook,
             target,
             transactions,
-            claimed_at,
+            claim,
         } = claimed;
         let (result, latency) = match target {
             Ok(target) => {
+                if !self.lock_still_ours(run, row, claim.at).await {
+                    self.after_attempt(run, &hook.phid, false);
+                    return Step::StopRun;
+                }
                 let payload = match &transactions {
                     Some(loaded) => Payload::with_transactions(row, properties, loaded),
                     None => Payload::build(row, properties),
@@ -1087,7 +1140,13 @@ impl Dispatcher {
             Err(failure) => (DeliveryResult::Failed(failure), Duration::ZERO),
         };
         self.count_result(&result);
-        let (write, outcome) = attempt_write(row.id, properties, &result, self.clock.now());
+        let now = self.clock.now();
+        let Some((write, outcome)) = attempt_write(row.id, claim.version, properties, &result, now)
+        else {
+            self.local_failure(row, &result, claim.at);
+            self.after_attempt(run, &hook.phid, false);
+            return Step::StopRun;
+        };
         log_attempt(row, &result, outcome);
         self.emit(
             Some(&row.phid),
@@ -1099,19 +1158,69 @@ impl Dispatcher {
             let request_phid = row.phid.clone();
             *stored_later = Some(
                 async move {
-                    self.write_back(&write, &request_phid, Some(claimed_at))
-                        .await;
+                    self.write_back(&write, &request_phid, Some(claim.at)).await;
                 }
                 .boxed(),
             );
         } else {
-            self.write_back(&write, &row.phid, Some(claimed_at)).await;
+            self.write_back(&write, &row.phid, Some(claim.at)).await;
             // A new failure may have opened the breaker: look again before
             // the next claim (or the next row claimed along).
             run.breaker_closed = false;
         }
         self.after_attempt(run, &hook.phid, sent);
         Step::Next
+    }
+
+    /// Asks, just before a call, whether the hook's lock is still held by
+    /// the session that took it. If that session broke, the server freed
+    /// the lock and another deliverer may be calling the hook already: the
+    /// row is left to its lease and the run stops, so two calls never
+    /// reach one hook at once.
+    async fn lock_still_ours(
+        &self,
+        run: &mut HookRun,
+        row: &RequestRow,
+        claimed_at: Duration,
+    ) -> bool {
+        let held = match run.lock.as_mut() {
+            Some(lock) => lock.still_held().await,
+            None => Ok(false),
+        };
+        let reason = match held {
+            Ok(true) => return true,
+            Ok(false) => "the session holding it is gone".to_owned(),
+            Err(err) => {
+                bump(&self.metrics.store_errors);
+                format!("it could not be checked: {err}")
+            }
+        };
+        bump(&self.metrics.lock_lost);
+        warn!(event = "hook_lock_lost", hook = %row.webhook_phid, request = %row.phid,
+              reason = %reason, "the hook's lock is no longer ours: not called until it is taken again");
+        if let Some(lock) = run.lock.take() {
+            if let Err(err) = lock.release().await {
+                debug!(event = "hook_lock_release_failed", hook = %row.webhook_phid, error = %err);
+            }
+        }
+        run.breaker_closed = false;
+        let waited = self.clock.monotonic().saturating_sub(claimed_at);
+        self.leave_to_lease(row, waited, "lock_lost");
+        false
+    }
+
+    /// This host could not make the call: nothing reached the receiver and
+    /// nothing is written; the row waits out its lease like a dead
+    /// deliverer's, and the run stops.
+    fn local_failure(&self, row: &RequestRow, result: &DeliveryResult, claimed_at: Duration) {
+        let kind = match result {
+            DeliveryResult::Local(failure) => failure.as_str(),
+            _ => "unknown",
+        };
+        warn!(event = "delivery_local_failure", request = %row.phid, hook = %row.webhook_phid,
+              kind, "this host could not make the call (raise LimitNOFILE?); nothing written");
+        let waited = self.clock.monotonic().saturating_sub(claimed_at);
+        self.leave_to_lease(row, waited, "local_failure");
     }
 
     /// Notes how a row of the run's claim group went; once the group is
@@ -1201,23 +1310,20 @@ impl Dispatcher {
         }
     }
 
-    /// SPEC §5 step 6: the per-hook lock (kept for the rest of the run) and
-    /// the breaker.
+    /// SPEC §5 step 6: the per-hook lock (kept for the rest of the run, and
+    /// checked before each call: see [`Self::lock_still_ours`]) and the
+    /// breaker.
     async fn may_call(&self, run: &mut HookRun, hook_phid: &str) -> bool {
-        let lease = Duration::from_secs(self.windows.lease_secs());
-        if self.clock.monotonic().saturating_sub(run.lock_acquired_at) >= lease {
-            // Taken afresh once per lease, even within a long run (see
-            // `HeldLock::acquired_at`); the breaker is counted again too.
-            if let Some(lock) = run.lock.take() {
-                release(lock, hook_phid).await;
-                run.breaker_closed = false;
-            }
-        }
         if run.lock.is_none() {
             match self.store.lock_hook(hook_phid).await {
                 Ok(Some(lock)) => {
+                    if !self.nothing_in_flight(hook_phid).await {
+                        release(lock, hook_phid).await;
+                        return false;
+                    }
                     run.lock = Some(lock);
                     run.lock_acquired_at = self.clock.monotonic();
+                    run.breaker_closed = false;
                 }
                 Ok(None) => {
                     bump(&self.metrics.lock_busy);
@@ -1248,6 +1354,29 @@ impl Dispatcher {
             }
             Err(err) => {
                 self.store_failed("breaker count", &err);
+                false
+            }
+        }
+    }
+
+    /// Whether the hook's lock, just taken, may be used at once: a named
+    /// lock dies with its session, so a holder whose session broke in the
+    /// middle of a call leaves the lock free while that call goes on. Its
+    /// claimed row, unwritten and within its lease, says so; the hook
+    /// waits (as if the lock were busy) until that row is written or its
+    /// lease ends, so two calls never reach it at once.
+    async fn nothing_in_flight(&self, hook_phid: &str) -> bool {
+        let lease_cutoff = self.windows.cutoffs(self.clock.now()).lease_cutoff;
+        match self.store.claims_in_flight(hook_phid, lease_cutoff).await {
+            Ok(0) => true,
+            Ok(rows) => {
+                bump(&self.metrics.lock_busy);
+                debug!(event = "hook_call_in_flight", hook = %hook_phid, rows,
+                       "a claim of this hook is unanswered within its lease; waiting for it");
+                false
+            }
+            Err(err) => {
+                self.store_failed("in-flight check", &err);
                 false
             }
         }
@@ -1306,7 +1435,29 @@ impl Dispatcher {
         let result = self.transport.deliver(request).await;
         let latency = self.clock.monotonic().saturating_sub(started);
         self.metrics.observe_latency(latency);
+        if latency >= SLOW_CALL {
+            self.note_slow(&hook.phid, latency);
+        }
         (result, latency)
+    }
+
+    /// Reports a slow hook at most once per [`SLOW_REPORT_INTERVAL`].
+    fn note_slow(&self, hook_phid: &str, latency: Duration) {
+        let now = self.clock.monotonic();
+        {
+            let mut reported = self.slow_reported.lock().unwrap_or_else(|e| e.into_inner());
+            match reported.get(hook_phid) {
+                Some(at) if now.saturating_sub(*at) < SLOW_REPORT_INTERVAL => return,
+                _ => {
+                    reported.insert(hook_phid.to_owned(), now);
+                }
+            }
+        }
+        warn!(event = "hook_slow", hook = %hook_phid,
+              latency_ms = u64::try_from(latency.as_millis()).unwrap_or(u64::MAX),
+              timeout_ms = u64::try_from(self.windows.delivery_timeout().as_millis()).unwrap_or(u64::MAX),
+              "this hook answers slowly: its rows go one at a time in one delivery slot, \
+               other hooks are not held up");
     }
 
     fn count_result(&self, result: &DeliveryResult) {
@@ -1316,19 +1467,20 @@ impl Dispatcher {
             DeliveryResult::Timeout => &self.metrics.delivered_timeout,
             DeliveryResult::Failed(_) => &self.metrics.delivered_transport_error,
             DeliveryResult::Refused(_) => &self.metrics.hook_errors,
+            DeliveryResult::Local(_) => &self.metrics.local_failures,
         };
         bump(counter);
     }
 
-    /// A hook-configuration error. Without a claim (`claimed_at` `None`) it
-    /// is written only onto the version that was judged; after one, like an
-    /// attempt's result, within the claim's lease.
+    /// A hook-configuration error. Without a claim it is written only onto
+    /// the version that was judged; after one, like an attempt's result,
+    /// onto the version the claim wrote.
     async fn fail_hook(
         &self,
         row: &RequestRow,
         properties: &Properties,
         error: HookError,
-        claimed_at: Option<Duration>,
+        claim: Option<ClaimToken>,
     ) {
         bump(&self.metrics.hook_errors);
         self.emit(
@@ -1336,16 +1488,23 @@ impl Dispatcher {
             Some(&row.webhook_phid),
             EventKind::HookError { code: error.code() },
         );
-        let judged_version = claimed_at.is_none().then_some(row.date_modified);
-        let write = hook_error_write(row.id, judged_version, properties, error, self.clock.now());
-        self.write_back(&write, &row.phid, claimed_at).await;
+        let version = claim.map_or(row.date_modified, |claim| claim.version);
+        let write = hook_error_write(row.id, version, properties, error, self.clock.now());
+        self.write_back(&write, &row.phid, claim.map(|claim| claim.at))
+            .await;
     }
 
     /// Writes a result, retrying for a while: a lost write-back means the row
-    /// is delivered again once its lease ends. With `claimed_at` (a claimed
-    /// attempt's result), retries stop one second before the claim's lease
-    /// ends: after it another deliverer may own the row, and a late,
-    /// unguarded write would overwrite that deliverer's result.
+    /// is delivered again once its lease ends. Every try is guarded by the
+    /// version the write expects (for a claimed attempt, the one its claim
+    /// wrote), so it lands only while that claim still owns the row: a
+    /// deliverer that was paused past its lease, and whose row another
+    /// claimed meanwhile, has its result dropped and counted
+    /// (`result_dropped_stale`) instead of stored over the newer one. Its
+    /// first try is made however late it comes: if nobody claimed the row
+    /// meanwhile, storing the answer is what keeps it from being sent
+    /// twice. With `claimed_at`, retries stop one second before the claim's
+    /// lease ends.
     async fn write_back(
         &self,
         write: &crate::outcome::ResultWrite,
@@ -1365,6 +1524,13 @@ impl Dispatcher {
             }
             match self.store.write_result(write).await {
                 Ok(Written::Yes) => return,
+                Ok(Written::Skipped) if claimed_at.is_some() => {
+                    bump(&self.metrics.writeback_stale);
+                    warn!(event = "result_dropped_stale", request = %request_phid, attempt,
+                          "the row moved on since this claim (another deliverer claimed it after \
+                           the lease, or an earlier try of this write landed): not stored over it");
+                    return;
+                }
                 Ok(Written::Skipped) => {
                     debug!(event = "write_skipped", request = %request_phid,
                            "row changed since it was read; another deliverer owns it");

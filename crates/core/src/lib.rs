@@ -41,9 +41,13 @@ pub use memory_store::{MemoryStore, NewRequest};
 pub use metrics::{Metrics, MetricsSnapshot};
 pub use model::{phid_type, Hook, LastResult, RequestRow, RequestStatus, UnixTime};
 pub use objects::{ObjectLookup, PhorgeObjects, Unseen};
-pub use outcome::{DeliveryResult, HookError, ResultWrite, TransportFailure, UriRefusal};
+pub use outcome::{
+    DeliveryResult, HookError, LocalFailure, ResultWrite, TransportFailure, UriRefusal,
+};
 pub use payload::{sign, verify, Payload};
 pub use properties::{ErrorCode, ErrorType, Properties, PropertiesError};
 pub use store::{CandidateQuery, Claim, HookLock, QueueStats, Store, StoreError, Written};
 pub use transport::{OutboundRequest, Resolution, Target, Transport};
-pub use windows::{Breaker, ConfigError, Cutoffs, Setting, Settings, WindowWarning, Windows};
+pub use windows::{
+    withheld, Breaker, ConfigError, Cutoffs, Setting, Settings, WindowWarning, Windows,
+};

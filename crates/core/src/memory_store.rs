@@ -33,6 +33,10 @@ pub enum StoreOp {
     BreakerFailures,
     /// [`Store::lock_hook`]
     LockHook,
+    /// [`HookLock::still_held`]
+    LockCheck,
+    /// [`Store::claims_in_flight`]
+    ClaimsInFlight,
     /// [`Store::stats`]
     Stats,
     /// [`Store::hook_count`]
@@ -86,7 +90,10 @@ impl NewRequest {
 struct Inner {
     rows: BTreeMap<u64, RequestRow>,
     hooks: HashMap<String, Hook>,
-    held_locks: HashSet<String>,
+    /// Held per-hook locks and the "session" holding each, so a lost
+    /// session can be simulated (see [`MemoryStore::lose_lock_sessions`]).
+    held_locks: HashMap<String, u64>,
+    next_lock_session: u64,
     next_id: u64,
     faults: HashMap<StoreOp, u32>,
     /// Claims whose answer is held up: how many more, and for how long.
@@ -241,7 +248,13 @@ impl MemoryStore {
 
     /// Whether the per-hook lock for `hook_phid` is held.
     pub fn is_hook_locked(&self, hook_phid: &str) -> bool {
-        self.lock().held_locks.contains(hook_phid)
+        self.lock().held_locks.contains_key(hook_phid)
+    }
+
+    /// Frees every held per-hook lock behind its holders' backs, as the
+    /// server does when the sessions holding them break.
+    pub fn lose_lock_sessions(&self) {
+        self.lock().held_locks.clear();
     }
 
     /// How many times `op` was called (the database round trips a real
@@ -305,7 +318,7 @@ impl Store for MemoryStore {
                     // `+ 1`: one-second resolution must not let a
                     // same-second claim leave the version unchanged.
                     row.date_modified = (row.date_modified + 1).max(now);
-                    Claim::Won
+                    Claim::Won(row.date_modified)
                 }
                 _ => Claim::Lost,
             };
@@ -323,10 +336,8 @@ impl Store for MemoryStore {
         let Some(row) = inner.rows.get_mut(&write.id) else {
             return Ok(Written::Skipped);
         };
-        if let Some(expected) = write.expected_version {
-            if row.status != RequestStatus::Queued || row.date_modified != expected {
-                return Ok(Written::Skipped);
-            }
+        if row.status != RequestStatus::Queued || row.date_modified != write.expected_version {
+            return Ok(Written::Skipped);
         }
         row.status = write.status;
         row.last_request_result = write.last_request_result;
@@ -356,15 +367,39 @@ impl Store for MemoryStore {
             .count() as u64)
     }
 
+    async fn claims_in_flight(
+        &self,
+        hook_phid: &str,
+        lease_cutoff: UnixTime,
+    ) -> Result<u64, StoreError> {
+        let mut inner = self.lock();
+        Self::check_fault(&mut inner, StoreOp::ClaimsInFlight)?;
+        Ok(inner
+            .rows
+            .values()
+            .filter(|r| {
+                r.webhook_phid == hook_phid
+                    && r.status == RequestStatus::Queued
+                    && r.date_modified > lease_cutoff
+                    && r.date_modified != r.date_created
+                    && r.date_modified != r.last_request_epoch
+            })
+            .count() as u64)
+    }
+
     async fn lock_hook(&self, hook_phid: &str) -> Result<Option<Box<dyn HookLock>>, StoreError> {
         let mut inner = self.lock();
         Self::check_fault(&mut inner, StoreOp::LockHook)?;
-        if !inner.held_locks.insert(hook_phid.to_owned()) {
+        if inner.held_locks.contains_key(hook_phid) {
             return Ok(None);
         }
+        inner.next_lock_session += 1;
+        let session = inner.next_lock_session;
+        inner.held_locks.insert(hook_phid.to_owned(), session);
         Ok(Some(Box::new(MemoryHookLock {
             store: Arc::clone(&self.inner),
             hook_phid: hook_phid.to_owned(),
+            session,
             released: false,
         })))
     }
@@ -432,15 +467,26 @@ impl PhorgeObjects for MemoryStore {
 struct MemoryHookLock {
     store: Arc<Mutex<Inner>>,
     hook_phid: String,
+    session: u64,
     released: bool,
 }
 
 impl MemoryHookLock {
+    fn inner(&self) -> MutexGuard<'_, Inner> {
+        self.store.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn ours(&self, inner: &Inner) -> bool {
+        inner.held_locks.get(&self.hook_phid) == Some(&self.session)
+    }
+
     fn free(&mut self) {
         if !self.released {
             self.released = true;
-            let mut inner = self.store.lock().unwrap_or_else(|e| e.into_inner());
-            inner.held_locks.remove(&self.hook_phid);
+            let mut inner = self.inner();
+            if self.ours(&inner) {
+                inner.held_locks.remove(&self.hook_phid);
+            }
         }
     }
 }
@@ -450,6 +496,12 @@ impl HookLock for MemoryHookLock {
     async fn release(mut self: Box<Self>) -> Result<(), StoreError> {
         self.free();
         Ok(())
+    }
+
+    async fn still_held(&mut self) -> Result<bool, StoreError> {
+        let mut inner = self.inner();
+        MemoryStore::check_fault(&mut inner, StoreOp::LockCheck)?;
+        Ok(!self.released && self.ours(&inner))
     }
 }
 

@@ -27,6 +27,9 @@ pub struct Metrics {
     pub(crate) store_errors: AtomicU64,
     pub(crate) writeback_retries: AtomicU64,
     pub(crate) writeback_failures: AtomicU64,
+    pub(crate) writeback_stale: AtomicU64,
+    pub(crate) lock_lost: AtomicU64,
+    pub(crate) local_failures: AtomicU64,
     pub(crate) in_flight: AtomicU64,
     pub(crate) breaker_open_hooks: AtomicU64,
     pub(crate) objects_found: AtomicU64,
@@ -71,6 +74,16 @@ pub struct MetricsSnapshot {
     pub writeback_retries: u64,
     /// Write-backs given up on (the row will be re-sent after its lease).
     pub writeback_failures: u64,
+    /// Results of a claim dropped unwritten because the row had moved on
+    /// (another deliverer claimed it after this claim's lease): never
+    /// stored over the newer claim's.
+    pub writeback_stale: u64,
+    /// Hook runs stopped because the hook lock's database session was
+    /// lost (the claimed row was not sent; retried after its lease).
+    pub lock_lost: u64,
+    /// Calls this host could not make (out of file descriptors or memory):
+    /// nothing written, the row retried after its lease.
+    pub local_failures: u64,
     /// Deliveries in flight now.
     pub in_flight: u64,
     /// Hooks whose breaker this instance last saw open.
@@ -136,6 +149,9 @@ impl Metrics {
             store_errors: get(&self.store_errors),
             writeback_retries: get(&self.writeback_retries),
             writeback_failures: get(&self.writeback_failures),
+            writeback_stale: get(&self.writeback_stale),
+            lock_lost: get(&self.lock_lost),
+            local_failures: get(&self.local_failures),
             in_flight: get(&self.in_flight),
             breaker_open_hooks: get(&self.breaker_open_hooks),
             objects_found: get(&self.objects_found),

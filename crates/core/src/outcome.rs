@@ -96,6 +96,30 @@ pub enum DeliveryResult {
     Failed(TransportFailure),
     /// A hop (e.g. a redirect) led to a URI the outbound check refuses.
     Refused(UriRefusal),
+    /// This host could not make the call (out of file descriptors or
+    /// memory): nothing reached the receiver and nothing is the receiver's
+    /// fault, so nothing is written and the row is tried again.
+    Local(LocalFailure),
+}
+
+/// A failure of the deliverer's own host, not of the receiver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LocalFailure {
+    /// The process or the system ran out of file descriptors (EMFILE,
+    /// ENFILE).
+    Descriptors,
+    /// The kernel had no memory or buffers for a socket (ENOMEM, ENOBUFS).
+    Memory,
+}
+
+impl LocalFailure {
+    /// A stable name for logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Descriptors => "descriptors",
+            Self::Memory => "memory",
+        }
+    }
 }
 
 impl DeliveryResult {
@@ -143,9 +167,11 @@ impl HookError {
 pub struct ResultWrite {
     /// Row id.
     pub id: u64,
-    /// For writes made without a claim: the version the decision was based
-    /// on, so the write only lands on an untouched row. `None` after a claim.
-    pub expected_version: Option<UnixTime>,
+    /// The version the write must find: after a claim, the one the claim
+    /// wrote (so a deliverer paused past its lease cannot write over a
+    /// later claim's result); without one, the version the decision was
+    /// based on. Only a `queued` row at this version is written.
+    pub expected_version: UnixTime,
     /// New status.
     pub status: RequestStatus,
     /// New lastRequestResult.
@@ -173,28 +199,34 @@ pub enum AttemptOutcome {
 }
 
 /// The `errorType` / `errorCode` an attempt records; `None` for a refused
-/// hop, which is a hook error (`uri`) instead.
+/// hop, which is a hook error (`uri`) instead, and for a local failure,
+/// which records nothing.
 pub fn attempt_error(result: &DeliveryResult) -> Option<(ErrorType, i64)> {
     match result {
         DeliveryResult::Response { status } => Some((ErrorType::Http, i64::from(*status))),
         DeliveryResult::Timeout => Some((ErrorType::Timeout, CURL_TIMEOUT_CODE)),
         DeliveryResult::Failed(failure) => Some((ErrorType::Http, failure.curl_code())),
-        DeliveryResult::Refused(_) => None,
+        DeliveryResult::Refused(_) | DeliveryResult::Local(_) => None,
     }
 }
 
-/// The write-back after a claimed delivery attempt.
+/// The write-back after a claimed delivery attempt, guarded by the version
+/// the claim wrote; `None` after a local failure, which writes nothing.
 pub fn attempt_write(
     id: u64,
+    claimed_version: UnixTime,
     properties: &Properties,
     result: &DeliveryResult,
     now: UnixTime,
-) -> (ResultWrite, AttemptOutcome) {
+) -> Option<(ResultWrite, AttemptOutcome)> {
+    if let DeliveryResult::Local(_) = result {
+        return None;
+    }
     let Some((error_type, code)) = attempt_error(result) else {
-        return (
-            hook_error_write(id, None, properties, HookError::Uri, now),
+        return Some((
+            hook_error_write(id, claimed_version, properties, HookError::Uri, now),
             AttemptOutcome::GaveUp,
-        );
+        ));
     };
     let mut updated = properties.clone();
     updated.set_error(error_type, &ErrorCode::Number(code));
@@ -213,22 +245,33 @@ pub fn attempt_write(
             AttemptOutcome::GaveUp,
         )
     };
+    // The guard makes the stored version exactly `GREATEST(claimed + 1,
+    // now)`. A row that stays queued has its epoch stamped with that same
+    // value (as PHP's worker stamps both with one `time()`), so a queued
+    // row whose `dateModified` differs from its `lastRequestEpoch` was
+    // claimed after its last write: a call may be in flight (see
+    // `Store::claims_in_flight`). A finished row keeps the plain time.
+    let stamp = match status {
+        RequestStatus::Queued => now.max(claimed_version.saturating_add(1)),
+        RequestStatus::Sent | RequestStatus::Failed => now,
+    };
     let write = ResultWrite {
         id,
-        expected_version: None,
+        expected_version: claimed_version,
         status,
         last_request_result: last,
-        last_request_epoch: now,
-        date_modified: now,
+        last_request_epoch: stamp,
+        date_modified: stamp,
         properties: updated.to_column(),
     };
-    (write, outcome)
+    Some((write, outcome))
 }
 
-/// The write for a hook-configuration error: `failed` / `none` / epoch 0.
+/// The write for a hook-configuration error: `failed` / `none` / epoch 0,
+/// onto the row at `expected_version` (the version judged, or the claim's).
 pub fn hook_error_write(
     id: u64,
-    expected_version: Option<UnixTime>,
+    expected_version: UnixTime,
     properties: &Properties,
     error: HookError,
     now: UnixTime,
@@ -264,16 +307,18 @@ mod tests {
     fn success_is_sent_okay_with_integer_status() {
         let (write, outcome) = attempt_write(
             7,
+            990,
             &props(r#"{"retry":"never"}"#),
             &DeliveryResult::Response { status: 200 },
             1_000,
-        );
+        )
+        .expect("a response is written");
         assert_eq!(outcome, AttemptOutcome::Sent);
         assert_eq!(write.status, RequestStatus::Sent);
         assert_eq!(write.last_request_result, LastResult::Okay);
         assert_eq!(write.last_request_epoch, 1_000);
         assert_eq!(write.date_modified, 1_000);
-        assert_eq!(write.expected_version, None);
+        assert_eq!(write.expected_version, 990, "guarded by the claim");
         assert_eq!(error_of(&write), (Value::from("http"), Value::from(200)));
         assert!(write.properties.starts_with(r#"{"retry":"never","#));
     }
@@ -303,9 +348,11 @@ mod tests {
                 ("forever", RequestStatus::Queued, AttemptOutcome::WillRetry),
                 ("never", RequestStatus::Failed, AttemptOutcome::GaveUp),
             ] {
+                let retry = props(&format!(r#"{{"retry":"{retry}"}}"#));
                 let (write, got) =
-                    attempt_write(1, &props(&format!(r#"{{"retry":"{retry}"}}"#)), &result, 50);
-                assert_eq!(got, outcome, "{result:?} {retry}");
+                    attempt_write(1, 40, &retry, &result, 50).expect("an attempt is written");
+                assert_eq!(got, outcome, "{result:?} {retry:?}");
+                assert_eq!(write.expected_version, 40);
                 assert_eq!(write.status, status);
                 assert_eq!(write.last_request_result, LastResult::Fail);
                 assert_eq!(write.last_request_epoch, 50);
@@ -321,15 +368,27 @@ mod tests {
     fn refused_hop_is_a_permanent_uri_error() {
         let (write, outcome) = attempt_write(
             1,
+            40,
             &props(r#"{"retry":"forever"}"#),
             &DeliveryResult::Refused(UriRefusal::UnknownHost),
             50,
-        );
+        )
+        .expect("a refused hop is written");
         assert_eq!(outcome, AttemptOutcome::GaveUp);
         assert_eq!(write.status, RequestStatus::Failed);
         assert_eq!(write.last_request_result, LastResult::None);
         assert_eq!(write.last_request_epoch, 0);
         assert_eq!(error_of(&write), (Value::from("hook"), Value::from("uri")));
+        assert_eq!(write.expected_version, 40);
+    }
+
+    #[test]
+    fn a_local_failure_writes_nothing() {
+        for failure in [LocalFailure::Descriptors, LocalFailure::Memory] {
+            let result = DeliveryResult::Local(failure);
+            assert_eq!(attempt_error(&result), None);
+            assert!(attempt_write(1, 40, &props("{}"), &result, 50).is_none());
+        }
     }
 
     #[test]
@@ -341,11 +400,11 @@ mod tests {
             HookError::Uri,
             HookError::InvalidRow,
         ] {
-            let write = hook_error_write(3, Some(99), &props("{}"), error, 100);
+            let write = hook_error_write(3, 99, &props("{}"), error, 100);
             assert_eq!(write.status, RequestStatus::Failed);
             assert_eq!(write.last_request_result, LastResult::None);
             assert_eq!(write.last_request_epoch, 0);
-            assert_eq!(write.expected_version, Some(99));
+            assert_eq!(write.expected_version, 99);
             assert_eq!(
                 error_of(&write),
                 (Value::from("hook"), Value::from(error.code()))

@@ -142,6 +142,30 @@ fn write_scalar(value: &Value, slashes: Slashes, out: &mut String) {
     }
 }
 
+/// The bytes `json_encode` writes for `ch` inside a string (slashes
+/// escaped), as [`write_string`] writes it.
+fn compact_escaped_len(ch: char) -> usize {
+    match ch {
+        '"' | '\\' | '/' | '\u{8}' | '\u{c}' | '\n' | '\r' | '\t' => 2,
+        c if (c as u32) < 0x20 || (c as u32) > 0x7f => 6 * c.len_utf16(),
+        _ => 1,
+    }
+}
+
+/// The byte length of the longest prefix of `s` (ending on a char
+/// boundary) whose `json_encode` string body, quotes excluded, takes at
+/// most `budget` bytes; `s.len()` when all of it fits.
+pub(crate) fn compact_prefix_within(s: &str, budget: usize) -> usize {
+    let mut used = 0usize;
+    for (at, ch) in s.char_indices() {
+        used += compact_escaped_len(ch);
+        if used > budget {
+            return at;
+        }
+    }
+    s.len()
+}
+
 fn write_string(s: &str, slashes: Slashes, out: &mut String) {
     out.push('"');
     for ch in s.chars() {
@@ -170,6 +194,38 @@ fn write_string(s: &str, slashes: Slashes, out: &mut String) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The length rule the truncation of preserved properties relies on
+    /// agrees with the encoder, character class by class.
+    #[test]
+    fn escaped_lengths_match_the_encoder() {
+        for ch in [
+            'a',
+            '"',
+            '\\',
+            '/',
+            '\u{8}',
+            '\u{c}',
+            '\n',
+            '\r',
+            '\t',
+            '\u{0}',
+            '\u{1f}',
+            '\u{7f}',
+            '\u{80}',
+            '\u{e9}',
+            '\u{4e2d}',
+            '\u{1F600}',
+        ] {
+            let mut out = String::new();
+            write_string(&ch.to_string(), Slashes::Escaped, &mut out);
+            assert_eq!(compact_escaped_len(ch), out.len() - 2, "{ch:?}");
+        }
+        assert_eq!(compact_prefix_within("ab\u{1}c", 7), 2);
+        assert_eq!(compact_prefix_within("ab\u{1}c", 8), 3);
+        assert_eq!(compact_prefix_within("ab\u{1}c", 9), 4);
+        assert_eq!(compact_prefix_within("\u{e9}\u{e9}", 7), 2);
+    }
 
     #[test]
     fn compact_matches_php_json_encode() {

@@ -10,6 +10,18 @@ use crate::phpjson;
 /// is marked failed, so the original is never destroyed.
 pub const ORIGINAL_PROPERTIES_KEY: &str = "gorgeOriginalProperties";
 
+/// Key added beside [`ORIGINAL_PROPERTIES_KEY`] when the kept text had to be
+/// cut to fit [`ORIGINAL_PROPERTIES_ENCODED_MAX`]: the original's length in
+/// bytes, as a JSON integer.
+pub const ORIGINAL_PROPERTIES_TRUNCATED_KEY: &str = "gorgeOriginalPropertiesTruncated";
+
+/// At most this many bytes of encoded JSON string (quotes excluded) hold
+/// the kept original. `json_encode` writes a control character as six
+/// bytes, so 3 MB of them became 18 MB, more than MySQL's default
+/// `max_allowed_packet` (16 MiB) lets through, and the write-back failed
+/// for ever; 1 MiB stays far below it.
+pub const ORIGINAL_PROPERTIES_ENCODED_MAX: usize = 1 << 20;
+
 /// Why a `properties` column cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PropertiesError {
@@ -95,10 +107,25 @@ impl Properties {
     }
 
     /// Properties to write for a row whose stored text could not be parsed:
-    /// the original text is kept, verbatim, under [`ORIGINAL_PROPERTIES_KEY`].
+    /// the original text is kept under [`ORIGINAL_PROPERTIES_KEY`],
+    /// verbatim when its encoding fits [`ORIGINAL_PROPERTIES_ENCODED_MAX`],
+    /// else its longest prefix that does (cut on a character boundary) with
+    /// the original's byte length under
+    /// [`ORIGINAL_PROPERTIES_TRUNCATED_KEY`]: a write the server refuses
+    /// would keep nothing and retry the row for ever.
     pub fn preserving_unparseable(original: &str) -> Self {
+        let kept = phpjson::compact_prefix_within(original, ORIGINAL_PROPERTIES_ENCODED_MAX);
         let mut map = Map::new();
-        map.insert(ORIGINAL_PROPERTIES_KEY.to_owned(), Value::from(original));
+        map.insert(
+            ORIGINAL_PROPERTIES_KEY.to_owned(),
+            Value::from(&original[..kept]),
+        );
+        if kept < original.len() {
+            map.insert(
+                ORIGINAL_PROPERTIES_TRUNCATED_KEY.to_owned(),
+                Value::from(original.len()),
+            );
+        }
         Self { map }
     }
 
@@ -351,5 +378,39 @@ mod tests {
         let back: Value = serde_json::from_str(&column).expect("valid JSON");
         assert_eq!(back[ORIGINAL_PROPERTIES_KEY], "{broken");
         assert_eq!(back["errorCode"], "invalid-properties");
+        assert!(back.get(ORIGINAL_PROPERTIES_TRUNCATED_KEY).is_none());
+    }
+
+    /// 3 MB of control characters encode as 18 MB; what is kept is cut to
+    /// the budget on a character boundary, marked, and still a JSON object.
+    #[test]
+    fn oversized_unparseable_text_is_cut_to_fit_and_marked() {
+        let original = format!("\u{e9}{}", "\u{1}".repeat(3_000_000));
+        let mut props = Properties::preserving_unparseable(&original);
+        props.set_error(
+            ErrorType::Hook,
+            &ErrorCode::Text("invalid-properties".into()),
+        );
+        let column = props.to_column();
+        let fixed = r#"{"gorgeOriginalProperties":"","gorgeOriginalPropertiesTruncated":3000002,"errorType":"hook","errorCode":"invalid-properties"}"#;
+        assert!(
+            column.len() <= ORIGINAL_PROPERTIES_ENCODED_MAX + fixed.len(),
+            "{}",
+            column.len()
+        );
+        assert!(column.len() > ORIGINAL_PROPERTIES_ENCODED_MAX - 6);
+        let back: Value = serde_json::from_str(&column).expect("valid JSON");
+        let kept = back[ORIGINAL_PROPERTIES_KEY].as_str().expect("a string");
+        assert!(original.starts_with(kept) && kept.len() < original.len());
+        assert!(kept.starts_with('\u{e9}'));
+        assert_eq!(back[ORIGINAL_PROPERTIES_TRUNCATED_KEY], 3_000_002);
+        assert_eq!(back["errorType"], "hook");
+        // Exactly at the budget nothing is cut.
+        let fits = "x".repeat(ORIGINAL_PROPERTIES_ENCODED_MAX);
+        let kept = Properties::preserving_unparseable(&fits).to_column();
+        assert_eq!(
+            kept.len(),
+            ORIGINAL_PROPERTIES_ENCODED_MAX + r#"{"gorgeOriginalProperties":""}"#.len()
+        );
     }
 }

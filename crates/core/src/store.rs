@@ -24,8 +24,11 @@ pub enum StoreError {
     /// not run its storage upgrade).
     #[error("database {0} does not exist yet")]
     MissingDatabase(String),
-    /// A statement failed.
-    #[error("database query failed")]
+    /// A statement failed. The source's text is shown (a store's own
+    /// error, which names the server's error code and message and never
+    /// carries credentials): "database query failed" alone left a failing
+    /// write-back unexplained in the log.
+    #[error("database query failed: {0}")]
     Query(#[source] BoxError),
     /// A row holds a value outside Phorge's domain.
     #[error("row {id} is malformed: {reason}")]
@@ -52,8 +55,12 @@ pub struct CandidateQuery {
 /// Result of the compare-and-set claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Claim {
-    /// Exactly one row changed: the caller owns the row until its lease ends.
-    Won,
+    /// Exactly one row changed: the caller owns the row, at this
+    /// `dateModified` (the version the claim wrote), until someone else
+    /// claims it after its lease. Every write of the claim's result is
+    /// guarded by this version, so a deliverer paused past its lease can
+    /// never write over a later claim's result.
+    Won(UnixTime),
     /// Someone else changed the row first; send nothing.
     Lost,
 }
@@ -64,7 +71,8 @@ pub enum Written {
     /// The row was updated.
     Yes,
     /// The guard (`status='queued' AND dateModified = expected`) did not
-    /// match: someone else touched the row; nothing was written.
+    /// match: someone else touched (or claimed) the row; nothing was
+    /// written.
     Skipped,
 }
 
@@ -87,6 +95,13 @@ pub struct QueueStats {
 pub trait HookLock: Send + Sync + fmt::Debug {
     /// Frees the lock.
     async fn release(self: Box<Self>) -> Result<(), StoreError>;
+
+    /// Whether this lock is still held by the session that took it. A
+    /// named lock lives on one database session: if that session broke,
+    /// the server freed the lock without telling anyone, and another
+    /// deliverer may take it. Asked before every call, so a deliverer
+    /// that lost its session stops calling the hook.
+    async fn still_held(&mut self) -> Result<bool, StoreError>;
 }
 
 /// The queue table and hook table, as the daemon sees them.
@@ -97,12 +112,13 @@ pub trait Store: Send + Sync {
     async fn candidates(&self, query: &CandidateQuery) -> Result<Vec<RequestRow>, StoreError>;
 
     /// The compare-and-set claim: `dateModified = GREATEST(dateModified + 1,
-    /// now)` where `id`, `status = 'queued'` and `dateModified = seen`.
+    /// now)` where `id`, `status = 'queued'` and `dateModified = seen`;
+    /// when won, the version it wrote.
     async fn claim(&self, id: u64, seen_version: UnixTime) -> Result<Claim, StoreError>;
 
     /// One UPDATE with the result of a processing step, setting
-    /// `dateModified = GREATEST(dateModified + 1, write.date_modified)`. With
-    /// `expected_version`, only an untouched queued row is written.
+    /// `dateModified = GREATEST(dateModified + 1, write.date_modified)`,
+    /// only onto a row still `queued` at `write.expected_version`.
     async fn write_result(&self, write: &ResultWrite) -> Result<Written, StoreError>;
 
     /// The hook row, if it exists.
@@ -111,6 +127,19 @@ pub trait Store: Send + Sync {
     /// Rows of this hook with `lastRequestResult = 'fail'` and
     /// `lastRequestEpoch >= since` (rows, not attempts).
     async fn breaker_failures(&self, hook_phid: &str, since: UnixTime) -> Result<u64, StoreError>;
+
+    /// Rows of this hook claimed within their lease (`dateModified >
+    /// lease_cutoff`) whose result is not written yet: `queued`, moved from
+    /// `dateCreated`, and `dateModified <> lastRequestEpoch` (an attempt's
+    /// write-back stamps both alike). A deliverer that has just taken the
+    /// hook's lock asks it before calling: if the last holder's session
+    /// broke mid-call, its call may still be in flight, and the hook must
+    /// wait for it.
+    async fn claims_in_flight(
+        &self,
+        hook_phid: &str,
+        lease_cutoff: UnixTime,
+    ) -> Result<u64, StoreError>;
 
     /// Takes the per-hook serialisation without waiting; `None` when someone
     /// else (another daemon, a PHP worker) holds it.

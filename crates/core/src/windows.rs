@@ -52,6 +52,18 @@ impl fmt::Display for Setting {
     }
 }
 
+/// How an error about a setting describes the value it was given: by its
+/// length only. A password pasted into the wrong variable would otherwise
+/// be printed at startup, into logs and the service manager's journal, so
+/// no setting's text (nor a number parsed from it) is ever echoed.
+pub fn withheld(raw: &str) -> String {
+    match raw.chars().count() {
+        0 => "the value is empty".to_owned(),
+        1 => "1 character, not shown".to_owned(),
+        n => format!("{n} characters, not shown"),
+    }
+}
+
 /// A setting outside its allowed range.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{setting}: {reason}")]
@@ -110,7 +122,7 @@ impl Settings {
                 None => Ok(default),
                 Some(raw) => raw.trim().parse().map_err(|_| ConfigError {
                     setting,
-                    reason: format!("{raw:?} is not a whole number"),
+                    reason: format!("is not a whole number ({})", withheld(&raw)),
                 }),
             }
         };
@@ -118,7 +130,7 @@ impl Settings {
             let n = number(setting, default as u64)?;
             usize::try_from(n).map_err(|_| ConfigError {
                 setting,
-                reason: format!("{n} is too large"),
+                reason: "is too large".to_owned(),
             })
         };
         Ok(Self {
@@ -430,7 +442,7 @@ fn check_range(
     } else {
         Err(ConfigError {
             setting,
-            reason: format!("must be between {min}{unit} and {max}{unit} (got {value}{unit})"),
+            reason: format!("must be between {min}{unit} and {max}{unit}"),
         })
     }
 }

@@ -40,7 +40,7 @@ const WORKERS: usize = 4;
 pub(crate) enum RowWrite {
     /// [`sql::CLAIM`].
     Claim { id: u64, seen_version: UnixTime },
-    /// [`sql::WRITE_RESULT`] or [`sql::WRITE_RESULT_GUARDED`].
+    /// [`sql::WRITE_RESULT`].
     Result(ResultWrite),
 }
 
@@ -53,21 +53,16 @@ impl RowWrite {
                 (sql::CLAIM, vec![Number(*id), Number(*seen_version)])
             }
             Self::Result(write) => {
-                let mut values = vec![
+                let values = vec![
                     Text(write.status.as_str()),
                     Text(write.last_request_result.as_str()),
                     Number(write.last_request_epoch),
                     Number(write.date_modified),
                     Text(&write.properties),
                     Number(write.id),
+                    Number(write.expected_version),
                 ];
-                match write.expected_version {
-                    Some(version) => {
-                        values.push(Number(version));
-                        (sql::WRITE_RESULT_GUARDED, values)
-                    }
-                    None => (sql::WRITE_RESULT, values),
-                }
+                (sql::WRITE_RESULT, values)
             }
         }
     }
@@ -92,10 +87,18 @@ impl RowWrite {
     }
 }
 
-/// A write waiting for its batch, and where its affected-row count goes.
+/// What one write did: rows matched (`CLIENT_FOUND_ROWS`) and the
+/// statement's `LAST_INSERT_ID` (the version a claim wrote).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Applied {
+    pub(crate) matched: u64,
+    pub(crate) last_insert_id: Option<u64>,
+}
+
+/// A write waiting for its batch, and where its outcome goes.
 struct Job {
     write: RowWrite,
-    reply: oneshot::Sender<Result<u64, StoreError>>,
+    reply: oneshot::Sender<Result<Applied, StoreError>>,
 }
 
 /// Hands writes to the batch workers; they end when it is dropped.
@@ -143,9 +146,9 @@ impl WriteBatcher {
         )
     }
 
-    /// Runs `write` in the next batch; its affected-row count
+    /// Runs `write` in the next batch; what it did (rows matched, as
     /// (`CLIENT_FOUND_ROWS`: rows matched).
-    pub(crate) async fn run(&self, write: RowWrite) -> Result<u64, StoreError> {
+    pub(crate) async fn run(&self, write: RowWrite) -> Result<Applied, StoreError> {
         let (reply, answer) = oneshot::channel();
         let stopped = || {
             StoreError::Unavailable(Box::new(MysqlError::UnexpectedResult {
@@ -187,13 +190,16 @@ async fn work(queue: Arc<Mutex<mpsc::UnboundedReceiver<Job>>>, context: Arc<Cont
 }
 
 /// One write in autocommit on a pooled connection.
-async fn run_alone(context: &Context, write: &RowWrite) -> Result<u64, StoreError> {
+async fn run_alone(context: &Context, write: &RowWrite) -> Result<Applied, StoreError> {
     let mut conn = context.connector.conn().await?;
     let (statement, params) = write.statement();
     conn.exec_drop(statement, params)
         .await
         .map_err(|err| context.connector.statement_error(err))?;
-    Ok(conn.affected_rows())
+    Ok(Applied {
+        matched: conn.affected_rows(),
+        last_insert_id: conn.last_insert_id(),
+    })
 }
 
 /// [`run_group`] within the statement timeout; a timeout is a lost commit
@@ -202,7 +208,7 @@ async fn run_group_bounded(
     conn: &mut Session,
     text: &str,
     statements: usize,
-) -> Result<Vec<u64>, GroupFailure> {
+) -> Result<Vec<Applied>, GroupFailure> {
     let (raw, limit) = conn.start().map_err(GroupFailure::Lost)?;
     let outcome = tokio::time::timeout(limit, run_group(raw, text, statements)).await;
     conn.settle(outcome).await.map_err(GroupFailure::Lost)?
@@ -277,12 +283,12 @@ fn group_sql(batch: &[Job]) -> Option<String> {
     Some(text)
 }
 
-/// Sends the group and reads each statement's affected-row count.
+/// Sends the group and reads what each statement did.
 async fn run_group(
     conn: &mut mysql_async::Conn,
     text: &str,
     statements: usize,
-) -> Result<Vec<u64>, GroupFailure> {
+) -> Result<Vec<Applied>, GroupFailure> {
     let mut result = conn
         .query_iter(text)
         .await
@@ -294,7 +300,10 @@ async fn run_group(
             .collect::<Row>()
             .await
             .map_err(|_| GroupFailure::Statement)?;
-        counts.push(result.affected_rows());
+        counts.push(Applied {
+            matched: result.affected_rows(),
+            last_insert_id: result.last_insert_id(),
+        });
     }
     result.drop_result().await.map_err(GroupFailure::Commit)?;
     Ok(counts)

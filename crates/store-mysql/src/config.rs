@@ -6,6 +6,7 @@
 use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
+use webhook_core::withheld;
 
 use mysql_async::{OptsBuilder, PoolConstraints, PoolOpts, SslOpts};
 
@@ -142,7 +143,7 @@ impl MysqlConfig {
                 None => Ok(default),
                 Some(raw) => raw.trim().parse().map_err(|_| MysqlError::InvalidConfig {
                     setting: name,
-                    reason: format!("{raw:?} is not a whole number"),
+                    reason: format!("is not a whole number ({})", withheld(&raw)),
                 }),
             }
         };
@@ -152,14 +153,14 @@ impl MysqlConfig {
             Some(other) => {
                 return Err(MysqlError::InvalidConfig {
                     setting: "GORGE_WEBHOOK_MYSQL_TLS",
-                    reason: format!("{other:?} is not true or false"),
+                    reason: format!("is not true or false ({})", withheld(other)),
                 })
             }
         };
         let port = number("GORGE_WEBHOOK_MYSQL_PORT", 3306)?;
         let port = u16::try_from(port).map_err(|_| MysqlError::InvalidConfig {
             setting: "GORGE_WEBHOOK_MYSQL_PORT",
-            reason: format!("{port} is not a port number"),
+            reason: "is not a port number".to_owned(),
         })?;
         let pool_max = match number("GORGE_WEBHOOK_MYSQL_POOL_MAX", 0)? {
             0 => max_concurrent * 2 + 4,
@@ -272,7 +273,13 @@ impl MysqlConfig {
                 // Only a local file check: a typo would otherwise surface as
                 // a database that never becomes ready.
                 if let Err(err) = std::fs::metadata(path) {
-                    return invalid("tls_ca_file", format!("{}: {err}", path.display()));
+                    return invalid(
+                        "tls_ca_file",
+                        format!(
+                            "the file it names cannot be read: {err} ({})",
+                            withheld(&path.to_string_lossy())
+                        ),
+                    );
                 }
             }
             (None, _) => {}
@@ -351,11 +358,11 @@ fn check_namespace(namespace: &str) -> Result<(), String> {
     if !namespace.is_ascii() {
         return Err("must be ASCII".to_owned());
     }
-    if let Some(bad) = namespace
+    if namespace
         .chars()
-        .find(|c| matches!(c, '/' | '\\' | '.' | '`') || c.is_control())
+        .any(|c| matches!(c, '/' | '\\' | '.' | '`') || c.is_control())
     {
-        return Err(format!("must not contain {bad:?}"));
+        return Err("must not contain '/', '\\', '.', '`' or control characters".to_owned());
     }
     if namespace.ends_with(' ') {
         return Err("must not end with a space".to_owned());

@@ -60,8 +60,10 @@ pub enum MysqlError {
         /// The bound it exceeded.
         after: Duration,
     },
-    /// A statement failed on an open connection.
-    #[error("database statement failed")]
+    /// A statement failed on an open connection. Shows the server's error
+    /// code and message (or the driver's or socket's reason), which a
+    /// failing write-back's log line needs; never a connection URL.
+    #[error("database statement failed: {}", failure_reason(.0))]
     Statement(#[source] DriverFailure),
     /// A statement returned something its contract rules out.
     #[error("unexpected result from {statement}: {detail}")]
@@ -121,6 +123,63 @@ pub enum NotReady {
     #[error("database server did not answer the readiness probe")]
     ProbeFailed(#[source] BoxError),
 }
+
+/// At most this many bytes of a server's or driver's message are shown: a
+/// syntax error quotes the statement, which may inline a whole row.
+const REASON_MAX: usize = 300;
+
+/// What a failed statement's `Display` says about its cause: the server's
+/// code and message, the driver's or the socket's text; never a URL error's
+/// (it may quote the connection URL, password included) nor an opaque
+/// `Other`.
+fn failure_reason(err: &DriverFailure) -> String {
+    let text = match err {
+        // As the driver writes it (`ERROR 1153 (08S01): Got a packet …`), so
+        // a log line that also walks `source()` can tell it is said already.
+        DriverFailure::Server(server) => server.to_string(),
+        DriverFailure::Io(io) => format!("connection error: {io}"),
+        DriverFailure::Driver(driver) => format!("driver error: {driver}"),
+        DriverFailure::Url(_) => "invalid connection settings".to_owned(),
+        DriverFailure::Other(_) => "driver failure".to_owned(),
+    };
+    bounded(text)
+}
+
+fn bounded(mut text: String) -> String {
+    if text.len() > REASON_MAX {
+        let mut cut = REASON_MAX;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push('…');
+    }
+    text
+}
+
+/// Whether `err` is the driver refusing an incoming packet larger than its
+/// `max_allowed_packet` (which it takes from the server's at connect;
+/// libmysqlclient's 2020, `CR_NET_PACKET_TOO_LARGE`): the connection is
+/// unusable afterwards, but the cause is the data, not the server.
+pub(crate) fn is_packet_too_large(err: &DriverFailure) -> bool {
+    match err {
+        // mysql_common's codec error is not re-exported, so it is known by
+        // its text (the integration test `an_unreadable_row_is_skipped`
+        // holds the driver to it).
+        DriverFailure::Io(mysql_async::IoError::Io(io)) => io
+            .get_ref()
+            .is_some_and(|inner| inner.to_string() == CODEC_PACKET_TOO_LARGE),
+        DriverFailure::Driver(DriverError::PacketTooLarge) => true,
+        DriverFailure::Server(server) => server.code == ER_NET_PACKET_TOO_LARGE,
+        _ => false,
+    }
+}
+
+/// mysql_common's `PacketCodecError::PacketTooLarge`, as displayed.
+const CODEC_PACKET_TOO_LARGE: &str = "Packet is larger than max_allowed_packet";
+
+/// The server's "Got a packet bigger than 'max_allowed_packet' bytes".
+pub(crate) const ER_NET_PACKET_TOO_LARGE: u16 = 1153;
 
 fn server_code(err: &DriverFailure) -> Option<u16> {
     match err {
@@ -324,6 +383,35 @@ mod tests {
             reason(MysqlError::Statement(server(1146))),
             "database server did not answer the readiness probe"
         );
+    }
+
+    /// A failing write-back's log line (`error = %err`) says why.
+    #[test]
+    fn a_failed_statement_names_the_servers_code_and_message() {
+        let err = MysqlError::Statement(DriverFailure::Server(ServerError {
+            code: 1153,
+            message: "Got a packet bigger than 'max_allowed_packet' bytes".into(),
+            state: "08S01".into(),
+        }))
+        .into_store_error("x_herald");
+        assert_eq!(
+            err.to_string(),
+            "database query failed: database statement failed: ERROR 1153 (08S01): Got a \
+             packet bigger than 'max_allowed_packet' bytes"
+        );
+        let long = MysqlError::Statement(DriverFailure::Server(ServerError {
+            code: 1064,
+            message: format!("near '{}'", "\u{e9}".repeat(1_000)),
+            state: "42000".into(),
+        }));
+        assert!(long.to_string().len() < REASON_MAX + 64, "{long}");
+        let url = MysqlError::Statement(DriverFailure::Url(
+            mysql_async::UrlError::InvalidParamValue {
+                param: "password".into(),
+                value: "hunter2".into(),
+            },
+        ));
+        assert!(!url.to_string().contains("hunter2"), "{url}");
     }
 
     #[test]

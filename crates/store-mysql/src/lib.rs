@@ -12,7 +12,10 @@
 //!   costs one statement timeout, then its connection is abandoned and
 //!   the pool replaced.
 //! * [`MysqlStore`] implements [`webhook_core::Store`]; every statement is a
-//!   prepared statement, cached per pooled connection. Claims and
+//!   prepared statement, cached per pooled connection. A poll's rows hold
+//!   at most [`POLL_BYTES_MAX`] bytes of `properties` (long ones fetched
+//!   alone), and a row the driver cannot read is skipped and counted
+//!   (`candidates`). Claims and
 //!   write-backs that arrive together share one transaction (group
 //!   commit, `batch`), each with its own statement and result.
 //! * [`MysqlStore::ready`] is the `/readyz` probe; [`MysqlStore::check_schema`]
@@ -40,6 +43,7 @@
 //! becomes [`webhook_core::StoreError::MalformedRow`].
 
 mod batch;
+mod candidates;
 mod config;
 mod error;
 mod handoff;
@@ -53,6 +57,7 @@ mod session;
 pub mod sql;
 mod store;
 
+pub use candidates::{INLINE_PROPERTIES_MAX, POLL_BYTES_MAX};
 pub use config::{
     MysqlConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_MAX, DEFAULT_STATEMENT_TIMEOUT,
     DEFAULT_TCP_KEEPALIVE,

@@ -93,8 +93,9 @@ impl LocalConfig {
         if !path.is_absolute() {
             return Err(LocalConfigError::InvalidSetting {
                 reason: format!(
-                    "{raw:?} is not an absolute path; name Phorge's conf/local/local.json, \
-                     e.g. /srv/phorge/conf/local/local.json"
+                    "is not an absolute path ({}); name Phorge's conf/local/local.json, \
+                     e.g. /srv/phorge/conf/local/local.json",
+                    webhook_core::withheld(&raw)
                 ),
             });
         }

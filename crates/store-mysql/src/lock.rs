@@ -120,6 +120,28 @@ impl HookLock for MysqlHookLock {
             None => Ok(()),
         }
     }
+
+    /// Asked on the holding connection itself: if its session broke, the
+    /// question fails, and either way the lock is not ours any more.
+    async fn still_held(&mut self) -> Result<bool, StoreError> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(false);
+        };
+        let answer = conn
+            .exec_first::<Row, _, _>(sql::LOCK_STILL_HELD, (self.name.as_str(),))
+            .await
+            .map_err(|err| err.into_store_error(&self.database))?;
+        match rows::nullable_int(answer, "IS_USED_LOCK") {
+            Ok(Some(1)) => Ok(true),
+            Ok(Some(0)) => Ok(false),
+            Ok(other) => Err(unexpected(
+                "IS_USED_LOCK",
+                format!("{other:?}"),
+                &self.database,
+            )),
+            Err(detail) => Err(unexpected("IS_USED_LOCK", detail, &self.database)),
+        }
+    }
 }
 
 impl Drop for MysqlHookLock {

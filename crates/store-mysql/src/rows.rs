@@ -81,25 +81,68 @@ fn lossy_text(
     defect: &mut Option<String>,
 ) -> Result<String, StoreError> {
     let bytes: Vec<u8> = take(row, index, column, id)?;
+    Ok(lossy_bytes(bytes, column, defect))
+}
+
+/// A row selected with [`crate::sql::REQUEST_SELECT_LIST`].
+pub(crate) fn request_row(mut row: Row) -> Result<RequestRow, StoreError> {
+    request_columns(&mut row, |row, id, defect| {
+        lossy_text(row, 5, "properties", id, defect)
+    })
+}
+
+/// A row selected with [`crate::sql::CANDIDATE_SELECT_LIST`], and the
+/// length of its `properties`. Properties left out for their length are
+/// `None` (the row's `properties` is then empty until fetched).
+pub(crate) fn candidate_row(mut row: Row) -> Result<(RequestRow, u64, bool), StoreError> {
+    let mut inline = true;
+    let request = request_columns(&mut row, |row, id, defect| {
+        let value: Option<Vec<u8>> = take(row, 5, "properties", id)?;
+        match value {
+            Some(bytes) => Ok(lossy_bytes(bytes, "properties", defect)),
+            None => {
+                inline = false;
+                Ok(String::new())
+            }
+        }
+    })?;
+    let length = unsigned(&mut row, 10, "LENGTH(properties)", request.id)?;
+    Ok((request, length, inline))
+}
+
+/// The one column of [`crate::sql::CANDIDATE_PROPERTIES`], read lossily
+/// into `request` (its defect noted as the full row's read would).
+pub(crate) fn fetched_properties(mut row: Row, request: &mut RequestRow) -> Result<(), StoreError> {
+    let mut defect = request.defect.take();
+    request.properties = lossy_text(&mut row, 0, "properties", request.id, &mut defect)?;
+    request.defect = defect;
+    Ok(())
+}
+
+fn lossy_bytes(bytes: Vec<u8>, column: &str, defect: &mut Option<String>) -> String {
     match String::from_utf8(bytes) {
-        Ok(text) => Ok(text),
+        Ok(text) => text,
         Err(err) => {
             let at = err.utf8_error().valid_up_to();
             defect.get_or_insert_with(|| {
                 format!("column {column} is not valid UTF-8 (at byte {at})")
             });
-            Ok(String::from_utf8_lossy(err.as_bytes()).into_owned())
+            String::from_utf8_lossy(err.as_bytes()).into_owned()
         }
     }
 }
 
-/// A row selected with [`crate::sql::REQUEST_SELECT_LIST`].
-pub(crate) fn request_row(mut row: Row) -> Result<RequestRow, StoreError> {
+/// The request columns in [`crate::sql::REQUEST_SELECT_LIST`]'s positions,
+/// with `properties` read by `properties`.
+fn request_columns(
+    row: &mut Row,
+    properties: impl FnOnce(&mut Row, u64, &mut Option<String>) -> Result<String, StoreError>,
+) -> Result<RequestRow, StoreError> {
     // Until the id is known, errors are reported against id 0.
-    let id = unsigned(&mut row, 0, "id", 0)?;
+    let id = unsigned(row, 0, "id", 0)?;
     let mut defect = None;
-    let status = text(&mut row, 4, "status", id)?;
-    let last = lossy_text(&mut row, 6, "lastRequestResult", id, &mut defect)?;
+    let status = text(row, 4, "status", id)?;
+    let last = lossy_text(row, 6, "lastRequestResult", id, &mut defect)?;
     let last_request_result = last.parse::<LastResult>().unwrap_or_else(|_| {
         defect
             .get_or_insert_with(|| "column lastRequestResult is not none, okay or fail".to_owned());
@@ -107,17 +150,17 @@ pub(crate) fn request_row(mut row: Row) -> Result<RequestRow, StoreError> {
     });
     Ok(RequestRow {
         id,
-        phid: lossy_text(&mut row, 1, "phid", id, &mut defect)?,
-        webhook_phid: lossy_text(&mut row, 2, "webhookPHID", id, &mut defect)?,
-        object_phid: lossy_text(&mut row, 3, "objectPHID", id, &mut defect)?,
+        phid: lossy_text(row, 1, "phid", id, &mut defect)?,
+        webhook_phid: lossy_text(row, 2, "webhookPHID", id, &mut defect)?,
+        object_phid: lossy_text(row, 3, "objectPHID", id, &mut defect)?,
         status: status
             .parse::<RequestStatus>()
             .map_err(|err| malformed(id, err.to_string()))?,
-        properties: lossy_text(&mut row, 5, "properties", id, &mut defect)?,
+        properties: properties(row, id, &mut defect)?,
         last_request_result,
-        last_request_epoch: unsigned(&mut row, 7, "lastRequestEpoch", id)?,
-        date_created: unsigned(&mut row, 8, "dateCreated", id)?,
-        date_modified: unsigned(&mut row, 9, "dateModified", id)?,
+        last_request_epoch: unsigned(row, 7, "lastRequestEpoch", id)?,
+        date_created: unsigned(row, 8, "dateCreated", id)?,
+        date_modified: unsigned(row, 9, "dateModified", id)?,
         defect,
     })
 }

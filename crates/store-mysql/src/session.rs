@@ -259,6 +259,11 @@ impl Session {
         self.conn.as_ref().map_or(0, Conn::affected_rows)
     }
 
+    /// The id the last statement generated (`LAST_INSERT_ID(expr)`).
+    pub(crate) fn last_insert_id(&self) -> Option<u64> {
+        self.conn.as_ref().and_then(Conn::last_insert_id)
+    }
+
     /// The connection for one bounded operation, and its bound. Call
     /// [`Self::settle`] with the outcome.
     pub(crate) fn start(&mut self) -> Result<(&mut Conn, Duration), MysqlError> {

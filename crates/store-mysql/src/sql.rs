@@ -17,9 +17,18 @@ use crate::objects::ObjectTables;
 pub const REQUEST_SELECT_LIST: &str = "id, phid, webhookPHID, objectPHID, status, properties, \
      lastRequestResult, lastRequestEpoch, dateCreated, dateModified";
 
+/// The candidate query's columns: [`REQUEST_SELECT_LIST`]'s, except that
+/// `properties` comes only when its length is within the inline limit (the
+/// first parameter; NULL otherwise), and `LENGTH(properties)` last, so a
+/// poll can bound its bytes and fetch larger rows one at a time
+/// ([`CANDIDATE_PROPERTIES`]).
+pub const CANDIDATE_SELECT_LIST: &str = "id, phid, webhookPHID, objectPHID, status, \
+     IF(LENGTH(properties) <= ?, properties, NULL), \
+     lastRequestResult, lastRequestEpoch, dateCreated, dateModified, LENGTH(properties)";
+
 /// The candidate query for a given number of excluded hooks. Parameters:
-/// `lease_cutoff`, `retry_cutoff`, then one hook PHID per exclusion, then
-/// the limit.
+/// the inline limit of [`CANDIDATE_SELECT_LIST`], `lease_cutoff`,
+/// `retry_cutoff`, then one hook PHID per exclusion, then the limit.
 ///
 /// `dateModified = dateCreated` lets a fresh row through at once;
 /// `key_status (status, id)` serves both the filter and the order.
@@ -31,36 +40,43 @@ pub fn candidate_sql(excluded_hooks: usize) -> String {
         format!("\n   AND webhookPHID NOT IN ({marks})")
     };
     format!(
-        "SELECT {REQUEST_SELECT_LIST}\n  FROM herald_webhookrequest\n WHERE status = 'queued'\n   \
+        "SELECT {CANDIDATE_SELECT_LIST}\n  FROM herald_webhookrequest\n WHERE status = 'queued'\n   \
          AND (dateModified = dateCreated OR dateModified <= ?)\n   \
          AND (lastRequestResult <> 'fail' OR lastRequestEpoch <= ?){exclusion}\n \
          ORDER BY id ASC\n LIMIT ?"
     )
 }
 
+/// The `properties` of one candidate too long to come inline, fetched
+/// alone, only while the row is still at the version the candidate query
+/// saw (no row: it changed since, and is no longer this poll's candidate).
+/// Parameters: id, the version seen.
+pub const CANDIDATE_PROPERTIES: &str =
+    "SELECT properties FROM herald_webhookrequest WHERE id = ? AND dateModified = ?";
+
 /// The compare-and-set claim. Parameters: `id`, the version seen.
 ///
 /// `+ 1` is load-bearing: `dateModified` has one-second resolution, so a
 /// claim in the insert's (or a previous claim's) second would otherwise
 /// leave the version unchanged and let a second claimer win too.
+///
+/// `LAST_INSERT_ID(…)` hands the version written back in the statement's
+/// own OK packet (no second round trip, and nothing else about the row
+/// changes): every write of the claim's result is then guarded by it.
 pub const CLAIM: &str = "UPDATE herald_webhookrequest \
-     SET dateModified = GREATEST(dateModified + 1, UNIX_TIMESTAMP()) \
+     SET dateModified = LAST_INSERT_ID(GREATEST(dateModified + 1, UNIX_TIMESTAMP())) \
      WHERE id = ? AND status = 'queued' AND dateModified = ?";
 
 /// The write-back of a processing step. Parameters: status,
-/// lastRequestResult, lastRequestEpoch, the write's time, properties, id.
+/// lastRequestResult, lastRequestEpoch, the write's time, properties, id,
+/// and the version the write expects.
 ///
 /// `GREATEST(dateModified + 1, ?)`: a result written in the claim's second
 /// must still move the version, or a failed row would look fresh again.
+/// The guard lands it only on a row still queued at the version its
+/// decision was based on — after a claim, the one the claim wrote — so a
+/// result never overwrites a later claim's.
 pub const WRITE_RESULT: &str = "UPDATE herald_webhookrequest \
-     SET status = ?, lastRequestResult = ?, lastRequestEpoch = ?, \
-     dateModified = GREATEST(dateModified + 1, ?), properties = ? \
-     WHERE id = ?";
-
-/// [`WRITE_RESULT`] for a write made without a claim: lands only on a row
-/// still queued at the version the decision was based on. One extra
-/// parameter: that version.
-pub const WRITE_RESULT_GUARDED: &str = "UPDATE herald_webhookrequest \
      SET status = ?, lastRequestResult = ?, lastRequestEpoch = ?, \
      dateModified = GREATEST(dateModified + 1, ?), properties = ? \
      WHERE id = ? AND status = 'queued' AND dateModified = ?";
@@ -73,6 +89,15 @@ pub const HOOK: &str = "SELECT id, phid, name, webhookURI, status, hmacKey \
 /// the window, served by `key_ratelimit`. Parameters: hook PHID, window start.
 pub const BREAKER_FAILURES: &str = "SELECT COUNT(*) FROM herald_webhookrequest \
      WHERE webhookPHID = ? AND lastRequestResult = 'fail' AND lastRequestEpoch >= ?";
+
+/// Rows of one hook claimed within their lease and not written since
+/// (`Store::claims_in_flight`). Parameters: hook PHID, lease cutoff.
+/// `lastRequestResult IN ('none', 'fail')` keeps the scan of `key_ratelimit`
+/// to the hook's unsent and failed rows, never its delivered history.
+pub const CLAIMS_IN_FLIGHT: &str = "SELECT COUNT(*) FROM herald_webhookrequest \
+     WHERE webhookPHID = ? AND lastRequestResult IN ('none', 'fail') \
+     AND status = 'queued' AND dateModified > ? \
+     AND dateModified <> dateCreated AND dateModified <> lastRequestEpoch";
 
 /// Row counts by status and hooks not `disabled`, in one round trip; each
 /// status count is an index range count on `key_status`.
@@ -144,6 +169,10 @@ pub const BREAKER_FAILURE_EPOCHS: &str = "SELECT lastRequestEpoch FROM herald_we
 /// The session holding a named lock, NULL when free; takes nothing.
 /// Parameter: the lock name.
 pub const IS_USED_LOCK: &str = "SELECT IS_USED_LOCK(?)";
+
+/// Whether the asking session still holds a named lock (1), or not (0);
+/// run on the holding connection before each call. Parameter: the name.
+pub const LOCK_STILL_HELD: &str = "SELECT IS_USED_LOCK(?) <=> CONNECTION_ID()";
 
 /// Phorge's global silent mode from its database-stored configuration,
 /// for `namespace` (validated: no quoting characters). No row = off.
@@ -243,8 +272,9 @@ mod tests {
     fn candidate_query_is_the_spec_statement() {
         assert_eq!(
             candidate_sql(0),
-            "SELECT id, phid, webhookPHID, objectPHID, status, properties, \
-             lastRequestResult, lastRequestEpoch, dateCreated, dateModified\n  \
+            "SELECT id, phid, webhookPHID, objectPHID, status, \
+             IF(LENGTH(properties) <= ?, properties, NULL), \
+             lastRequestResult, lastRequestEpoch, dateCreated, dateModified, LENGTH(properties)\n  \
              FROM herald_webhookrequest\n \
              WHERE status = 'queued'\n   \
              AND (dateModified = dateCreated OR dateModified <= ?)\n   \
@@ -261,16 +291,16 @@ mod tests {
             sql.contains("\n   AND webhookPHID NOT IN (?, ?, ?)\n ORDER BY id ASC"),
             "{sql}"
         );
-        assert_eq!(sql.matches('?').count(), 6);
-        assert_eq!(candidate_sql(0).matches('?').count(), 3);
+        assert_eq!(sql.matches('?').count(), 7);
+        assert_eq!(candidate_sql(0).matches('?').count(), 4);
+        assert_eq!(CANDIDATE_PROPERTIES.matches('?').count(), 2);
     }
 
     #[test]
     fn placeholder_counts_match_the_documented_parameters() {
         assert_eq!(CLAIM.matches('?').count(), 2);
-        assert_eq!(WRITE_RESULT.matches('?').count(), 6);
-        assert_eq!(WRITE_RESULT_GUARDED.matches('?').count(), 7);
-        assert!(WRITE_RESULT_GUARDED.starts_with(WRITE_RESULT));
+        assert_eq!(WRITE_RESULT.matches('?').count(), 7);
+        assert!(WRITE_RESULT.ends_with("AND status = 'queued' AND dateModified = ?"));
         assert_eq!(BREAKER_FAILURES.matches('?').count(), 2);
     }
 
@@ -311,7 +341,7 @@ mod tests {
             inline(CLAIM, &[Literal::Number(7), Literal::Number(1_700_000_001)]).as_deref(),
             Some(
                 "UPDATE herald_webhookrequest \
-                 SET dateModified = GREATEST(dateModified + 1, UNIX_TIMESTAMP()) \
+                 SET dateModified = LAST_INSERT_ID(GREATEST(dateModified + 1, UNIX_TIMESTAMP())) \
                  WHERE id = 7 AND status = 'queued' AND dateModified = 1700000001"
             )
         );
@@ -325,13 +355,17 @@ mod tests {
                 Literal::Number(2),
                 Literal::Text(hostile),
                 Literal::Number(3),
+                Literal::Number(4),
             ],
         )
-        .expect("six values");
+        .expect("seven values");
         assert!(
             text.starts_with("UPDATE herald_webhookrequest SET status = _utf8mb4 X'73656e74', ")
         );
-        assert!(text.ends_with(" WHERE id = 3"), "{text}");
+        assert!(
+            text.ends_with(" WHERE id = 3 AND status = 'queued' AND dateModified = 4"),
+            "{text}"
+        );
         assert!(!text.contains("DROP") && !text.contains('?'), "{text}");
         let hex: String = hostile.bytes().map(|b| format!("{b:02x}")).collect();
         assert!(

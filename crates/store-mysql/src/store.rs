@@ -18,6 +18,7 @@ use webhook_core::{
 };
 
 use crate::batch::{RowWrite, WriteBatcher};
+use crate::candidates::{self, UnreadableRows};
 use crate::config::MysqlConfig;
 use crate::error::{MysqlError, NotReady};
 use crate::lock::MysqlHookLock;
@@ -35,6 +36,7 @@ pub struct MysqlStore {
     pool_max: usize,
     batcher: Arc<OnceLock<WriteBatcher>>,
     unreadable: UnreadableTables,
+    unreadable_rows: UnreadableRows,
 }
 
 /// The pool (replaced after a timeout), and the database its errors are
@@ -67,6 +69,7 @@ impl MysqlStore {
             pool_max: config.pool_max,
             batcher: Arc::new(OnceLock::new()),
             unreadable: UnreadableTables::default(),
+            unreadable_rows: UnreadableRows::default(),
         })
     }
 
@@ -89,6 +92,13 @@ impl MysqlStore {
     /// were committed in groups of two or more so far ([`crate::batch`]).
     pub fn grouped_write_counts(&self) -> (u64, u64) {
         self.batcher.get().map_or((0, 0), WriteBatcher::counts)
+    }
+
+    /// Candidate rows skipped so far because they could not be read (wider
+    /// than the connection's `max_allowed_packet`), once per poll that met
+    /// one ([`crate::candidates`]).
+    pub fn rows_unreadable(&self) -> u64 {
+        self.unreadable_rows.skipped()
     }
 
     /// The group-commit workers, started on first use (inside the runtime).
@@ -194,37 +204,32 @@ impl MysqlStore {
 #[async_trait]
 impl Store for MysqlStore {
     async fn candidates(&self, query: &CandidateQuery) -> Result<Vec<RequestRow>, StoreError> {
-        let cutoffs = query.cutoffs;
-        let mut params: Vec<Value> = Vec::with_capacity(query.exclude_hooks.len() + 3);
-        params.push(cutoffs.lease_cutoff.into());
-        params.push(cutoffs.retry_cutoff.into());
-        params.extend(query.exclude_hooks.iter().map(|h| Value::from(h.as_str())));
-        params.push(u64::try_from(query.limit).unwrap_or(u64::MAX).into());
-        let mut conn = self.conn().await?;
-        let found: Vec<Row> = conn
-            .exec(sql::candidate_sql(query.exclude_hooks.len()), params)
-            .await
-            .map_err(|err| self.statement_error(err))?;
-        found.into_iter().map(rows::request_row).collect()
+        candidates::candidates(&self.connector, &self.unreadable_rows, query).await
     }
 
     async fn claim(&self, id: u64, seen_version: UnixTime) -> Result<Claim, StoreError> {
-        let matched = self
+        let applied = self
             .batcher()
             .run(RowWrite::Claim { id, seen_version })
             .await?;
         // CLIENT_FOUND_ROWS: matched rows; the id is the primary key, so
         // this is 0 or 1.
-        Ok(if matched == 1 {
-            Claim::Won
-        } else {
-            Claim::Lost
-        })
+        if applied.matched != 1 {
+            return Ok(Claim::Lost);
+        }
+        match applied.last_insert_id {
+            Some(version) if version > seen_version => Ok(Claim::Won(version)),
+            other => Err(MysqlError::UnexpectedResult {
+                statement: "claim",
+                detail: format!("won, but reported the version {other:?} (seen {seen_version})"),
+            }
+            .into_store_error(&self.connector.database)),
+        }
     }
 
     async fn write_result(&self, write: &ResultWrite) -> Result<Written, StoreError> {
-        let matched = self.batcher().run(RowWrite::Result(write.clone())).await?;
-        Ok(if matched == 0 {
+        let applied = self.batcher().run(RowWrite::Result(write.clone())).await?;
+        Ok(if applied.matched == 0 {
             Written::Skipped
         } else {
             Written::Yes
@@ -243,6 +248,18 @@ impl Store for MysqlStore {
     async fn breaker_failures(&self, hook_phid: &str, since: UnixTime) -> Result<u64, StoreError> {
         self.count(sql::BREAKER_FAILURES, vec![hook_phid.into(), since.into()])
             .await
+    }
+
+    async fn claims_in_flight(
+        &self,
+        hook_phid: &str,
+        lease_cutoff: UnixTime,
+    ) -> Result<u64, StoreError> {
+        self.count(
+            sql::CLAIMS_IN_FLIGHT,
+            vec![hook_phid.into(), lease_cutoff.into()],
+        )
+        .await
     }
 
     async fn lock_hook(&self, hook_phid: &str) -> Result<Option<Box<dyn HookLock>>, StoreError> {

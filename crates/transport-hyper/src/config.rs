@@ -210,7 +210,13 @@ impl TransportConfig {
         }
         if let Some(path) = value(S::ExtraRootCertificates).filter(|p| !p.trim().is_empty()) {
             config.extra_root_certificates_pem = std::fs::read(path.trim()).map_err(|err| {
-                TransportConfigError::new(S::ExtraRootCertificates, format!("{path}: {err}"))
+                TransportConfigError::new(
+                    S::ExtraRootCertificates,
+                    format!(
+                        "the file it names cannot be read: {err} ({})",
+                        webhook_core::withheld(&path)
+                    ),
+                )
             })?;
         }
         if let Some(text) = value(S::RequestIdHeader) {
@@ -318,12 +324,21 @@ const RESERVED_HEADERS: &[HeaderName] = &[
 
 fn header_name(setting: TransportSetting, name: &str) -> Result<HeaderName, TransportConfigError> {
     let header = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
-        TransportConfigError::new(setting, format!("{name:?} is not a valid header name"))
+        TransportConfigError::new(
+            setting,
+            format!(
+                "is not a valid header name ({})",
+                webhook_core::withheld(name)
+            ),
+        )
     })?;
     if RESERVED_HEADERS.contains(&header) {
         return Err(TransportConfigError::new(
             setting,
-            format!("{name:?} is set by the transport itself"),
+            format!(
+                "names a header the transport sets itself ({})",
+                webhook_core::withheld(name)
+            ),
         ));
     }
     Ok(header)
@@ -373,7 +388,13 @@ pub fn parse_cidr_list(
                 .or_else(|_| item.parse::<std::net::IpAddr>().map(IpNet::from))
                 .map(|net| net.trunc())
                 .map_err(|_| {
-                    TransportConfigError::new(setting, format!("{item:?} is not a CIDR network"))
+                    TransportConfigError::new(
+                        setting,
+                        format!(
+                            "holds an item that is not a CIDR network ({})",
+                            webhook_core::withheld(&item)
+                        ),
+                    )
                 })
         })
         .collect()
@@ -384,7 +405,13 @@ fn parse_number<T: std::str::FromStr>(
     text: &str,
 ) -> Result<T, TransportConfigError> {
     text.trim().parse().map_err(|_| {
-        TransportConfigError::new(setting, format!("{text:?} is not a non-negative integer"))
+        TransportConfigError::new(
+            setting,
+            format!(
+                "is not a non-negative integer ({})",
+                webhook_core::withheld(text)
+            ),
+        )
     })
 }
 

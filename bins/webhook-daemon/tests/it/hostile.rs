@@ -448,3 +448,67 @@ async fn a_name_resolving_to_a_denied_address_is_refused_without_connecting() {
     })
     .await;
 }
+
+/// A row wider than the connection's `max_allowed_packet` (its properties
+/// built on the server with `REPEAT` up to the server's own limit) used to
+/// fail every poll for ever, with `/readyz` 200 all along. Now it is
+/// skipped, said in the log and counted, and the rows behind it are sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_wider_than_the_packet_does_not_stall_the_queue() {
+    with_db(|db| async move {
+        let receiver = Receiver::start().await;
+        let hook = hook_phid(0);
+        add_hook(&db, &hook, receiver.url("/wide"), KEY).await;
+        let row = |n: usize| NewRow {
+            phid: request_phid(n),
+            hook: hook.clone(),
+            object: format!("PHID-TASK-wide{n:016}"),
+            properties: NEVER.into(),
+        };
+        insert_rows(&db, &[row(0), row(1), row(2)], 3).await;
+        let ids: Vec<u64> = crate::support::all_rows(&db)
+            .await
+            .iter()
+            .map(|r| r.id)
+            .collect();
+        let (wide, behind) = (ids[0], &ids[1..]);
+        db.exec(&format!(
+            "UPDATE herald_webhookrequest SET properties = REPEAT('x', @@max_allowed_packet), \
+             dateModified = dateCreated WHERE id = {wide}"
+        ))
+        .await;
+        let mut daemon = Daemon::start("wide row", &delivery_env(&db.namespace)).await;
+        // Rows are read one by one: the fixture's own session cannot read
+        // the wide row either.
+        for id in behind {
+            crate::e2e::wait_row(&db, &daemon, *id, "sent", |r| {
+                r.status == webhook_core::RequestStatus::Sent
+            })
+            .await;
+        }
+        let status: Option<String> = mysql_async::prelude::Queryable::exec_first(
+            &mut db.conn().await,
+            "SELECT status FROM herald_webhookrequest WHERE id = ?",
+            (wide,),
+        )
+        .await
+        .expect("status");
+        assert_eq!(
+            status.as_deref(),
+            Some("queued"),
+            "left alone, not destroyed"
+        );
+        crate::e2e::wait_log(&daemon, "row_unreadable").await;
+        let text = crate::support::metrics(&daemon).await;
+        assert!(
+            crate::support::count(&text, "gorge_webhook_rows_unreadable_total") >= 1,
+            "{text}"
+        );
+        assert_eq!(
+            crate::support::count(&text, "gorge_webhook_poll_errors_total"),
+            0
+        );
+        assert_alive_without_panic(&mut daemon);
+    })
+    .await;
+}

@@ -15,4 +15,5 @@ mod outage;
 mod raw;
 mod reliability;
 mod secrets;
+mod sessions;
 mod support;

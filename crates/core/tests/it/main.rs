@@ -4,5 +4,6 @@
 
 mod dispatcher;
 mod objects;
+mod reliability;
 mod simulation;
 mod support;

@@ -40,7 +40,25 @@ async fn concurrent_claims_and_writes_share_transactions_with_their_own_results(
                 .iter()
                 .map(|c| *c.as_ref().expect("claim ran"))
                 .collect();
-            assert_eq!(outcomes, [Claim::Won, Claim::Lost], "row {}", row.id);
+            assert!(
+                matches!(outcomes[..], [Claim::Won(v), Claim::Lost] if v > row.date_modified),
+                "row {}: {outcomes:?}",
+                row.id
+            );
+        }
+        // Each claim reported the version it wrote, grouped or not.
+        let mut claimed_versions = Vec::new();
+        for (pair, row) in claims.chunks(2).zip(&rows) {
+            let Ok(Claim::Won(version)) = pair[0] else {
+                unreachable!("checked above");
+            };
+            assert_eq!(
+                db.row(row.id).await.date_modified,
+                version,
+                "row {}",
+                row.id
+            );
+            claimed_versions.push(version);
         }
 
         // Every result written at once; one of them cannot be stored (an
@@ -48,14 +66,17 @@ async fn concurrent_claims_and_writes_share_transactions_with_their_own_results(
         let now = db.now().await;
         let mut writes: Vec<_> = rows
             .iter()
-            .map(|row| {
+            .zip(&claimed_versions)
+            .map(|(row, version)| {
                 let properties = Properties::parse(&row.properties).expect("properties");
                 attempt_write(
                     row.id,
+                    *version,
                     &properties,
                     &DeliveryResult::Response { status: 200 },
                     now,
                 )
+                .expect("a response is written")
                 .0
             })
             .collect();

@@ -8,7 +8,8 @@ use webhook_core::{
     Settings, Store, Windows, Written,
 };
 
-use crate::fixture::with_db;
+use crate::fixture::{with_db, TestDb};
+use mysql_async::prelude::Queryable;
 
 const HOOK: &str = "PHID-HWBH-claimsaaaaaaaaaaaaaa";
 
@@ -58,7 +59,10 @@ async fn two_stores_racing_for_one_version_have_exactly_one_winner() {
                 first.await.expect("task a").expect("claim a"),
                 second.await.expect("task b").expect("claim b"),
             ];
-            let winners = outcomes.iter().filter(|c| **c == Claim::Won).count();
+            let winners = outcomes
+                .iter()
+                .filter(|c| matches!(c, Claim::Won(_)))
+                .count();
             assert_eq!(winners, 1, "round {round}: {outcomes:?}");
 
             let claimed = db.row(id).await;
@@ -96,11 +100,9 @@ async fn an_abandoned_claim_is_taken_over_after_the_lease() {
                 ..NewRequest::queued(HOOK, "{}")
             })
             .await;
-        assert_eq!(
-            crashed.claim(id, now - 100).await.expect("claim"),
-            Claim::Won
-        );
+        let claimed = crashed.claim(id, now - 100).await.expect("claim");
         let version = db.row(id).await.date_modified;
+        assert_eq!(claimed, Claim::Won(version));
         assert!(version >= now);
         // The claimer dies without writing anything back.
         drop(crashed);
@@ -109,11 +111,10 @@ async fn an_abandoned_claim_is_taken_over_after_the_lease() {
             .await
             .is_empty());
         assert_eq!(candidate_ids(&survivor, version + lease).await, vec![id]);
-        assert_eq!(
-            survivor.claim(id, version).await.expect("take over"),
-            Claim::Won
-        );
-        assert!(db.row(id).await.date_modified > version);
+        let taken = survivor.claim(id, version).await.expect("take over");
+        let newer = db.row(id).await.date_modified;
+        assert!(newer > version);
+        assert_eq!(taken, Claim::Won(newer));
     })
     .await;
 }
@@ -126,20 +127,21 @@ async fn a_failed_attempt_waits_out_lease_and_backoff_after_a_real_write_back() 
             .insert_request(&NewRequest::queued(HOOK, r#"{"retry":"forever"}"#))
             .await;
         let row = db.row(id).await;
-        assert_eq!(
-            store.claim(id, row.date_modified).await.expect("claim"),
-            Claim::Won
-        );
+        let Claim::Won(version) = store.claim(id, row.date_modified).await.expect("claim") else {
+            panic!("claim won");
+        };
         // The daemon's clock may lag the server's: write at the row's
         // creation second, the worst case for the version.
         let at = row.date_created;
         let properties = Properties::parse(&row.properties).expect("properties");
         let (write, _) = attempt_write(
             id,
+            version,
             &properties,
             &DeliveryResult::Response { status: 503 },
             at,
-        );
+        )
+        .expect("a response is written");
         assert_eq!(
             store.write_result(&write).await.expect("write"),
             Written::Yes
@@ -148,7 +150,10 @@ async fn a_failed_attempt_waits_out_lease_and_backoff_after_a_real_write_back() 
         let failed = db.row(id).await;
         assert_eq!(failed.status, RequestStatus::Queued);
         assert_eq!(failed.last_request_result, LastResult::Fail);
-        assert_eq!(failed.last_request_epoch, at);
+        // Stamped like its version (the claim's second + 1 here), so the
+        // row reads as answered, not as a claim in flight.
+        assert_eq!(failed.last_request_epoch, failed.date_modified);
+        assert!(failed.last_request_epoch > at);
         assert!(
             failed.date_modified > failed.date_created,
             "must not look fresh"
@@ -169,22 +174,26 @@ async fn the_breaker_counts_rows_not_attempts() {
     with_db(|db| async move {
         let store = db.store();
         let now = db.now().await;
-        let fail_once = |id| {
+        let fail_once = |id, version| {
             attempt_write(
                 id,
+                version,
                 &Properties::parse(r#"{"retry":"forever"}"#).expect("properties"),
                 &DeliveryResult::Timeout,
                 now,
             )
+            .expect("a timeout is written")
             .0
         };
         // One row failing three times…
         let stubborn = db.insert_request(&NewRequest::queued(HOOK, "{}")).await;
         for _ in 0..3 {
-            store
-                .write_result(&fail_once(stubborn))
+            let version = db.row(stubborn).await.date_modified;
+            let written = store
+                .write_result(&fail_once(stubborn, version))
                 .await
                 .expect("write");
+            assert_eq!(written, Written::Yes);
         }
         assert_eq!(
             store
@@ -196,7 +205,11 @@ async fn the_breaker_counts_rows_not_attempts() {
         // …then two more rows failing once each.
         for _ in 0..2 {
             let id = db.insert_request(&NewRequest::queued(HOOK, "{}")).await;
-            store.write_result(&fail_once(id)).await.expect("write");
+            let version = db.row(id).await.date_modified;
+            store
+                .write_result(&fail_once(id, version))
+                .await
+                .expect("write");
         }
         assert_eq!(
             store
@@ -206,9 +219,17 @@ async fn the_breaker_counts_rows_not_attempts() {
             3
         );
         // The window start is inclusive; rows slide out after it.
-        assert_eq!(store.breaker_failures(HOOK, now).await.expect("count"), 3);
+        let latest = all_epochs(&db).await.into_iter().max().unwrap_or(0);
+        let earliest = all_epochs(&db).await.into_iter().min().unwrap_or(0);
         assert_eq!(
-            store.breaker_failures(HOOK, now + 1).await.expect("count"),
+            store.breaker_failures(HOOK, earliest).await.expect("count"),
+            3
+        );
+        assert_eq!(
+            store
+                .breaker_failures(HOOK, latest + 1)
+                .await
+                .expect("count"),
             0
         );
         assert_eq!(
@@ -250,4 +271,12 @@ async fn several_excluded_hooks_are_left_out() {
         assert!(store.candidates(&q).await.expect("candidates").is_empty());
     })
     .await;
+}
+
+/// Every row's `lastRequestEpoch`.
+async fn all_epochs(db: &TestDb) -> Vec<u64> {
+    let mut conn = db.conn().await;
+    conn.query("SELECT lastRequestEpoch FROM herald_webhookrequest")
+        .await
+        .expect("epochs")
 }

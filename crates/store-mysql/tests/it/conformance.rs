@@ -42,6 +42,12 @@ impl TestBed for MysqlBed {
     async fn destroy_task(&self, object_phid: &str) {
         self.tasks.destroy_object(object_phid).await;
     }
+    async fn lose_lock_session(&self, hook_phid: &str) {
+        let name = self.store.hook_lock_name(hook_phid);
+        let holder = self.db.lock_holder(&name).await.expect("the lock is held");
+        self.db.exec(&format!("KILL CONNECTION {holder}")).await;
+        assert!(self.db.lock_freed_eventually(&name).await, "KILL frees it");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

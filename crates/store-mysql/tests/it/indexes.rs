@@ -40,7 +40,11 @@ async fn explain(conn: &mut Conn, statement: &str, params: Vec<Value>) -> Plan {
 }
 
 fn candidate_params(now: u64, excluded: &[&str]) -> Vec<Value> {
-    let mut params = vec![Value::from(now - 30), Value::from(now - 60)];
+    let mut params = vec![
+        Value::from(4096u64),
+        Value::from(now - 30),
+        Value::from(now - 60),
+    ];
     params.extend(excluded.iter().map(|h| Value::from(*h)));
     params.push(Value::from(100u64));
     params

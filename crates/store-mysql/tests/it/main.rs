@@ -15,4 +15,5 @@ mod readiness;
 mod reads;
 mod rows;
 mod schema;
+mod sizes;
 mod timeouts;

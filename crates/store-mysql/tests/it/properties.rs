@@ -83,18 +83,19 @@ async fn unknown_keys_and_shapes_survive_a_write_back() {
         let store = db.store();
         let id = db.insert_request(&NewRequest::queued(HOOK, PHP_ROW)).await;
         let row = db.row(id).await;
-        assert_eq!(
-            store.claim(id, row.date_modified).await.expect("claim"),
-            Claim::Won
-        );
+        let Claim::Won(version) = store.claim(id, row.date_modified).await.expect("claim") else {
+            panic!("claim won");
+        };
         let properties = Properties::parse(&row.properties).expect("parse");
         let now = db.now().await;
         let (write, _) = attempt_write(
             id,
+            version,
             &properties,
             &DeliveryResult::Response { status: 204 },
             now,
-        );
+        )
+        .expect("a response is written");
         assert_eq!(
             store.write_result(&write).await.expect("write"),
             Written::Yes

@@ -1,0 +1,310 @@
+//! Lost database sessions and paused instances, end to end (issue 17):
+//! several daemons on one database whose sessions are `KILL`ed every 2 s,
+//! and an instance frozen with SIGSTOP past its lease while its sessions
+//! are cut. Checked from the receiver's side: never two calls to one hook
+//! at once, and a success once stored is never undone.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use webhook_test_support::{with_db, Receiver, Recorded, Reply, TestDb};
+
+use crate::daemon::Daemon;
+use crate::e2e::{add_hook, delivery_env, with_setting};
+use crate::support::{
+    all_rows, all_sent, assert_alive_without_panic, assert_value_domain, by_request, count,
+    insert_rows, metrics, wait_table, NewRow, REQUEST_ID_HEADER, REQUEST_ID_RECEIVED,
+};
+
+const KEY: &str = "sessionskeyaaaaaaaaaaaaaaaaaaaaa";
+
+fn hook_phid(tag: &str, n: usize) -> String {
+    format!("PHID-HWBH-{tag}{n:0width$}", width = 20 - tag.len())
+}
+
+fn rows(tag: &str, rows: usize, hooks: usize) -> Vec<NewRow> {
+    (0..rows)
+        .map(|n| NewRow {
+            phid: format!("PHID-HWBR-{tag}{n:0width$}", width = 20 - tag.len()),
+            hook: hook_phid(tag, n % hooks),
+            object: format!("PHID-TASK-{tag}{n:0width$}", width = 20 - tag.len()),
+            properties: r#"{"retry":"forever"}"#.to_owned(),
+        })
+        .collect()
+}
+
+fn instance_env(db: &TestDb, instance: &str) -> Vec<(String, String)> {
+    let mut env = delivery_env(&db.namespace);
+    env = with_setting(env, "GORGE_LOG_LEVEL", "info");
+    env = with_setting(env, "GORGE_WEBHOOK_REQUEST_ID_HEADER", REQUEST_ID_HEADER);
+    with_setting(
+        env,
+        "GORGE_WEBHOOK_USER_AGENT",
+        &format!("gorge-webhook/{instance}"),
+    )
+}
+
+fn user_agent(receipt: &Recorded) -> &str {
+    receipt
+        .header("user-agent")
+        .unwrap_or_default()
+        .trim_start_matches("gorge-webhook/")
+}
+
+/// `KILL`s every session on the test's herald database but the asker's;
+/// how many.
+async fn kill_sessions(db: &TestDb) -> usize {
+    let mut conn = db.conn().await;
+    let ids: Vec<u64> = conn
+        .exec(
+            "SELECT ID FROM information_schema.PROCESSLIST \
+             WHERE DB = ? AND ID <> CONNECTION_ID()",
+            (db.database.as_str(),),
+        )
+        .await
+        .expect("processlist");
+    for id in &ids {
+        // Gone already is fine: it may have closed meanwhile.
+        let _ = conn.query_drop(format!("KILL CONNECTION {id}")).await;
+    }
+    ids.len()
+}
+
+/// The local ports of `pid`'s TCP connections to MariaDB (`ss -tnp`).
+fn database_ports_of(pid: u32) -> Vec<String> {
+    let out = Command::new("ss")
+        .args(["-Htnp", "dport = :3306"])
+        .output()
+        .expect("run ss");
+    let marker = format!("pid={pid},");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|line| line.contains(&marker))
+        .filter_map(|line| line.split_whitespace().nth(3))
+        .filter_map(|local| local.rsplit(':').next())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `KILL`s the database sessions of one process, found by their client
+/// ports: the server frees their named locks, as when a frozen host's
+/// connections are cut by a failover.
+async fn kill_sessions_of(db: &TestDb, pid: u32) -> usize {
+    let mut conn = db.conn().await;
+    let mut killed = 0;
+    for port in database_ports_of(pid) {
+        let ids: Vec<u64> = conn
+            .exec(
+                "SELECT ID FROM information_schema.PROCESSLIST WHERE HOST LIKE ?",
+                (format!("%:{port}"),),
+            )
+            .await
+            .expect("processlist");
+        for id in ids {
+            if conn
+                .query_drop(format!("KILL CONNECTION {id}"))
+                .await
+                .is_ok()
+            {
+                killed += 1;
+            }
+        }
+    }
+    killed
+}
+
+/// Whether any two receipts of one path overlapped in time.
+fn overlapping(receipts: &[Recorded]) -> Vec<String> {
+    let mut by_path: BTreeMap<&str, Vec<&Recorded>> = BTreeMap::new();
+    for receipt in receipts {
+        by_path
+            .entry(receipt.path.as_str())
+            .or_default()
+            .push(receipt);
+    }
+    let mut found = Vec::new();
+    for (path, mut calls) in by_path {
+        calls.sort_by_key(|r| r.at);
+        for pair in calls.windows(2) {
+            let ended = pair[0].replied.as_ref().map(|r| r.at);
+            if ended.is_none_or(|end| pair[1].at < end) {
+                found.push(format!("{path}: {:?} then {:?}", pair[0].at, pair[1].at));
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_cut_every_two_seconds_never_let_two_calls_reach_one_hook() {
+    const HOOKS: usize = 20;
+    const ROWS: usize = 1_200;
+    with_db(|db| async move {
+        let receiver = Receiver::start().await;
+        for n in 0..HOOKS {
+            let path = format!("/cut/{n}");
+            add_hook(&db, &hook_phid("cut", n), receiver.url(&path), KEY).await;
+            // Long enough that a cut often lands while a call is in flight.
+            receiver.always(&path, Reply::status(200).after(Duration::from_millis(50)));
+        }
+        let env = |name: &str| {
+            let env = instance_env(&db, name);
+            with_setting(env, "GORGE_WEBHOOK_MAX_CONCURRENT", "8")
+        };
+        let daemons = [
+            Daemon::start("cut-a", &env("cut-a")).await,
+            Daemon::start("cut-b", &env("cut-b")).await,
+            Daemon::start("cut-c", &env("cut-c")).await,
+        ];
+        insert_rows(&db, &rows("cut", ROWS, HOOKS), 100).await;
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let (cuts, killed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let cutter = {
+            let (db, stop) = (db.clone(), Arc::clone(&stop));
+            let (cuts, killed) = (Arc::clone(&cuts), Arc::clone(&killed));
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    let n = kill_sessions(&db).await;
+                    cuts.fetch_add(1, Ordering::Relaxed);
+                    killed.fetch_add(n as u64, Ordering::Relaxed);
+                }
+            })
+        };
+        let refs: Vec<&Daemon> = daemons.iter().collect();
+        let table = wait_table(&db, &refs, "all sent", Duration::from_secs(180), all_sent).await;
+        stop.store(true, Ordering::Relaxed);
+        cutter.await.expect("cutter");
+        assert_value_domain(&table);
+
+        let receipts = receiver.requests();
+        let overlaps = overlapping(&receipts);
+        let mut lock_lost = 0;
+        for daemon in &daemons {
+            lock_lost += count(&metrics(daemon).await, "gorge_webhook_lock_lost_total");
+        }
+        let groups = by_request(&receipts);
+        let repeats = groups.values().filter(|r| r.len() > 1).count();
+        eprintln!(
+            "sessions: rows={ROWS} hooks={HOOKS} cuts={} sessions_killed={} receipts={} \
+             rows_sent_again={repeats} lock_lost={lock_lost} overlapping_calls={}",
+            cuts.load(Ordering::Relaxed),
+            killed.load(Ordering::Relaxed),
+            receipts.len(),
+            overlaps.len()
+        );
+        assert!(cuts.load(Ordering::Relaxed) >= 2, "the cuts happened");
+        assert!(
+            overlaps.is_empty(),
+            "two calls reached one hook at once: {overlaps:#?}"
+        );
+        for n in 0..HOOKS {
+            assert_eq!(receiver.max_concurrent(&format!("/cut/{n}")), 1, "hook {n}");
+        }
+        for mut daemon in daemons {
+            assert_alive_without_panic(&mut daemon);
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_instance_never_undoes_a_success() {
+    const HOOKS: usize = 4;
+    const ROWS: usize = 8;
+    with_db(|db| async move {
+        let receiver = Receiver::start().await;
+        for n in 0..HOOKS {
+            let path = format!("/pause/{n}");
+            add_hook(&db, &hook_phid("pause", n), receiver.url(&path), KEY).await;
+            receiver.always(
+                &path,
+                Reply::status(200).after(Duration::from_millis(1_500)),
+            );
+        }
+        // A lease of 4 + 2 s: the pause (12 s) outlasts it.
+        let env = |name: &str| {
+            let env = instance_env(&db, name);
+            with_setting(env, "GORGE_WEBHOOK_DELIVERY_TIMEOUT", "4")
+        };
+        let mut paused = Daemon::start("pause-a", &env("pause-a")).await;
+        insert_rows(&db, &rows("pause", ROWS, HOOKS), 100).await;
+        // Wait until the first instance has calls in flight, then start the
+        // others: they find those rows claimed.
+        let until = tokio::time::Instant::now() + Duration::from_secs(60);
+        while receiver
+            .requests()
+            .iter()
+            .filter(|r| r.replied.is_none())
+            .count()
+            < 2
+        {
+            assert!(tokio::time::Instant::now() < until, "{}", paused.log());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        paused.signal("STOP");
+        let in_flight: Vec<String> = receiver
+            .requests()
+            .iter()
+            .filter(|r| user_agent(r) == "pause-a")
+            .filter_map(|r| r.header(REQUEST_ID_RECEIVED).map(str::to_owned))
+            .collect();
+        let killed = kill_sessions_of(&db, paused.pid()).await;
+        let others = [
+            Daemon::start("pause-b", &env("pause-b")).await,
+            Daemon::start("pause-c", &env("pause-c")).await,
+        ];
+        let refs: Vec<&Daemon> = others.iter().collect();
+        let sent = wait_table(&db, &refs, "all sent", Duration::from_secs(90), all_sent).await;
+        // Frozen for at least the lease plus the others' deliveries.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        paused.signal("CONT");
+        // It wakes to its answers (or its deadline) and tries to store them.
+        let woke = tokio::time::Instant::now();
+        while !paused.log().contains("result_dropped_stale")
+            && tokio::time::Instant::now() < woke + Duration::from_secs(30)
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Give any further delivery a lease to happen, then look again.
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        let after = all_rows(&db).await;
+        assert!(
+            all_sent(&after),
+            "a success was undone: {after:#?}\n{}",
+            paused.log()
+        );
+        assert_value_domain(&after);
+        for (before, now) in sent.iter().zip(&after) {
+            assert_eq!(before.outcome(), now.outcome(), "{}", before.phid);
+        }
+        let receipts = receiver.requests();
+        let groups = by_request(&receipts);
+        let most = groups.values().map(Vec::len).max().unwrap_or(0);
+        let stale = count(
+            &metrics(&paused).await,
+            "gorge_webhook_writeback_stale_total",
+        );
+        eprintln!(
+            "pause: rows={ROWS} in_flight_at_pause={} sessions_killed={killed} receipts={} \
+             most_receipts_of_one_row={most} stale_results_dropped={stale}",
+            in_flight.len(),
+            receipts.len()
+        );
+        assert!(killed > 0, "the paused instance's sessions were cut");
+        assert!(!in_flight.is_empty());
+        assert!(most <= 2, "a row was sent a third time: {groups:#?}");
+        assert!(
+            stale >= 1,
+            "the paused instance's results were dropped\n{}",
+            paused.log()
+        );
+        assert_alive_without_panic(&mut paused);
+    })
+    .await;
+}
