@@ -40,6 +40,11 @@ use crate::error::MysqlError;
 /// socket is simply dropped.
 const CLOSE_BOUND: Duration = Duration::from_secs(1);
 
+/// How often, and how many times, killing an abandoned session is tried
+/// while no connection can be had (30 minutes in all).
+const KILL_RETRY: Duration = Duration::from_secs(10);
+const KILL_TRIES: u32 = 180;
+
 /// The server's "Unknown thread id": the session to kill is gone already.
 const ER_NO_SUCH_THREAD: u16 = 1094;
 
@@ -168,46 +173,64 @@ impl Connector {
     }
 
     /// Kills server session `id` from a fresh connection, in the
-    /// background, everything bounded; failures only go to the debug log
-    /// (the server ends the session itself after its `wait_timeout`).
+    /// background, everything bounded. While no connection can be had (a
+    /// blackhole), it tries again every [`KILL_RETRY`] for a while: a
+    /// session left alive keeps any hook lock it held until the server's
+    /// `wait_timeout`, as the server never hears that its client is gone.
+    /// Failures only go to the debug log.
     fn kill_later(&self, id: u32) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let connector = self.clone();
         runtime.spawn(async move {
-            let (_, pool) = connector.current();
-            let conn = tokio::time::timeout(connector.connect_timeout, pool.get_conn()).await;
-            let Ok(Ok(mut conn)) = conn else {
+            for _ in 0..KILL_TRIES {
+                if connector.kill(id).await {
+                    return;
+                }
+                tokio::time::sleep(KILL_RETRY).await;
+            }
+        });
+    }
+
+    /// One try of [`Self::kill_later`]; whether it is settled (killed, or
+    /// gone already).
+    async fn kill(&self, id: u32) -> bool {
+        let (_, pool) = self.current();
+        let conn = tokio::time::timeout(self.connect_timeout, pool.get_conn()).await;
+        let Ok(Ok(mut conn)) = conn else {
+            debug!(
+                event = "database_session_kill_failed",
+                connection_id = id,
+                reason = "no connection"
+            );
+            return false;
+        };
+        // An integer, not a placeholder: KILL is not preparable everywhere.
+        let kill = conn.query_drop(format!("KILL CONNECTION {id}"));
+        match tokio::time::timeout(self.statement_timeout, kill).await {
+            Ok(Ok(())) => {
+                debug!(event = "database_session_killed", connection_id = id);
+                true
+            }
+            Ok(Err(mysql_async::Error::Server(err))) if err.code == ER_NO_SUCH_THREAD => true,
+            Ok(Err(err)) => {
+                debug!(event = "database_session_kill_failed", connection_id = id, error = %err);
+                // Refused for good (a privilege): trying again cannot help.
+                matches!(err, mysql_async::Error::Server(_))
+            }
+            Err(_elapsed) => {
                 debug!(
                     event = "database_session_kill_failed",
                     connection_id = id,
-                    reason = "no connection"
+                    reason = "timeout"
                 );
-                return;
-            };
-            // An integer, not a placeholder: KILL is not preparable
-            // everywhere.
-            let kill = conn.query_drop(format!("KILL CONNECTION {id}"));
-            match tokio::time::timeout(connector.statement_timeout, kill).await {
-                Ok(Ok(())) => debug!(event = "database_session_killed", connection_id = id),
-                Ok(Err(mysql_async::Error::Server(err))) if err.code == ER_NO_SUCH_THREAD => {}
-                Ok(Err(err)) => debug!(event = "database_session_kill_failed",
-                                       connection_id = id, error = %err),
-                Err(_elapsed) => {
-                    debug!(
-                        event = "database_session_kill_failed",
-                        connection_id = id,
-                        reason = "timeout"
-                    );
-                    // Cancelled mid-statement: this one must not go back
-                    // to the pool either.
-                    discard(conn);
-                    return;
-                }
+                // Cancelled mid-statement: this one must not go back to
+                // the pool either.
+                discard(conn);
+                false
             }
-            drop(conn);
-        });
+        }
     }
 }
 

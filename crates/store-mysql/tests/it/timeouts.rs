@@ -134,3 +134,44 @@ async fn a_hook_lock_on_a_frozen_session_is_released_in_time_and_freed_on_the_se
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_hook_lock_abandoned_during_a_blackhole_is_freed_once_the_server_is_back() {
+    const HOOK: &str = "PHID-HWBH-blackholelockaaaaaaa";
+    with_db(|db| async move {
+        let proxy = FaultProxy::to_mariadb().await;
+        let store = through(&proxy, &db.namespace);
+        let lock = store
+            .try_lock_hook(HOOK)
+            .await
+            .expect("lock")
+            .expect("free");
+        let name = lock.name().to_owned();
+
+        // Nothing gets through: the release times out and the first try to
+        // kill its session finds no connection.
+        proxy.blackhole();
+        let released = tokio::time::timeout(HANG, Box::new(lock).release())
+            .await
+            .expect("RELEASE_LOCK during a blackhole hung");
+        assert!(
+            matches!(released, Err(StoreError::Unavailable(_))),
+            "{released:?}"
+        );
+        assert!(db.lock_holder(&name).await.is_some(), "freed already?");
+
+        // New connections work again (the frozen one stays frozen, and the
+        // server never hears that its client is gone).
+        proxy.forward();
+        let until = Instant::now() + Duration::from_secs(40);
+        while db.lock_holder(&name).await.is_some() {
+            assert!(
+                Instant::now() < until,
+                "the abandoned session still holds {name}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        store.disconnect().await.expect("close");
+    })
+    .await;
+}
