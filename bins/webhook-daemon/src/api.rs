@@ -6,20 +6,41 @@
 //!
 //! No response ever carries a hook URI, an HMAC key, SQL, a host or a port:
 //! store failures become an opaque `ERR_INTERNAL` and are logged instead.
+//!
+//! The routes that read the database share a limit, [`DB_ROUTES_AT_ONCE`]
+//! (the daemon also gives them their own small pool, apart from delivery's):
+//! a request over it waits at most [`DB_QUEUE_WAIT`] for its turn and is
+//! then answered 503 `ERR_BUSY`, so pollers of `/api/webhook/stats` cannot
+//! slow delivery down or pile up without bound. `/readyz` and `/metrics`
+//! answer within [`PROBE_BOUND`] whatever the database does: 503, or
+//! `gorge_webhook_database_up 0`, never a hang.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use ring::hmac;
 use serde_json::{json, Value};
+use tokio::sync::Semaphore;
 use tracing::warn;
-use webhook_core::{Metrics, Store};
+use webhook_core::{Metrics, QueueStats, Store, StoreError};
 
 use crate::handoff::{self, HandOff};
 use crate::live::{EventHub, Subscription};
 use crate::metrics_text::{self, Scrape};
+
+/// Database-backed requests (`/api/webhook/stats`, `/api/webhook/hooks`,
+/// the queue count of `/metrics`) running at once.
+pub const DB_ROUTES_AT_ONCE: usize = 2;
+
+/// How long a database-backed request waits for its turn before 503.
+pub const DB_QUEUE_WAIT: Duration = Duration::from_secs(2);
+
+/// `/readyz` and `/metrics` answer within this, whatever the database
+/// does; longer than a healthy probe or queue count takes by far.
+pub const PROBE_BOUND: Duration = Duration::from_secs(3);
 
 /// Whether the daemon can do its work: the `/readyz` verdict.
 #[async_trait]
@@ -115,7 +136,19 @@ pub struct Api {
     token: ServiceToken,
     handoff: Option<Arc<HandOff>>,
     events: Option<Arc<EventHub>>,
+    /// Turns for the database-backed routes ([`DB_ROUTES_AT_ONCE`]).
+    db_turns: Semaphore,
     rows_unreadable: Option<RowsUnreadable>,
+}
+
+/// Why a database-backed request got no answer from the store.
+enum Unanswered {
+    /// No turn within [`DB_QUEUE_WAIT`] (or the bound given).
+    Busy,
+    /// The store failed.
+    Store(StoreError),
+    /// The store did not answer within the bound.
+    Late,
 }
 
 /// Reads the store's count of candidate rows skipped as unreadable.
@@ -168,6 +201,36 @@ impl Api {
             handoff: None,
             events: None,
             rows_unreadable: None,
+            db_turns: Semaphore::new(DB_ROUTES_AT_ONCE),
+        }
+    }
+
+    /// Runs `call` on the store in its turn: waits for a turn at most
+    /// `queue_wait`, and, when `bound` is given, gives up once that much
+    /// time has passed since the request came (dropping a store call
+    /// mid-statement abandons its connection; see store-mysql's
+    /// `session`).
+    async fn with_turn<T, F>(
+        &self,
+        queue_wait: Duration,
+        bound: Option<Duration>,
+        call: F,
+    ) -> Result<T, Unanswered>
+    where
+        F: std::future::Future<Output = Result<T, StoreError>>,
+    {
+        let work = async {
+            let _turn = match tokio::time::timeout(queue_wait, self.db_turns.acquire()).await {
+                Ok(Ok(turn)) => turn,
+                Ok(Err(_)) | Err(_) => return Err(Unanswered::Busy),
+            };
+            call.await.map_err(Unanswered::Store)
+        };
+        match bound {
+            None => work.await,
+            Some(bound) => tokio::time::timeout(bound, work)
+                .await
+                .unwrap_or(Err(Unanswered::Late)),
         }
     }
 
@@ -272,7 +335,16 @@ impl Api {
     }
 
     async fn ready(&self) -> Reply {
-        match self.readiness.check().await {
+        // Not behind the turns: a probe must not wait for pollers.
+        let verdict = tokio::time::timeout(PROBE_BOUND, self.readiness.check())
+            .await
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "database did not answer within {} s",
+                    PROBE_BOUND.as_secs()
+                ))
+            });
+        match verdict {
             Ok(()) => {
                 let note = self
                     .handoff
@@ -295,7 +367,10 @@ impl Api {
     }
 
     async fn stats(&self) -> Reply {
-        match self.store.stats().await {
+        match self
+            .with_turn(DB_QUEUE_WAIT, None, self.store.stats())
+            .await
+        {
             Ok(s) => Reply::json(
                 StatusCode::OK,
                 &json!({"data": {
@@ -305,25 +380,48 @@ impl Api {
                     "activeWebhooks": s.active_hooks,
                 }}),
             ),
-            Err(err) => internal("stats", &err),
+            Err(why) => unanswered("stats", why),
         }
     }
 
     async fn hooks(&self) -> Reply {
-        match self.store.hook_count().await {
+        match self
+            .with_turn(DB_QUEUE_WAIT, None, self.store.hook_count())
+            .await
+        {
             Ok(total) => Reply::json(StatusCode::OK, &json!({"data": {"total": total}})),
-            Err(err) => internal("hooks", &err),
+            Err(why) => unanswered("hooks", why),
         }
     }
 
-    async fn metrics(&self) -> Reply {
-        let queue = match self.store.stats().await {
-            Ok(stats) => Some(stats),
-            Err(err) => {
-                warn!(event = "metrics_queue_unavailable", error = %err);
-                None
-            }
+    /// The queue count for a scrape, within [`PROBE_BOUND`] (its turn
+    /// included); `None` reads as `gorge_webhook_database_up 0`.
+    async fn queue_count(&self) -> Option<QueueStats> {
+        let why = match self
+            .with_turn(PROBE_BOUND, Some(PROBE_BOUND), self.store.stats())
+            .await
+        {
+            Ok(stats) => return Some(stats),
+            Err(why) => why,
         };
+        match why {
+            Unanswered::Store(err) => warn!(event = "metrics_queue_unavailable", error = %err),
+            Unanswered::Late => warn!(
+                event = "metrics_queue_unavailable",
+                error = "the database did not answer in time",
+                bound_secs = PROBE_BOUND.as_secs()
+            ),
+            Unanswered::Busy => warn!(
+                event = "metrics_queue_unavailable",
+                error = "no turn for the database in time",
+                bound_secs = PROBE_BOUND.as_secs()
+            ),
+        }
+        None
+    }
+
+    async fn metrics(&self) -> Reply {
+        let queue = self.queue_count().await;
         let scrape = Scrape {
             dispatcher: self.metrics.snapshot(),
             queue,
@@ -355,6 +453,20 @@ fn presented_token(headers: &HeaderMap, query: Option<&str>) -> Option<Vec<u8>> 
     form_urlencoded::parse(query.as_bytes())
         .find(|(key, _)| key == "token")
         .map(|(_, value)| value.into_owned().into_bytes())
+}
+
+fn unanswered(route: &str, why: Unanswered) -> Reply {
+    match why {
+        Unanswered::Store(err) => internal(route, &err),
+        Unanswered::Busy | Unanswered::Late => {
+            tracing::debug!(event = "api_busy", route, limit = DB_ROUTES_AT_ONCE);
+            Reply::error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ERR_BUSY",
+                "too many requests are reading the database; try again later",
+            )
+        }
+    }
 }
 
 fn internal(route: &str, err: &webhook_core::StoreError) -> Reply {
@@ -413,6 +525,40 @@ mod tests {
         let reply = api.handle(&Method::GET, path, query, &headers).await;
         let value = serde_json::from_slice(&reply.body).unwrap_or(Value::Null);
         (reply.status.as_u16(), value)
+    }
+
+    struct Hanging;
+
+    #[async_trait]
+    impl Readiness for Hanging {
+        async fn check(&self) -> Result<(), String> {
+            std::future::pending().await
+        }
+    }
+
+    #[tokio::test]
+    async fn readyz_answers_503_in_bounded_time_when_the_database_hangs() {
+        let (_, store) = api("", Ok(()));
+        let api = Api::new(
+            Arc::new(store),
+            Arc::new(Hanging),
+            Arc::new(Metrics::default()),
+            ServiceToken::new(""),
+        );
+        let started = std::time::Instant::now();
+        let (status, body) = tokio::time::timeout(
+            PROBE_BOUND + std::time::Duration::from_secs(5),
+            get(&api, "/readyz", None, None),
+        )
+        .await
+        .expect("/readyz hung");
+        drop(api);
+        assert!(started.elapsed() >= PROBE_BOUND);
+        assert_eq!(status, 503);
+        assert_eq!(
+            body,
+            json!({"status": "unavailable", "reason": "database did not answer within 3 s"})
+        );
     }
 
     #[tokio::test]

@@ -13,7 +13,7 @@ use tracing::{error, info, warn};
 use webhook_core::{
     Dispatcher, EventSink, PhorgeConfig, PhorgeObjects, SilentMode, Store, Windows,
 };
-use webhook_store_mysql::MysqlStore;
+use webhook_store_mysql::{MysqlConfig, MysqlStore};
 use webhook_transport_hyper::HyperTransport;
 
 use crate::api::{Api, Readiness, ServiceToken};
@@ -26,6 +26,16 @@ use crate::server;
 /// How often the startup schema check retries while the database is not
 /// there yet.
 const SCHEMA_RETRY: Duration = Duration::from_secs(10);
+
+/// Connections of the diagnostics API's own pool: one per database-backed
+/// route at once, and one more so `/readyz`'s ping never waits behind them.
+/// Apart from delivery's pool, so API load cannot take its connections.
+const API_POOL: usize = crate::api::DB_ROUTES_AT_ONCE + 1;
+
+/// How long closing each pool may take at shutdown, after the grace: a
+/// connection stuck on a half-open socket never comes back, and must not
+/// keep the process from exiting.
+const POOL_CLOSE_BOUND: Duration = Duration::from_secs(2);
 
 /// Why the daemon could not run.
 #[derive(Debug, thiserror::Error)]
@@ -79,10 +89,15 @@ pub fn log_windows(windows: &Windows) {
 
 /// Runs until SIGTERM/SIGINT, then stops claiming, waits (up to the grace
 /// period) for in-flight deliveries to finish and write their results, and
-/// closes the pool.
+/// closes the pools (each within [`POOL_CLOSE_BOUND`]). Returns whatever
+/// is still stuck: `main` does not wait for it.
 pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
     let signals = ShutdownSignals::install();
     let store = Arc::new(MysqlStore::new(&config.mysql)?);
+    let api_store = Arc::new(MysqlStore::new(&MysqlConfig {
+        pool_max: API_POOL,
+        ..config.mysql.clone()
+    })?);
     let transport = Arc::new(HyperTransport::new(config.transport.clone())?);
     log_windows(&config.windows);
     let mut silent_mode = SilentMode::new(Arc::clone(&store) as Arc<dyn PhorgeConfig>);
@@ -127,8 +142,8 @@ pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
 
     let api = Arc::new(
         Api::new(
-            Arc::clone(&store) as Arc<dyn Store>,
-            Arc::new(MysqlReadiness(Arc::clone(&store))),
+            Arc::clone(&api_store) as Arc<dyn Store>,
+            Arc::new(MysqlReadiness(Arc::clone(&api_store))),
             dispatcher.metrics(),
             ServiceToken::new(&config.service_token),
         )
@@ -167,8 +182,14 @@ pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
     // Only now: watchers see the results of the deliveries drained above.
     events.close();
     let _ = server.await;
-    if let Err(err) = store.disconnect().await {
-        warn!(event = "pool_close_failed", error = %err);
+    let (delivery, api) = tokio::join!(
+        store.disconnect_within(POOL_CLOSE_BOUND),
+        api_store.disconnect_within(POOL_CLOSE_BOUND)
+    );
+    for (pool, closed) in [("delivery", delivery), ("api", api)] {
+        if let Err(err) = closed {
+            warn!(event = "pool_close_failed", pool, error = %err);
+        }
     }
     info!(event = "stopped");
     Ok(())

@@ -69,6 +69,21 @@ pub const VARIABLES: &[Variable] = &[
         "database connections at most; 0 = 2 x MAX_CONCURRENT + 4",
     ),
     var(
+        "GORGE_WEBHOOK_MYSQL_CONNECT_TIMEOUT_MS",
+        "5000",
+        "bound on getting a database connection (TCP, TLS, handshake, pool slot)",
+    ),
+    var(
+        "GORGE_WEBHOOK_MYSQL_STATEMENT_TIMEOUT_MS",
+        "10000",
+        "bound on one database statement; then its connection is abandoned",
+    ),
+    var(
+        "GORGE_WEBHOOK_MYSQL_KEEPALIVE_SEC",
+        "30",
+        "TCP keepalive idle time on database sockets; 0 = off",
+    ),
+    var(
         "GORGE_WEBHOOK_NAMESPACE",
         "phorge",
         "Phorge storage namespace; the database is {namespace}_herald",
@@ -474,6 +489,10 @@ mod tests {
             ("GORGE_WEBHOOK_NAMESPACE", ""),
             ("GORGE_WEBHOOK_MYSQL_POOL_MAX", "3"),
             ("GORGE_WEBHOOK_MYSQL_TLS", "maybe"),
+            ("GORGE_WEBHOOK_MYSQL_CONNECT_TIMEOUT_MS", "0"),
+            ("GORGE_WEBHOOK_MYSQL_STATEMENT_TIMEOUT_MS", "0"),
+            ("GORGE_WEBHOOK_MYSQL_STATEMENT_TIMEOUT_MS", "ten"),
+            ("GORGE_WEBHOOK_MYSQL_KEEPALIVE_SEC", "-1"),
             ("GORGE_WEBHOOK_SHUTDOWN_GRACE_SEC", "0"),
             ("GORGE_LOG_LEVEL", "loud=="),
             ("GORGE_LOG_FORMAT", "xml"),

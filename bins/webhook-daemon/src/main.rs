@@ -66,7 +66,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(app::run(config)) {
+    let outcome = runtime.block_on(app::run(config));
+    // Whatever is still running (a delivery abandoned after the grace, a
+    // name lookup on the blocking pool) is dropped, not waited for: the
+    // process exits in bounded time whatever the database or a receiver
+    // does.
+    runtime.shutdown_timeout(RUNTIME_SHUTDOWN_BOUND);
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             tracing::error!(event = "startup_failed", error = %err);
@@ -74,6 +80,9 @@ fn main() -> ExitCode {
         }
     }
 }
+
+/// How long the runtime may take to drop its remaining tasks at exit.
+const RUNTIME_SHUTDOWN_BOUND: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The self-contained demo, logging the dispatcher's events as it goes and
 /// serving them on `listen` (or a free loopback port).

@@ -24,6 +24,7 @@ use tokio::sync::{mpsc, oneshot, Mutex};
 use webhook_core::{ResultWrite, StoreError, UnixTime};
 
 use crate::error::MysqlError;
+use crate::session::Session;
 use crate::sql::{self, Literal};
 use crate::store::Connector;
 
@@ -201,6 +202,18 @@ async fn run_alone(context: &Context, write: &RowWrite) -> Result<Applied, Store
     })
 }
 
+/// [`run_group`] within the statement timeout; a timeout is a lost commit
+/// (the outcome is unknown) and abandons the connection.
+async fn run_group_bounded(
+    conn: &mut Session,
+    text: &str,
+    statements: usize,
+) -> Result<Vec<Applied>, GroupFailure> {
+    let (raw, limit) = conn.start().map_err(GroupFailure::Lost)?;
+    let outcome = tokio::time::timeout(limit, run_group(raw, text, statements)).await;
+    conn.settle(outcome).await.map_err(GroupFailure::Lost)?
+}
+
 /// Several writes in one transaction and one round trip; on a statement
 /// error, each alone.
 async fn run_together(context: &Context, batch: Vec<Job>) {
@@ -212,7 +225,7 @@ async fn run_together(context: &Context, batch: Vec<Job>) {
         Ok(conn) => conn,
         Err(err) => return fail_all(context, batch, err),
     };
-    match run_group(&mut conn, &text, batch.len()).await {
+    match run_group_bounded(&mut conn, &text, batch.len()).await {
         Ok(counts) => {
             drop(conn);
             context.counts.transactions.fetch_add(1, Ordering::Relaxed);
@@ -229,15 +242,19 @@ async fn run_together(context: &Context, batch: Vec<Job>) {
             // transaction open: roll it back, or keep the session out of
             // the pool.
             if conn.query_drop("ROLLBACK").await.is_err() {
-                let _ = conn.disconnect().await;
+                conn.close().await;
             } else {
                 drop(conn);
             }
             run_each_alone(context, batch).await;
         }
         Err(GroupFailure::Commit(err)) => {
-            let _ = conn.disconnect().await;
+            conn.close().await;
             fail_all(context, batch, MysqlError::Statement(err));
+        }
+        Err(GroupFailure::Lost(err)) => {
+            // Already abandoned by the timeout.
+            fail_all(context, batch, err);
         }
     }
 }
@@ -249,6 +266,9 @@ enum GroupFailure {
     Statement,
     /// The statements ran but the commit did not answer with success.
     Commit(mysql_async::Error),
+    /// No answer within the statement timeout: whether anything committed
+    /// is unknown, as with a failed commit.
+    Lost(MysqlError),
 }
 
 /// `START TRANSACTION;` each statement `;COMMIT`, or `None` if a statement

@@ -19,7 +19,7 @@ use mysql_async::{Row, Value};
 use tracing::warn;
 use webhook_core::{CandidateQuery, RequestRow, StoreError};
 
-use crate::error::is_packet_too_large;
+use crate::error::{is_packet_too_large, MysqlError};
 use crate::rows;
 use crate::sql;
 use crate::store::Connector;
@@ -128,29 +128,39 @@ pub(crate) async fn candidates(
     let mut past_budget = false;
     {
         let mut conn = connector.conn().await?;
-        let mut result = conn
-            .exec_iter(sql::candidate_sql(query.exclude_hooks.len()), params)
-            .await
-            .map_err(|err| connector.statement_error(err))?;
-        while let Some(row) = result
-            .next()
-            .await
-            .map_err(|err| connector.statement_error(err))?
-        {
-            if past_budget {
-                continue;
-            }
-            let candidate = rows::candidate_row(row)?;
-            let (_, length, inline) = candidate;
-            if inline {
-                if !found.is_empty() && inline_bytes.saturating_add(length) > POLL_BYTES_MAX {
-                    past_budget = true;
+        // The query and the reading of its rows, under one statement
+        // timeout (`crate::session`).
+        let (raw, limit) = conn.start().map_err(|err| connector.statement_error(err))?;
+        let read = async {
+            let mut result = raw
+                .exec_iter(sql::candidate_sql(query.exclude_hooks.len()), params)
+                .await
+                .map_err(|err| connector.statement_error(err))?;
+            while let Some(row) = result
+                .next()
+                .await
+                .map_err(|err| connector.statement_error(err))?
+            {
+                if past_budget {
                     continue;
                 }
-                inline_bytes = inline_bytes.saturating_add(length);
+                let candidate = rows::candidate_row(row)?;
+                let (_, length, inline) = candidate;
+                if inline {
+                    if !found.is_empty() && inline_bytes.saturating_add(length) > POLL_BYTES_MAX {
+                        past_budget = true;
+                        continue;
+                    }
+                    inline_bytes = inline_bytes.saturating_add(length);
+                }
+                found.push(candidate);
             }
-            found.push(candidate);
-        }
+            Ok::<(), StoreError>(())
+        };
+        let outcome = tokio::time::timeout(limit, read).await;
+        conn.settle(outcome)
+            .await
+            .map_err(|err| connector.statement_error(err))??;
     }
 
     let mut out = Vec::with_capacity(found.len());
@@ -168,7 +178,7 @@ pub(crate) async fn candidates(
                 Ok(Some(properties)) => rows::fetched_properties(properties, &mut row)?,
                 // Changed since the query: not this poll's candidate any more.
                 Ok(None) => continue,
-                Err(err) if is_packet_too_large(&err) => {
+                Err(MysqlError::Statement(err)) if is_packet_too_large(&err) => {
                     unreadable.record(row.id, length, &err);
                     continue;
                 }

@@ -17,7 +17,26 @@ pub const DEFAULT_POOL_MAX: usize = 16;
 
 /// How long to wait for a connection (TCP connect, handshake, or a free
 /// pool slot) before calling the database unavailable.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long one statement may take before its connection is abandoned and
+/// the database called unavailable (`crate::session`). Far above what any
+/// of the daemon's statements takes on a healthy server (the candidate
+/// query reads its batch through `key_status` in milliseconds even with
+/// millions of retained rows; docs/operations.md), and below the claim
+/// lease, so a write-back that met a frozen connection is retried on a
+/// fresh one while its claim still holds.
+pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// TCP keepalive on database sockets: idle time before the first probe.
+/// It keeps NAT and load-balancer entries from expiring under an idle
+/// connection, and lets the kernel find a dead peer in the end; it cannot
+/// see a path that still acknowledges but forwards nothing, which is what
+/// the statement timeout is for.
+pub const DEFAULT_TCP_KEEPALIVE: Duration = Duration::from_secs(30);
+
+/// The longest statement timeout accepted.
+const MAX_STATEMENT_TIMEOUT: Duration = Duration::from_secs(3_600);
 
 /// Idle connections are kept this long, so the per-connection prepared
 /// statement cache survives between poll ticks.
@@ -51,6 +70,10 @@ pub struct MysqlConfig {
     pub tls_ca_file: Option<PathBuf>,
     /// See [`DEFAULT_CONNECT_TIMEOUT`].
     pub connect_timeout: Duration,
+    /// See [`DEFAULT_STATEMENT_TIMEOUT`].
+    pub statement_timeout: Duration,
+    /// See [`DEFAULT_TCP_KEEPALIVE`]; `None` = off.
+    pub tcp_keepalive: Option<Duration>,
 }
 
 impl Default for MysqlConfig {
@@ -67,6 +90,8 @@ impl Default for MysqlConfig {
             tls: false,
             tls_ca_file: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            statement_timeout: DEFAULT_STATEMENT_TIMEOUT,
+            tcp_keepalive: Some(DEFAULT_TCP_KEEPALIVE),
         }
     }
 }
@@ -91,6 +116,8 @@ impl fmt::Debug for MysqlConfig {
             .field("tls", &self.tls)
             .field("tls_ca_file", &self.tls_ca_file)
             .field("connect_timeout", &self.connect_timeout)
+            .field("statement_timeout", &self.statement_timeout)
+            .field("tcp_keepalive", &self.tcp_keepalive)
             .finish()
     }
 }
@@ -148,6 +175,25 @@ impl MysqlConfig {
                 ),
             });
         }
+        let millis = |name: &'static str, default: Duration| -> Result<Duration, MysqlError> {
+            let default = u64::try_from(default.as_millis()).unwrap_or(u64::MAX);
+            number(name, default).map(Duration::from_millis)
+        };
+        let connect_timeout = millis(
+            "GORGE_WEBHOOK_MYSQL_CONNECT_TIMEOUT_MS",
+            DEFAULT_CONNECT_TIMEOUT,
+        )?;
+        let statement_timeout = millis(
+            "GORGE_WEBHOOK_MYSQL_STATEMENT_TIMEOUT_MS",
+            DEFAULT_STATEMENT_TIMEOUT,
+        )?;
+        let tcp_keepalive = match number(
+            "GORGE_WEBHOOK_MYSQL_KEEPALIVE_SEC",
+            DEFAULT_TCP_KEEPALIVE.as_secs(),
+        )? {
+            0 => None,
+            secs => Some(Duration::from_secs(secs)),
+        };
         let ca = text("GORGE_WEBHOOK_MYSQL_TLS_CA", "");
         let config = Self {
             host: text("GORGE_WEBHOOK_MYSQL_HOST", "127.0.0.1"),
@@ -158,7 +204,9 @@ impl MysqlConfig {
             pool_max,
             tls,
             tls_ca_file: (!ca.is_empty()).then(|| PathBuf::from(ca)),
-            ..Self::default()
+            connect_timeout,
+            statement_timeout,
+            tcp_keepalive,
         };
         config.validate().map_err(|err| match err {
             MysqlError::InvalidConfig { setting, reason } => MysqlError::InvalidConfig {
@@ -192,6 +240,27 @@ impl MysqlConfig {
         }
         if self.connect_timeout.is_zero() {
             return invalid("connect_timeout", "must be longer than 0".to_owned());
+        }
+        if self.statement_timeout.is_zero() || self.statement_timeout > MAX_STATEMENT_TIMEOUT {
+            return invalid(
+                "statement_timeout",
+                format!(
+                    "must be longer than 0 and at most {} ms",
+                    MAX_STATEMENT_TIMEOUT.as_millis()
+                ),
+            );
+        }
+        if self
+            .tcp_keepalive
+            .is_some_and(|idle| idle.is_zero() || idle > MAX_STATEMENT_TIMEOUT)
+        {
+            return invalid(
+                "tcp_keepalive",
+                format!(
+                    "must be 0 (off) or 1 to {} seconds",
+                    MAX_STATEMENT_TIMEOUT.as_secs()
+                ),
+            );
         }
         match (&self.tls_ca_file, self.tls) {
             (Some(_), false) => {
@@ -252,6 +321,7 @@ impl MysqlConfig {
             // "Affected" must mean "matched": a guarded write that happens
             // to store identical values still landed.
             .client_found_rows(true)
+            .tcp_keepalive(self.tcp_keepalive)
             .pool_opts(pool)
             .ssl_opts(ssl)
     }
@@ -266,6 +336,9 @@ fn env_name(field: &'static str) -> &'static str {
         "namespace" => "GORGE_WEBHOOK_NAMESPACE",
         "pool_max" => "GORGE_WEBHOOK_MYSQL_POOL_MAX",
         "tls_ca_file" => "GORGE_WEBHOOK_MYSQL_TLS_CA",
+        "connect_timeout" => "GORGE_WEBHOOK_MYSQL_CONNECT_TIMEOUT_MS",
+        "statement_timeout" => "GORGE_WEBHOOK_MYSQL_STATEMENT_TIMEOUT_MS",
+        "tcp_keepalive" => "GORGE_WEBHOOK_MYSQL_KEEPALIVE_SEC",
         other => other,
     }
 }
@@ -379,6 +452,27 @@ mod tests {
             ),
             (
                 MysqlConfig {
+                    statement_timeout: Duration::ZERO,
+                    ..base.clone()
+                },
+                "statement_timeout",
+            ),
+            (
+                MysqlConfig {
+                    statement_timeout: Duration::from_secs(7_200),
+                    ..base.clone()
+                },
+                "statement_timeout",
+            ),
+            (
+                MysqlConfig {
+                    tcp_keepalive: Some(Duration::ZERO),
+                    ..base.clone()
+                },
+                "tcp_keepalive",
+            ),
+            (
+                MysqlConfig {
                     tls_ca_file: Some("/nonexistent/ca.pem".into()),
                     ..base.clone()
                 },
@@ -402,6 +496,52 @@ mod tests {
         };
         assert_eq!(setting(&longest), None);
         assert_eq!(longest.database().len(), 64);
+    }
+
+    #[test]
+    fn timeouts_are_read_and_bad_ones_named() {
+        let read = |pairs: &[(&str, &str)]| {
+            let pairs: Vec<(String, String)> = pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            MysqlConfig::from_lookup(
+                &|name| {
+                    pairs
+                        .iter()
+                        .find(|(k, _)| k == name)
+                        .map(|(_, v)| v.clone())
+                },
+                8,
+            )
+        };
+        let defaults = read(&[]).expect("defaults");
+        assert_eq!(defaults.connect_timeout, DEFAULT_CONNECT_TIMEOUT);
+        assert_eq!(defaults.statement_timeout, DEFAULT_STATEMENT_TIMEOUT);
+        assert_eq!(defaults.tcp_keepalive, Some(DEFAULT_TCP_KEEPALIVE));
+        let set = read(&[
+            ("GORGE_WEBHOOK_MYSQL_CONNECT_TIMEOUT_MS", "1500"),
+            ("GORGE_WEBHOOK_MYSQL_STATEMENT_TIMEOUT_MS", "2500"),
+            ("GORGE_WEBHOOK_MYSQL_KEEPALIVE_SEC", "0"),
+        ])
+        .expect("valid");
+        assert_eq!(set.connect_timeout, Duration::from_millis(1_500));
+        assert_eq!(set.statement_timeout, Duration::from_millis(2_500));
+        assert_eq!(set.tcp_keepalive, None);
+        for (name, value) in [
+            ("GORGE_WEBHOOK_MYSQL_CONNECT_TIMEOUT_MS", "0"),
+            ("GORGE_WEBHOOK_MYSQL_CONNECT_TIMEOUT_MS", "soon"),
+            ("GORGE_WEBHOOK_MYSQL_STATEMENT_TIMEOUT_MS", "0"),
+            ("GORGE_WEBHOOK_MYSQL_STATEMENT_TIMEOUT_MS", "99999999"),
+            ("GORGE_WEBHOOK_MYSQL_KEEPALIVE_SEC", "-1"),
+        ] {
+            match read(&[(name, value)]) {
+                Err(MysqlError::InvalidConfig { setting, .. }) => {
+                    assert_eq!(setting, name, "{name}={value}");
+                }
+                other => panic!("{name}={value}: {other:?}"),
+            }
+        }
     }
 
     #[test]
@@ -434,6 +574,7 @@ mod tests {
         assert_eq!(opts.pool_opts().constraints().min(), 0);
         assert!(!opts.pool_opts().reset_connection());
         assert!(opts.ssl_opts().is_none());
+        assert_eq!(opts.tcp_keepalive(), Some(DEFAULT_TCP_KEEPALIVE));
         let empty = mysql_async::Opts::from(MysqlConfig::default().opts());
         assert_eq!(empty.pass(), None);
     }

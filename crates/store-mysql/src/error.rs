@@ -50,6 +50,16 @@ pub enum MysqlError {
     /// pool slot busy).
     #[error("no database connection within {0:?}")]
     ConnectTimeout(Duration),
+    /// A database operation did not finish in time (a half-open socket, a
+    /// frozen server): the connection is abandoned and the pool replaced
+    /// (`crate::session`).
+    #[error("{operation} did not finish within {after:?}")]
+    Timeout {
+        /// What timed out.
+        operation: &'static str,
+        /// The bound it exceeded.
+        after: Duration,
+    },
     /// A statement failed on an open connection. Shows the server's error
     /// code and message (or the driver's or socket's reason), which a
     /// failing write-back's log line needs; never a connection URL.
@@ -223,9 +233,10 @@ impl MysqlError {
             Self::NotReady(NotReady::MissingDatabase { database }) => {
                 StoreErrorKind::MissingDatabase(database.clone())
             }
-            Self::Connect(_) | Self::ConnectTimeout(_) | Self::NotReady(_) => {
-                StoreErrorKind::Unavailable
-            }
+            Self::Connect(_)
+            | Self::ConnectTimeout(_)
+            | Self::Timeout { .. }
+            | Self::NotReady(_) => StoreErrorKind::Unavailable,
             Self::Statement(err) if is_connection_loss(err) => StoreErrorKind::Unavailable,
             _ => StoreErrorKind::Query,
         }
@@ -265,7 +276,9 @@ impl MysqlError {
                 }
             }
             Self::Connect(DriverFailure::Server(_)) => NotReady::Rejected(Box::new(self)),
-            Self::Connect(_) | Self::ConnectTimeout(_) => NotReady::Unreachable(Box::new(self)),
+            Self::Connect(_) | Self::ConnectTimeout(_) | Self::Timeout { .. } => {
+                NotReady::Unreachable(Box::new(self))
+            }
             Self::Statement(err) if is_connection_loss(err) => {
                 NotReady::Unreachable(Box::new(self))
             }
@@ -313,6 +326,14 @@ mod tests {
             StoreError::Unavailable(_)
         ));
         assert!(matches!(
+            MysqlError::Timeout {
+                operation: "database statement",
+                after: Duration::from_secs(1)
+            }
+            .into_store_error(db),
+            StoreError::Unavailable(_)
+        ));
+        assert!(matches!(
             MysqlError::Statement(io()).into_store_error(db),
             StoreError::Unavailable(_)
         ));
@@ -345,6 +366,13 @@ mod tests {
         );
         assert_eq!(
             reason(MysqlError::ConnectTimeout(Duration::from_secs(1))),
+            "database server unreachable"
+        );
+        assert_eq!(
+            reason(MysqlError::Timeout {
+                operation: "database statement",
+                after: Duration::from_secs(1)
+            }),
             "database server unreachable"
         );
         assert_eq!(

@@ -6,7 +6,6 @@
 //! tables still delivers; the caller reports once that it cannot see them.
 
 use async_trait::async_trait;
-use mysql_async::prelude::Queryable;
 use mysql_async::Row;
 use webhook_core::hold::php_truthy_json;
 use webhook_core::{ConfigUnreadable, PhorgeConfig, StoreError};

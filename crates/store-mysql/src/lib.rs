@@ -7,7 +7,10 @@
 //!
 //! * [`MysqlConfig`] / [`MysqlStore::new`]: validates settings and builds a
 //!   bounded, lazy pool; nothing connects until the first statement, so a
-//!   slow or absent database never blocks startup.
+//!   slow or absent database never blocks startup. Every connection and
+//!   every statement is bounded in time (`session`): a half-open socket
+//!   costs one statement timeout, then its connection is abandoned and
+//!   the pool replaced.
 //! * [`MysqlStore`] implements [`webhook_core::Store`]; every statement is a
 //!   prepared statement, cached per pooled connection. A poll's rows hold
 //!   at most [`POLL_BYTES_MAX`] bytes of `properties` (long ones fetched
@@ -50,11 +53,15 @@ mod objects;
 mod reads;
 mod rows;
 mod schema;
+mod session;
 pub mod sql;
 mod store;
 
 pub use candidates::{INLINE_PROPERTIES_MAX, POLL_BYTES_MAX};
-pub use config::{MysqlConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_MAX};
+pub use config::{
+    MysqlConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_MAX, DEFAULT_STATEMENT_TIMEOUT,
+    DEFAULT_TCP_KEEPALIVE,
+};
 pub use error::{MysqlError, NotReady};
 pub use handoff::PhpDeliveryTasks;
 pub use local_config::{LocalConfig, LocalConfigError};

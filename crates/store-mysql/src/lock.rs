@@ -15,12 +15,12 @@ use std::error::Error as _;
 use std::fmt;
 
 use async_trait::async_trait;
-use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, Row};
+use mysql_async::Row;
 use webhook_core::{HookLock, StoreError};
 
 use crate::error::MysqlError;
 use crate::rows;
+use crate::session::Session;
 use crate::sql;
 
 /// A held per-hook lock and the connection that holds it.
@@ -28,8 +28,10 @@ pub struct MysqlHookLock {
     name: String,
     connection_id: u32,
     database: String,
-    /// `None` once released or handed to the drop path.
-    conn: Option<Conn>,
+    /// `None` once released or handed to the drop path. Its statements
+    /// are bounded: on a timeout the session is abandoned and killed,
+    /// which frees the lock on the server (`crate::session`).
+    conn: Option<Session>,
 }
 
 impl fmt::Debug for MysqlHookLock {
@@ -56,7 +58,7 @@ impl MysqlHookLock {
     /// Tries `GET_LOCK(name, 0)` on `conn`: the lock when taken, `None`
     /// (and the connection back to the pool) when another session holds it.
     pub(crate) async fn acquire(
-        mut conn: Conn,
+        mut conn: Session,
         name: String,
         database: &str,
     ) -> Result<Option<Self>, StoreError> {
@@ -66,7 +68,7 @@ impl MysqlHookLock {
         let answer = conn
             .exec_first::<Row, _, _>(sql::GET_LOCK, (name.as_str(),))
             .await
-            .map_err(|err| MysqlError::Statement(err).into_store_error(database))?;
+            .map_err(|err| err.into_store_error(database))?;
         match rows::nullable_int(answer, "GET_LOCK") {
             Ok(Some(1)) => Ok(Some(Self {
                 name,
@@ -91,11 +93,11 @@ fn unexpected(statement: &'static str, detail: String, database: &str) -> StoreE
 
 /// `RELEASE_LOCK` on the holding connection, which then goes back to the
 /// pool. Anything but 1 means the session no longer held the lock.
-async fn release_on(mut conn: Conn, name: &str, database: &str) -> Result<(), StoreError> {
+async fn release_on(mut conn: Session, name: &str, database: &str) -> Result<(), StoreError> {
     let answer = conn
         .exec_first::<Row, _, _>(sql::RELEASE_LOCK, (name,))
         .await
-        .map_err(|err| MysqlError::Statement(err).into_store_error(database))?;
+        .map_err(|err| err.into_store_error(database))?;
     match rows::nullable_int(answer, "RELEASE_LOCK") {
         Ok(Some(1)) => {
             // Freed: no reset needed, so the statement cache survives.
@@ -128,7 +130,7 @@ impl HookLock for MysqlHookLock {
         let answer = conn
             .exec_first::<Row, _, _>(sql::LOCK_STILL_HELD, (self.name.as_str(),))
             .await
-            .map_err(|err| MysqlError::Statement(err).into_store_error(&self.database))?;
+            .map_err(|err| err.into_store_error(&self.database))?;
         match rows::nullable_int(answer, "IS_USED_LOCK") {
             Ok(Some(1)) => Ok(true),
             Ok(Some(0)) => Ok(false),

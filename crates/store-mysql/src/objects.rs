@@ -17,11 +17,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use mysql_async::prelude::Queryable;
 use mysql_async::Value;
 use webhook_core::{phid_type, ObjectLookup, PhorgeObjects, StoreError, Unseen};
 
-use crate::error::is_connection_loss_code;
+use crate::error::{is_connection_loss_code, MysqlError};
 use crate::sql;
 use crate::store::MysqlStore;
 
@@ -211,7 +210,7 @@ impl MysqlStore {
             (tables.transaction_application, tables.transaction_table),
         ] {
             let probe = sql::table_probe(self.namespace(), application, table);
-            if let Err(err) = conn.query_drop(probe).await {
+            if let Err(err) = conn.query_drop(&probe).await {
                 return match unreadable(&err) {
                     true => Ok(Err(format!("{}_{application}.{table}", self.namespace()))),
                     false => Err(self.statement_error(err)),
@@ -222,8 +221,9 @@ impl MysqlStore {
     }
 }
 
-fn unreadable(err: &mysql_async::Error) -> bool {
-    matches!(err, mysql_async::Error::Server(server) if UNREADABLE_CODES.contains(&server.code))
+fn unreadable(err: &MysqlError) -> bool {
+    matches!(err, MysqlError::Statement(mysql_async::Error::Server(server))
+        if UNREADABLE_CODES.contains(&server.code))
 }
 
 #[async_trait]
@@ -268,7 +268,9 @@ impl PhorgeObjects for MysqlStore {
                     .note(tables.phid_type, table.clone());
                 return Ok(unseen(table));
             }
-            Err(mysql_async::Error::Server(server)) if !is_connection_loss_code(server.code) => {
+            Err(MysqlError::Statement(mysql_async::Error::Server(server)))
+                if !is_connection_loss_code(server.code) =>
+            {
                 return Ok(ObjectLookup::Unseen(Unseen::Refused {
                     phid_type: tables.phid_type.to_owned(),
                     code: server.code,

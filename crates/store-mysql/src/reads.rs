@@ -8,7 +8,6 @@
 //! the same validating mapping as the dispatcher's candidates, so the tool
 //! judges exactly what the daemon would read.
 
-use mysql_async::prelude::Queryable;
 use mysql_async::{Row, Value};
 use webhook_core::{RequestRow, StoreError, UnixTime};
 

@@ -8,10 +8,10 @@
 
 use std::fmt;
 
-use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, Row};
+use mysql_async::Row;
 
 use crate::error::MysqlError;
+use crate::session::Session;
 use crate::sql;
 
 /// `herald_webhookrequest` columns the store reads or writes.
@@ -95,13 +95,10 @@ fn missing(
 
 /// Runs the check on `conn` for `database`.
 pub(crate) async fn check(
-    conn: &mut Conn,
+    conn: &mut Session,
     database: &str,
 ) -> Result<Vec<SchemaWarning>, MysqlError> {
-    let rows: Vec<Row> = conn
-        .exec(sql::SCHEMA_COLUMNS, (database,))
-        .await
-        .map_err(MysqlError::Statement)?;
+    let rows: Vec<Row> = conn.exec(sql::SCHEMA_COLUMNS, (database,)).await?;
     let present: Vec<(String, String)> = rows
         .into_iter()
         .map(|mut row| (text(&mut row, 0), text(&mut row, 1)))
@@ -123,10 +120,7 @@ pub(crate) async fn check(
         }
     }
 
-    let index: Vec<Row> = conn
-        .exec(sql::STATUS_INDEX_COLUMNS, (database,))
-        .await
-        .map_err(MysqlError::Statement)?;
+    let index: Vec<Row> = conn.exec(sql::STATUS_INDEX_COLUMNS, (database,)).await?;
     let columns: Vec<String> = index.into_iter().map(|mut row| text(&mut row, 0)).collect();
     let serves_the_query = matches!(
         columns.as_slice(),

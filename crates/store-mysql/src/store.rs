@@ -3,16 +3,15 @@
 //!
 //! Each read borrows one pooled connection for one statement (the hook
 //! lock keeps its connection until released); claims and write-backs go
-//! through the group commit of [`crate::batch`]. No session variables, and
+//! through the group commit of [`crate::batch`]. Every connection and
+//! statement is bounded in time ([`crate::session`]). No session variables, and
 //! no transaction outlives a batch, so connections stay interchangeable.
 
 use std::fmt;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
 use async_trait::async_trait;
-use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, Pool, Row, Value};
+use mysql_async::{Opts, Row, Value};
 use webhook_core::{
     CandidateQuery, Claim, Hook, HookLock, QueueStats, RequestRow, ResultWrite, Store, StoreError,
     UnixTime, Written,
@@ -26,6 +25,7 @@ use crate::lock::MysqlHookLock;
 use crate::objects::UnreadableTables;
 use crate::rows;
 use crate::schema::{self, SchemaWarning};
+use crate::session::{Failure, Session};
 use crate::sql;
 
 /// Phorge's herald tables on MySQL/MariaDB.
@@ -39,38 +39,9 @@ pub struct MysqlStore {
     unreadable_rows: UnreadableRows,
 }
 
-/// The pool, and the database its errors are reported against. Shared by
-/// the store and its group-commit workers, which cannot hold the store
-/// itself: it owns their queue's sender, which would then never close.
-#[derive(Clone)]
-pub(crate) struct Connector {
-    pool: Pool,
-    pub(crate) database: String,
-    connect_timeout: Duration,
-}
-
-impl Connector {
-    /// A pooled connection within the connect timeout (the pool's own
-    /// wait is unbounded).
-    pub(crate) async fn connect(&self) -> Result<Conn, MysqlError> {
-        match tokio::time::timeout(self.connect_timeout, self.pool.get_conn()).await {
-            Ok(Ok(conn)) => Ok(conn),
-            Ok(Err(err)) => Err(MysqlError::Connect(err)),
-            Err(_elapsed) => Err(MysqlError::ConnectTimeout(self.connect_timeout)),
-        }
-    }
-
-    /// [`Self::connect`], failing as a store error.
-    pub(crate) async fn conn(&self) -> Result<Conn, StoreError> {
-        self.connect()
-            .await
-            .map_err(|err| err.into_store_error(&self.database))
-    }
-
-    pub(crate) fn statement_error(&self, err: mysql_async::Error) -> StoreError {
-        MysqlError::Statement(err).into_store_error(&self.database)
-    }
-}
+/// The pool (replaced after a timeout), and the database its errors are
+/// reported against; see [`crate::session`].
+pub(crate) use crate::session::Connector;
 
 // Hand-written: the pool's options hold the password.
 impl fmt::Debug for MysqlStore {
@@ -88,11 +59,12 @@ impl MysqlStore {
     pub fn new(config: &MysqlConfig) -> Result<Self, MysqlError> {
         config.validate()?;
         Ok(Self {
-            connector: Connector {
-                pool: Pool::new(config.opts()),
-                database: config.database(),
-                connect_timeout: config.connect_timeout,
-            },
+            connector: Connector::new(
+                Opts::from(config.opts()),
+                config.database(),
+                config.connect_timeout,
+                config.statement_timeout,
+            ),
             namespace: config.namespace.clone(),
             pool_max: config.pool_max,
             batcher: Arc::new(OnceLock::new()),
@@ -135,8 +107,14 @@ impl MysqlStore {
             .get_or_init(|| WriteBatcher::start(self.connector.clone()))
     }
 
-    pub(crate) async fn conn(&self) -> Result<Conn, StoreError> {
+    pub(crate) async fn conn(&self) -> Result<Session, StoreError> {
         self.connector.conn().await
+    }
+
+    /// How many times a timeout replaced the connection pool so far
+    /// ([`crate::session`]).
+    pub fn pool_replacements(&self) -> u64 {
+        self.connector.replacements()
     }
 
     /// Application tables recently found unreadable.
@@ -144,7 +122,7 @@ impl MysqlStore {
         &self.unreadable
     }
 
-    pub(crate) fn statement_error(&self, err: mysql_async::Error) -> StoreError {
+    pub(crate) fn statement_error(&self, err: impl Into<Failure>) -> StoreError {
         self.connector.statement_error(err)
     }
 
@@ -166,7 +144,7 @@ impl MysqlStore {
             .map_err(|err| err.into_not_ready(&self.connector.database))?;
         conn.ping()
             .await
-            .map_err(|err| MysqlError::Statement(err).into_not_ready(&self.connector.database))
+            .map_err(|err| err.into_not_ready(&self.connector.database))
     }
 
     /// The startup schema check: an error naming a missing table or its
@@ -195,12 +173,18 @@ impl MysqlStore {
         .await
     }
 
-    /// Closes the pool once every borrowed connection is back (shutdown).
+    /// Closes the pool once every borrowed connection is back (shutdown),
+    /// or fails after the statement timeout: a connection that never comes
+    /// back (a half-open socket) must not hold the process.
     pub async fn disconnect(&self) -> Result<(), StoreError> {
+        self.disconnect_within(self.connector.statement_timeout())
+            .await
+    }
+
+    /// [`Self::disconnect`], giving up after `bound`.
+    pub async fn disconnect_within(&self, bound: std::time::Duration) -> Result<(), StoreError> {
         self.connector
-            .pool
-            .clone()
-            .disconnect()
+            .disconnect(bound)
             .await
             .map_err(|err| self.statement_error(err))
     }

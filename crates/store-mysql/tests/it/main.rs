@@ -16,3 +16,4 @@ mod reads;
 mod rows;
 mod schema;
 mod sizes;
+mod timeouts;
