@@ -198,7 +198,18 @@ pub fn run(data: &[u8]) {
     let Ok(setup) = self::setup(&mut u) else {
         return;
     };
-    futures::executor::block_on(check(setup));
+    // The API bounds its database calls with tokio's timer, so it runs on
+    // a (per-thread, reused) current-thread runtime with time enabled.
+    thread_local! {
+        static RUNTIME: Option<tokio::runtime::Runtime> = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .ok();
+    }
+    RUNTIME.with(|runtime| match runtime {
+        Some(runtime) => runtime.block_on(check(setup)),
+        None => panic!("a tokio runtime for the API check could not be built"),
+    });
 }
 
 async fn check(setup: Setup) {

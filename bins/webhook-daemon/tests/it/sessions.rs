@@ -55,25 +55,6 @@ fn user_agent(receipt: &Recorded) -> &str {
         .trim_start_matches("gorge-webhook/")
 }
 
-/// `KILL`s every session on the test's herald database but the asker's;
-/// how many.
-async fn kill_sessions(db: &TestDb) -> usize {
-    let mut conn = db.conn().await;
-    let ids: Vec<u64> = conn
-        .exec(
-            "SELECT ID FROM information_schema.PROCESSLIST \
-             WHERE DB = ? AND ID <> CONNECTION_ID()",
-            (db.database.as_str(),),
-        )
-        .await
-        .expect("processlist");
-    for id in &ids {
-        // Gone already is fine: it may have closed meanwhile.
-        let _ = conn.query_drop(format!("KILL CONNECTION {id}")).await;
-    }
-    ids.len()
-}
-
 /// The local ports of `pid`'s TCP connections to MariaDB (`ss -tnp`).
 fn database_ports_of(pid: u32) -> Vec<String> {
     let out = Command::new("ss")
@@ -91,8 +72,8 @@ fn database_ports_of(pid: u32) -> Vec<String> {
 }
 
 /// `KILL`s the database sessions of one process, found by their client
-/// ports: the server frees their named locks, as when a frozen host's
-/// connections are cut by a failover.
+/// ports: the server frees their named locks, as when a cut connection or
+/// a failover ends them.
 async fn kill_sessions_of(db: &TestDb, pid: u32) -> usize {
     let mut conn = db.conn().await;
     let mut killed = 0;
@@ -164,13 +145,18 @@ async fn sessions_cut_every_two_seconds_never_let_two_calls_reach_one_hook() {
 
         let stop = Arc::new(AtomicBool::new(false));
         let (cuts, killed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let pids: Vec<u32> = daemons.iter().map(Daemon::pid).collect();
         let cutter = {
             let (db, stop) = (db.clone(), Arc::clone(&stop));
             let (cuts, killed) = (Arc::clone(&cuts), Arc::clone(&killed));
             tokio::spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
                     tokio::time::sleep(Duration::from_secs(2)).await;
-                    let n = kill_sessions(&db).await;
+                    // Every session of every daemon (not the test's own).
+                    let mut n = 0;
+                    for pid in &pids {
+                        n += kill_sessions_of(&db, *pid).await;
+                    }
                     cuts.fetch_add(1, Ordering::Relaxed);
                     killed.fetch_add(n as u64, Ordering::Relaxed);
                 }
