@@ -22,7 +22,7 @@ use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::fs::File;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -44,6 +44,9 @@ use webhook_store_mysql::{object_tables, sql, MysqlConfig};
 use webhook_test_support::mariadb::{server_opts, PhorgeSide};
 use webhook_test_support::{with_db, ApplicationTables, TestDb};
 
+#[path = "backlog/soak.rs"]
+mod soak;
+
 const USAGE: &str = "usage: cargo xtask bench [options]
   (or: cargo bench -p webhook-daemon --bench backlog -- [options])
 
@@ -59,7 +62,20 @@ const USAGE: &str = "usage: cargo xtask bench [options]
                       experiments — the baseline follows its pool size)
   --objects           give every row's task an object row in Maniphest's tables
                       (as on a real install whose account may read them), so
-                      each delivery's object check reads them";
+                      each delivery's object check reads them
+  --daemon-bin PATH   run this webhook-daemon binary instead of the one cargo
+                      built (e.g. an older commit's, for before/after runs)
+
+  soak mode (issue 17; replaces the drain and latency phases):
+  --soak-secs S       insert rows at a steady rate for S seconds over --hooks H
+  --soak-rate R       rows per second, round-robin over the H hooks (default 300)
+  --failing-pct P     P % of the H hooks answer 500 (default 0)
+  --timeout-pct Q     Q % of the H hooks answer only after the delivery timeout
+                      (default 0)
+  --slow-hook-ms MS   one extra hook answering 200 after MS ms, with
+  --slow-hook-rows N  N rows queued for it before the daemon starts (default 40)
+  Soak rows carry retry=forever (Phorge's default for rule-triggered
+  requests), so a failing hook's rows are retried for ever.";
 
 /// Properties as Phorge stores them for a rule-triggered edit.
 const PROPERTIES: &str =
@@ -90,6 +106,8 @@ struct Args {
     idle_secs: u64,
     objects: bool,
     extra_env: Vec<(String, String)>,
+    daemon_bin: Option<PathBuf>,
+    soak: Option<soak::SoakArgs>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -104,7 +122,10 @@ fn parse_args() -> Result<Args, String> {
         idle_secs: 5,
         objects: false,
         extra_env: Vec::new(),
+        daemon_bin: None,
+        soak: None,
     };
+    let mut soak = soak::SoakArgs::default();
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         if flag == "--bench" {
@@ -138,6 +159,13 @@ fn parse_args() -> Result<Args, String> {
             "--busy-rate" => args.busy_rate = Some(number(value()?)? as f64),
             "--idle-secs" => args.idle_secs = number(value()?)?,
             "--objects" => args.objects = true,
+            "--daemon-bin" => args.daemon_bin = Some(PathBuf::from(value()?)),
+            "--soak-secs" => soak.secs = number(value()?)?,
+            "--soak-rate" => soak.rate = number(value()?)? as f64,
+            "--failing-pct" => soak.failing_pct = number(value()?)?,
+            "--timeout-pct" => soak.timeout_pct = number(value()?)?,
+            "--slow-hook-ms" => soak.slow_hook_ms = Some(number(value()?)?),
+            "--slow-hook-rows" => soak.slow_hook_rows = number(value()?)? as usize,
             "--env" => {
                 let pair = value()?;
                 match pair.split_once('=') {
@@ -155,6 +183,10 @@ fn parse_args() -> Result<Args, String> {
     }
     if args.idle_secs == 0 || args.idle_secs > 600 {
         return Err("--idle-secs must be between 1 and 600".to_owned());
+    }
+    if soak.secs > 0 {
+        soak.check()?;
+        args.soak = Some(soak);
     }
     Ok(args)
 }
@@ -179,7 +211,10 @@ fn main() {
     let slot: Arc<Mutex<Option<Outcome>>> = Arc::new(Mutex::new(None));
     let out = Arc::clone(&slot);
     runtime.block_on(with_db(move |db| async move {
-        let outcome = run(db, args).await;
+        let outcome = match args.soak.clone() {
+            Some(soak) => soak::run_soak(db, args, soak).await,
+            None => run(db, args).await,
+        };
         *out.lock().expect("outcome slot") = Some(outcome);
     }));
     let outcome = slot.lock().expect("outcome slot").take();
@@ -354,7 +389,7 @@ async fn run(db: TestDb, args: Args) -> Outcome {
     let before = global_status(&mut probe).await;
     let cpu_before = CpuSample::take(None, mariadbd);
     eprintln!("bench: starting webhook-daemon (listen {listen})");
-    let mut daemon = Daemon::spawn(&settings.env);
+    let mut daemon = Daemon::spawn(&settings.env, args.daemon_bin.as_deref());
     let drain_deadline = Duration::from_secs(120)
         + Duration::from_millis(
             (args.rows as u64 * (args.latency_ms + 3)) / (mc.min(args.hooks) as u64).max(1) * 3,
@@ -1097,10 +1132,12 @@ struct Daemon {
 }
 
 impl Daemon {
-    fn spawn(env: &[(String, String)]) -> Self {
+    /// Starts `bin`, or the daemon cargo built for this bench.
+    fn spawn(env: &[(String, String)], bin: Option<&Path>) -> Self {
         let log = std::env::temp_dir().join(format!("webhook-bench-{}.log", std::process::id()));
         let log_file = File::create(&log).expect("bench: create the daemon log file");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_webhook-daemon"));
+        let bin = bin.unwrap_or(Path::new(env!("CARGO_BIN_EXE_webhook-daemon")));
+        let mut command = Command::new(bin);
         // Default settings unless a flag says otherwise: nothing inherited.
         for (name, _) in std::env::vars_os() {
             if name.to_string_lossy().starts_with("GORGE_") {
@@ -1114,7 +1151,12 @@ impl Daemon {
             .stderr(log_file);
         let started = Instant::now();
         let child = command.spawn().expect("bench: start webhook-daemon");
-        eprintln!("bench: daemon pid {}, log {}", child.id(), log.display());
+        eprintln!(
+            "bench: daemon {} pid {}, log {}",
+            bin.display(),
+            child.id(),
+            log.display()
+        );
         Self {
             child,
             started,
