@@ -86,6 +86,10 @@ pub struct Dispatcher {
     unseen_reported: Mutex<HashSet<Unseen>>,
     /// When each slow hook was last reported.
     slow_reported: Mutex<HashMap<String, Duration>>,
+    /// Hooks whose last call took half the delivery timeout or more (a
+    /// timeout included): they share at most half the slots, and their
+    /// runs give their slot back after every row (see [`Self::may_start`]).
+    slow_hooks: Mutex<HashSet<String>>,
     events: Option<Arc<dyn EventSink>>,
     /// The hold last reported as an event.
     reported_hold: AtomicBool,
@@ -175,12 +179,13 @@ impl Backlog {
         new
     }
 
-    /// The idle hook whose oldest waiting row is oldest, with all its rows.
-    fn next_run(&mut self) -> Option<(String, Vec<RequestRow>)> {
+    /// The idle hook that `may_start` allows whose oldest waiting row is
+    /// oldest, with all its rows.
+    fn next_run(&mut self, may_start: impl Fn(&str) -> bool) -> Option<(String, Vec<RequestRow>)> {
         let hook = self
             .waiting
             .iter()
-            .filter(|(hook, _)| !self.active.contains(*hook))
+            .filter(|(hook, _)| !self.active.contains(*hook) && may_start(hook))
             .filter_map(|(hook, rows)| rows.keys().next().map(|first| (*first, hook)))
             .min()
             .map(|(_, hook)| hook.clone())?;
@@ -199,25 +204,29 @@ impl Backlog {
         }
     }
 
-    /// Rows waiting for a hook that is not running: what the next runs
-    /// can start on. Rows a running hook holds do not count, so a slow
-    /// hook's queue never keeps the others from being polled.
-    fn startable(&self) -> usize {
+    /// Rows waiting for a hook that is not running and not `held_back`:
+    /// what the next runs can start on. Rows a running (or held back)
+    /// hook holds do not count, so a slow hook's queue never keeps the
+    /// others from being polled.
+    fn startable(&self, held_back: impl Fn(&str) -> bool) -> usize {
         self.waiting
             .iter()
-            .filter(|(hook, _)| !self.active.contains(*hook))
+            .filter(|(hook, _)| !self.active.contains(*hook) && !held_back(hook))
             .map(|(_, rows)| rows.len())
             .sum()
     }
 
     /// Hooks to leave out of the next candidate query: those kept out for
-    /// a while, and those running now (their rows are in hand; re-reading
-    /// them would only crowd out other hooks' rows).
-    fn hooks_to_exclude(&self) -> Vec<String> {
+    /// a while, those running now and those waiting but `held_back` (their
+    /// rows are in hand; re-reading them would only crowd out other hooks'
+    /// rows).
+    fn hooks_to_exclude(&self, held_back: impl Fn(&str) -> bool) -> Vec<String> {
+        let waiting_held_back = self.waiting.keys().filter(|hook| held_back(hook));
         let mut hooks: Vec<String> = self
             .excluded
             .keys()
             .chain(self.active.iter())
+            .chain(waiting_held_back)
             .cloned()
             .collect();
         hooks.sort();
@@ -405,6 +414,7 @@ impl Dispatcher {
             objects: None,
             unseen_reported: Mutex::new(HashSet::new()),
             slow_reported: Mutex::new(HashMap::new()),
+            slow_hooks: Mutex::new(HashSet::new()),
             events: None,
             reported_hold: AtomicBool::new(false),
         }
@@ -498,7 +508,7 @@ impl Dispatcher {
         let mut finished: Vec<RunReport> = Vec::new();
         loop {
             let now = self.clock.monotonic();
-            if !stopping && now >= next_poll && backlog.startable() < low_water {
+            if !stopping && now >= next_poll && backlog.startable(|h| self.is_slow(h)) < low_water {
                 if alongside(self.hold_now(), &mut runs, |r| finished.push(r)).await {
                     backlog.drop_waiting();
                 }
@@ -527,7 +537,13 @@ impl Dispatcher {
                 summary.maybe_log(now, &self.metrics);
             }
             while !stopping && runs.len() < self.windows.max_concurrent() {
-                let Some((hook, rows)) = backlog.next_run() else {
+                let slow_running = backlog
+                    .active
+                    .iter()
+                    .filter(|hook| self.is_slow(hook))
+                    .count();
+                let may_start = |hook: &str| self.may_start(hook, slow_running);
+                let Some((hook, rows)) = backlog.next_run(may_start) else {
                     break;
                 };
                 let kept = held.remove(&hook);
@@ -549,7 +565,7 @@ impl Dispatcher {
             if stopping && runs.is_empty() {
                 break;
             }
-            let poll_wanted = !stopping && backlog.startable() < low_water;
+            let poll_wanted = !stopping && backlog.startable(|h| self.is_slow(h)) < low_water;
             if poll_wanted && timer.is_none() {
                 let now = self.clock.monotonic();
                 timer = Some(self.clock.sleep(next_poll.saturating_sub(now)));
@@ -585,6 +601,22 @@ impl Dispatcher {
         info!(event = "dispatcher_stopped");
     }
 
+    /// Whether a run of `hook` may take a free slot. Hanging hooks (their
+    /// last call took half the delivery timeout or more, timeouts included)
+    /// share at most half the slots, so however many hooks hang, the
+    /// others keep the rest.
+    fn may_start(&self, hook: &str, slow_running: usize) -> bool {
+        let slow_slots = (self.windows.max_concurrent() / 2).max(1);
+        !self.is_slow(hook) || slow_running < slow_slots
+    }
+
+    fn is_slow(&self, hook: &str) -> bool {
+        self.slow_hooks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(hook)
+    }
+
     fn run_finished(
         &self,
         mut report: RunReport,
@@ -611,7 +643,7 @@ impl Dispatcher {
         let query = CandidateQuery {
             cutoffs: self.windows.cutoffs(self.clock.now()),
             limit,
-            exclude_hooks: backlog.hooks_to_exclude(),
+            exclude_hooks: backlog.hooks_to_exclude(|h| self.is_slow(h)),
         };
         bump(&self.metrics.polls);
         match self.store.candidates(&query).await {
@@ -663,6 +695,13 @@ impl Dispatcher {
             }
             if let Step::StopRun = step {
                 exclude = true;
+                break;
+            }
+            // A slow hook gives its slot back after each row (its other
+            // rows are polled again), so it cannot keep a slot for a whole
+            // queue of slow calls; rows already claimed along still go.
+            let next_claimed = rows.get(i + 1).is_some_and(|next| run.has_claimed(next.id));
+            if self.is_slow(&hook_phid) && !next_claimed {
                 break;
             }
         }
@@ -1435,6 +1474,15 @@ impl Dispatcher {
         let result = self.transport.deliver(request).await;
         let latency = self.clock.monotonic().saturating_sub(started);
         self.metrics.observe_latency(latency);
+        let hanging = latency >= self.windows.delivery_timeout() / 2;
+        {
+            let mut slow_hooks = self.slow_hooks.lock().unwrap_or_else(|e| e.into_inner());
+            if hanging {
+                slow_hooks.insert(hook.phid.clone());
+            } else {
+                slow_hooks.remove(&hook.phid);
+            }
+        }
         if latency >= SLOW_CALL {
             self.note_slow(&hook.phid, latency);
         }

@@ -231,3 +231,44 @@ fn out_of_file_descriptors_writes_nothing_and_retries() {
     h.run_for(secs(40));
     assert_eq!(h.store.row(id).expect("row").status, RequestStatus::Sent);
 }
+
+#[test]
+fn hooks_that_time_out_take_at_most_half_the_slots() {
+    let mut h = Harness::new(webhook_core::Settings {
+        max_concurrent: 4,
+        ..webhook_core::Settings::default()
+    });
+    // As many hooks as slots never answer within the 15 s timeout, each
+    // with a queue of retry-forever rows.
+    for n in 0..4 {
+        let (phid, _) = healthy_hook(100 + n);
+        let uri = format!("http://hanging-{n}.test/hook");
+        h.store.put_hook(hook(&phid, &uri));
+        h.transport.always(&uri, Reply::status(200).after(secs(60)));
+        for _ in 0..10 {
+            h.store.insert_request(NewRequest::queued(&phid, FOREVER));
+        }
+    }
+    h.start();
+    // Their first calls take every slot; they time out after 15 s, and
+    // from then on they share half the slots.
+    h.run_for(secs(16));
+    let mut healthy = Vec::new();
+    for _second in 0..20 {
+        for n in 0..5 {
+            let (phid, uri) = healthy_hook(n);
+            h.store.put_hook(hook(&phid, &uri));
+            healthy.push(h.store.insert_request(NewRequest::queued(&phid, NEVER)));
+        }
+        h.run_for(secs(1));
+    }
+    h.run_for(secs(3));
+    for id in &healthy {
+        assert_eq!(
+            h.store.row(*id).expect("row").status,
+            RequestStatus::Sent,
+            "row {id} of a healthy hook waited behind hooks that time out"
+        );
+    }
+    assert!(h.transport.max_concurrent_total() <= 4);
+}
