@@ -305,8 +305,15 @@ async fn run_group(
             last_insert_id: result.last_insert_id(),
         });
     }
-    result.drop_result().await.map_err(GroupFailure::Commit)?;
-    Ok(counts)
+    match result.drop_result().await {
+        Ok(()) => Ok(counts),
+        // The server refused the last statement (its error surfaces only
+        // here) or the COMMIT itself: either way nothing was committed,
+        // so each write may be run again alone.
+        Err(mysql_async::Error::Server(_)) => Err(GroupFailure::Statement),
+        // The connection failed: the outcome is unknown.
+        Err(err) => Err(GroupFailure::Commit(err)),
+    }
 }
 
 async fn run_each_alone(context: &Context, batch: Vec<Job>) {
