@@ -1532,10 +1532,12 @@ async fn baseline(
                         lost.fetch_add(1, Ordering::Relaxed);
                         continue;
                     }
+                    // The write is guarded by the version the claim wrote.
+                    let claimed = conn.last_insert_id().unwrap_or(0);
                     let now = now_unix();
                     conn.exec_drop(
                         sql::WRITE_RESULT,
-                        ("sent", "okay", now, now, PROPERTIES_SENT, id),
+                        ("sent", "okay", now, now, PROPERTIES_SENT, id, claimed),
                     )
                     .await
                     .expect("baseline: write result");
@@ -1880,6 +1882,7 @@ async fn time_candidates(
     let mean_us = micros.iter().sum::<f64>() / reps.max(1) as f64;
     micros.sort_by(f64::total_cmp);
     let literal = sql_text
+        .replacen('?', &params.0.to_string(), 1)
         .replacen('?', &cutoffs.lease_cutoff.to_string(), 1)
         .replacen('?', &cutoffs.retry_cutoff.to_string(), 1)
         .replacen('?', &limit.to_string(), 1);
