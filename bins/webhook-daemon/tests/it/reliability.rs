@@ -30,7 +30,7 @@ fn hook_key(n: usize) -> String {
     format!("reliabilitykey{n:04}aaaaaaaaaaaaaa")
 }
 
-fn hook_phid(tag: &str, n: usize) -> String {
+pub(crate) fn hook_phid(tag: &str, n: usize) -> String {
     format!("PHID-HWBH-{tag}{n:0width$}", width = 20 - tag.len())
 }
 
@@ -43,7 +43,7 @@ fn forever(n: usize) -> String {
 
 /// Rows `0..rows` spread round-robin over `hooks` hooks, with unique request
 /// and object PHIDs.
-fn spread(tag: &str, rows: usize, hooks: usize) -> Vec<NewRow> {
+pub(crate) fn spread(tag: &str, rows: usize, hooks: usize) -> Vec<NewRow> {
     (0..rows)
         .map(|n| NewRow {
             phid: format!("PHID-HWBR-{tag}{n:0width$}", width = 20 - tag.len()),
@@ -56,7 +56,7 @@ fn spread(tag: &str, rows: usize, hooks: usize) -> Vec<NewRow> {
 
 /// Settings for one instance of a fleet: short windows, the request-id
 /// header, its own User-Agent (so receipts name the instance), info logs.
-fn instance_env(db: &TestDb, instance: &str) -> Vec<(String, String)> {
+pub(crate) fn instance_env(db: &TestDb, instance: &str) -> Vec<(String, String)> {
     let mut env = delivery_env(&db.namespace);
     for (name, value) in pairs(&[
         ("GORGE_WEBHOOK_REQUEST_ID_HEADER", REQUEST_ID_HEADER),
@@ -71,7 +71,7 @@ fn instance_env(db: &TestDb, instance: &str) -> Vec<(String, String)> {
     )
 }
 
-fn user_agent(receipt: &Recorded) -> &str {
+pub(crate) fn user_agent(receipt: &Recorded) -> &str {
     receipt
         .header("user-agent")
         .unwrap_or_default()

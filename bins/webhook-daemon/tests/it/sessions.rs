@@ -14,46 +14,14 @@ use mysql_async::prelude::Queryable;
 use webhook_test_support::{with_db, Receiver, Recorded, Reply, TestDb};
 
 use crate::daemon::Daemon;
-use crate::e2e::{add_hook, delivery_env, with_setting};
+use crate::e2e::{add_hook, with_setting};
+use crate::reliability::{hook_phid, instance_env, spread, user_agent};
 use crate::support::{
     all_rows, all_sent, assert_alive_without_panic, assert_value_domain, by_request, count,
-    insert_rows, metrics, wait_table, NewRow, REQUEST_ID_HEADER, REQUEST_ID_RECEIVED,
+    insert_rows, metrics, wait_table, REQUEST_ID_RECEIVED,
 };
 
 const KEY: &str = "sessionskeyaaaaaaaaaaaaaaaaaaaaa";
-
-fn hook_phid(tag: &str, n: usize) -> String {
-    format!("PHID-HWBH-{tag}{n:0width$}", width = 20 - tag.len())
-}
-
-fn rows(tag: &str, rows: usize, hooks: usize) -> Vec<NewRow> {
-    (0..rows)
-        .map(|n| NewRow {
-            phid: format!("PHID-HWBR-{tag}{n:0width$}", width = 20 - tag.len()),
-            hook: hook_phid(tag, n % hooks),
-            object: format!("PHID-TASK-{tag}{n:0width$}", width = 20 - tag.len()),
-            properties: r#"{"retry":"forever"}"#.to_owned(),
-        })
-        .collect()
-}
-
-fn instance_env(db: &TestDb, instance: &str) -> Vec<(String, String)> {
-    let mut env = delivery_env(&db.namespace);
-    env = with_setting(env, "GORGE_LOG_LEVEL", "info");
-    env = with_setting(env, "GORGE_WEBHOOK_REQUEST_ID_HEADER", REQUEST_ID_HEADER);
-    with_setting(
-        env,
-        "GORGE_WEBHOOK_USER_AGENT",
-        &format!("gorge-webhook/{instance}"),
-    )
-}
-
-fn user_agent(receipt: &Recorded) -> &str {
-    receipt
-        .header("user-agent")
-        .unwrap_or_default()
-        .trim_start_matches("gorge-webhook/")
-}
 
 /// The local ports of `pid`'s TCP connections to MariaDB (`ss -tnp`).
 fn database_ports_of(pid: u32) -> Vec<String> {
@@ -141,7 +109,7 @@ async fn sessions_cut_every_two_seconds_never_let_two_calls_reach_one_hook() {
             Daemon::start("cut-b", &env("cut-b")).await,
             Daemon::start("cut-c", &env("cut-c")).await,
         ];
-        insert_rows(&db, &rows("cut", ROWS, HOOKS), 100).await;
+        insert_rows(&db, &spread("cut", ROWS, HOOKS), 100).await;
 
         let stop = Arc::new(AtomicBool::new(false));
         let (cuts, killed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
@@ -219,7 +187,7 @@ async fn a_paused_instance_never_undoes_a_success() {
             with_setting(env, "GORGE_WEBHOOK_DELIVERY_TIMEOUT", "4")
         };
         let mut paused = Daemon::start("pause-a", &env("pause-a")).await;
-        insert_rows(&db, &rows("pause", ROWS, HOOKS), 100).await;
+        insert_rows(&db, &spread("pause", ROWS, HOOKS), 100).await;
         // Wait until the first instance has calls in flight, then start the
         // others: they find those rows claimed.
         let until = tokio::time::Instant::now() + Duration::from_secs(60);

@@ -36,6 +36,32 @@ fn posts_for(h: &Harness, id: u64) -> usize {
         .count()
 }
 
+/// Five healthy hooks get a new row each second for `seconds` seconds,
+/// the dispatcher running meanwhile; their row ids.
+fn healthy_rows_arriving(h: &mut Harness, seconds: u64) -> Vec<u64> {
+    let mut healthy = Vec::new();
+    for _second in 0..seconds {
+        for n in 0..5 {
+            let (phid, uri) = healthy_hook(n);
+            h.store.put_hook(hook(&phid, &uri));
+            healthy.push(h.store.insert_request(NewRequest::queued(&phid, NEVER)));
+        }
+        h.run_for(secs(1));
+    }
+    healthy
+}
+
+fn assert_each_sent_once(h: &Harness, ids: &[u64], otherwise: &str) {
+    for id in ids {
+        assert_eq!(
+            h.store.row(*id).expect("row").status,
+            RequestStatus::Sent,
+            "row {id} of a healthy hook {otherwise}"
+        );
+        assert_eq!(posts_for(h, *id), 1, "row {id}");
+    }
+}
+
 fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
     futures::executor::block_on(f)
 }
@@ -54,25 +80,10 @@ fn a_slow_hooks_queue_does_not_hold_back_other_hooks() {
     h.run_for(secs(1));
     // Rows for other hooks arrive while the slow hook works through its
     // queue (80 s of it).
-    let mut healthy = Vec::new();
-    for _second in 0..10 {
-        for n in 0..5 {
-            let (phid, uri) = healthy_hook(n);
-            h.store.put_hook(hook(&phid, &uri));
-            healthy.push(h.store.insert_request(NewRequest::queued(&phid, NEVER)));
-        }
-        h.run_for(secs(1));
-    }
+    let healthy = healthy_rows_arriving(&mut h, 10);
     // A few poll intervals after the last of them arrived.
     h.run_for(secs(3));
-    for id in &healthy {
-        assert_eq!(
-            h.store.row(*id).expect("row").status,
-            RequestStatus::Sent,
-            "row {id} of a healthy hook waited behind the slow hook"
-        );
-        assert_eq!(posts_for(&h, *id), 1);
-    }
+    assert_each_sent_once(&h, &healthy, "waited behind the slow hook");
     let slow_sent = h
         .store
         .rows()
@@ -253,22 +264,8 @@ fn hooks_that_time_out_take_at_most_half_the_slots() {
     // Their first calls take every slot; they time out after 15 s, and
     // from then on they share half the slots.
     h.run_for(secs(16));
-    let mut healthy = Vec::new();
-    for _second in 0..20 {
-        for n in 0..5 {
-            let (phid, uri) = healthy_hook(n);
-            h.store.put_hook(hook(&phid, &uri));
-            healthy.push(h.store.insert_request(NewRequest::queued(&phid, NEVER)));
-        }
-        h.run_for(secs(1));
-    }
+    let healthy = healthy_rows_arriving(&mut h, 20);
     h.run_for(secs(3));
-    for id in &healthy {
-        assert_eq!(
-            h.store.row(*id).expect("row").status,
-            RequestStatus::Sent,
-            "row {id} of a healthy hook waited behind hooks that time out"
-        );
-    }
+    assert_each_sent_once(&h, &healthy, "waited behind hooks that time out");
     assert!(h.transport.max_concurrent_total() <= 4);
 }
