@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use webhook_core::hold::{Reading, Sight, Visibility};
 use webhook_core::{ConfigUnreadable, PhorgeConfig};
 use webhook_store_mysql::local_config::{LocalConfig, LocalConfigError};
-use webhook_store_mysql::{MysqlStore, PhpDeliveryTasks, OBJECT_TABLES};
+use webhook_store_mysql::{MysqlReader, PhpDeliveryTasks, OBJECT_TABLES};
 
 use crate::error::{exit, AdminError};
 use crate::inspect::Db;
@@ -48,18 +48,18 @@ pub async fn run(
     local_config: Option<&LocalConfig>,
     json_out: bool,
 ) -> Result<u8, AdminError> {
-    let store = db.store();
-    if let Err(reason) = store.ready().await {
+    let reader = db.reader();
+    if let Err(reason) = reader.ready().await {
         return Err(db.unusable(reason.to_string()));
     }
     let mut checks = Vec::new();
-    checks.push(match store.check_schema().await {
+    checks.push(match reader.check_schema().await {
         Ok(warnings) if warnings.is_empty() => Check {
             name: "schema",
             verdict: Verdict::Ok,
             finding: format!(
                 "{} has the columns and the key_status index",
-                store.database()
+                reader.database()
             ),
             advice: None,
         },
@@ -84,8 +84,8 @@ pub async fn run(
         Some(config) => Some((config, config.silent_mode_now().await)),
         None => None,
     };
-    checks.push(silent_mode(file, store.silent_mode().await));
-    checks.push(match store.php_delivery_tasks().await {
+    checks.push(silent_mode(file, reader.silent_mode().await));
+    checks.push(match reader.php_delivery_tasks().await {
         Ok(tasks) if !tasks.any() => Check {
             name: "php-delivery",
             verdict: Verdict::Ok,
@@ -111,7 +111,7 @@ pub async fn run(
             advice: Some("grant SELECT on it so the daemon can warn when PHP still delivers"),
         },
     });
-    checks.push(objects_check(store).await);
+    checks.push(objects_check(reader).await);
     report(&checks, json_out)?;
     Ok(if checks.iter().any(|c| c.verdict == Verdict::Fail) {
         exit::CHECK_FAILED
@@ -122,10 +122,10 @@ pub async fn run(
 
 /// Whether the daemon can check requests' objects as Phorge's worker does:
 /// every application's object and transaction tables readable.
-async fn objects_check(store: &MysqlStore) -> Check {
+async fn objects_check(reader: &MysqlReader) -> Check {
     let mut unreadable = Vec::new();
     for tables in OBJECT_TABLES {
-        match store.object_tables_readable(tables).await {
+        match reader.object_tables_readable(tables).await {
             Ok(Ok(())) => {}
             Ok(Err(table)) => unreadable.push(format!("{table} ({})", tables.phid_type)),
             Err(err) => {

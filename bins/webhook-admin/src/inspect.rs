@@ -1,16 +1,16 @@
 //! The database-backed commands: `stats`, `hooks`, `explain` and
-//! `payload`. They read through `webhook-store-mysql` only (the `Store`
-//! trait's statements and its read-only lookups) and never write: no
-//! claim, no write-back, no lock.
+//! `payload`. They read through `webhook-store-mysql`'s `MysqlReader`
+//! only, which has no method that writes: no claim, no write-back, no
+//! lock.
 //!
 //! A hook's HMAC key is loaded only to sign a payload and is never printed;
 //! a hook's URI is printed only when asked for.
 
 use serde_json::{json, Value};
 use webhook_core::{
-    Hook, ObjectLookup, Payload, PhorgeObjects, Properties, RequestRow, Store, StoreError, UnixTime,
+    Hook, ObjectLookup, Payload, PhorgeObjects, Properties, RequestRow, StoreError, UnixTime,
 };
-use webhook_store_mysql::{HookSummary, MysqlStore};
+use webhook_store_mysql::{HookSummary, MysqlReader};
 
 use crate::clock::{moment, utc};
 use crate::error::{exit, AdminError};
@@ -21,10 +21,10 @@ use crate::settings::AdminConfig;
 /// Connections the tool needs at most: it runs one statement at a time.
 const POOL_MAX: usize = 2;
 
-/// The store and what to name in error messages.
+/// The reader and what to name in error messages.
 #[derive(Debug)]
 pub struct Db {
-    store: MysqlStore,
+    reader: MysqlReader,
     address: String,
 }
 
@@ -33,19 +33,19 @@ impl Db {
     pub fn open(config: &AdminConfig) -> Result<Self, AdminError> {
         let mut mysql = config.mysql.clone();
         mysql.pool_max = POOL_MAX;
-        let store = MysqlStore::new(&mysql).map_err(|err| AdminError::Setting {
+        let reader = MysqlReader::new(&mysql).map_err(|err| AdminError::Setting {
             variable: "GORGE_WEBHOOK_MYSQL_HOST".to_owned(),
             reason: err.to_string(),
         })?;
         Ok(Self {
-            store,
+            reader,
             address: format!("{}:{}", mysql.host, mysql.port),
         })
     }
 
-    /// The store, for the read-only checks of other commands.
-    pub fn store(&self) -> &MysqlStore {
-        &self.store
+    /// The reader, for the read-only checks of other commands.
+    pub fn reader(&self) -> &MysqlReader {
+        &self.reader
     }
 
     /// The error for a database that answers but cannot serve.
@@ -55,7 +55,7 @@ impl Db {
 
     fn fail(&self, source: StoreError) -> AdminError {
         AdminError::Database {
-            database: self.store.database().to_owned(),
+            database: self.reader.database().to_owned(),
             address: self.address.clone(),
             source,
         }
@@ -63,19 +63,19 @@ impl Db {
 
     /// Closes the pool (best effort: the answer has been printed).
     pub async fn close(&self) {
-        let _ = self.store.disconnect().await;
+        let _ = self.reader.disconnect().await;
     }
 
     async fn request(&self, which: &RequestRef) -> Result<RequestRow, AdminError> {
         let found = match which {
-            RequestRef::Id(id) => self.store.request_by_id(*id).await,
-            RequestRef::Phid(phid) => self.store.request_by_phid(phid).await,
+            RequestRef::Id(id) => self.reader.request_by_id(*id).await,
+            RequestRef::Phid(phid) => self.reader.request_by_phid(phid).await,
         }
         .map_err(|e| self.fail(e))?;
         found.ok_or_else(|| {
             AdminError::NotFound(format!(
                 "no request with {which} in {}",
-                self.store.database()
+                self.reader.database()
             ))
         })
     }
@@ -120,7 +120,7 @@ impl std::fmt::Display for RequestRef {
 
 /// `stats`: the diagnostics API's numbers, straight from the database.
 pub async fn stats(db: &Db, json_out: bool) -> Result<u8, AdminError> {
-    let stats = db.store.stats().await.map_err(|e| db.fail(e))?;
+    let stats = db.reader.stats().await.map_err(|e| db.fail(e))?;
     if json_out {
         emit_line(json!({"data": {
             "queuedCount": stats.queued,
@@ -132,7 +132,7 @@ pub async fn stats(db: &Db, json_out: bool) -> Result<u8, AdminError> {
         emit(&format!(
             "database         {}\nqueued           {}\nsent             {}\n\
              failed           {}\nactive webhooks  {}\n",
-            db.store.database(),
+            db.reader.database(),
             stats.queued,
             stats.sent,
             stats.failed,
@@ -159,9 +159,9 @@ pub async fn hooks(
 ) -> Result<u8, AdminError> {
     let breaker = config.windows.breaker();
     let since = breaker.since(now);
-    let total = db.store.hook_count().await.map_err(|e| db.fail(e))?;
+    let total = db.reader.hook_count().await.map_err(|e| db.fail(e))?;
     let summaries = db
-        .store
+        .reader
         .hook_summaries(since)
         .await
         .map_err(|e| db.fail(e))?;
@@ -170,7 +170,7 @@ pub async fn hooks(
         let open = breaker.is_open(summary.breaker_failures);
         let closes_about = if open {
             let epochs = db
-                .store
+                .reader
                 .breaker_failure_epochs(&summary.phid, since)
                 .await
                 .map_err(|e| db.fail(e))?;
@@ -220,7 +220,7 @@ pub async fn hooks(
     let mut text = format!(
         "{total} hooks ({active} not disabled) in {}; a breaker opens at {} failed rows within \
          {} s (judged at {})\n",
-        db.store.database(),
+        db.reader.database(),
         breaker.threshold,
         breaker.window_secs,
         utc(now)
@@ -318,7 +318,7 @@ async fn payload_for(db: &Db, row: &RequestRow) -> Result<Result<Payload, String
     };
     let listed = properties.listed_transaction_phids();
     let lookup = db
-        .store
+        .reader
         .lookup(&row.object_phid, &listed)
         .await
         .map_err(|e| db.fail(e))?;
@@ -355,18 +355,18 @@ pub async fn explain_request(
 ) -> Result<u8, AdminError> {
     let row = db.request(which).await?;
     let hook: Option<Hook> = db
-        .store
+        .reader
         .hook(&row.webhook_phid)
         .await
         .map_err(|e| db.fail(e))?;
     let since = config.windows.breaker().since(now);
     let epochs = db
-        .store
+        .reader
         .breaker_failure_epochs(&row.webhook_phid, since)
         .await
         .map_err(|e| db.fail(e))?;
     let lock_holder = db
-        .store
+        .reader
         .hook_lock_holder(&row.webhook_phid)
         .await
         .map_err(|e| db.fail(e))?;

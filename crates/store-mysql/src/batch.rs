@@ -23,10 +23,10 @@ use mysql_async::{Row, Value};
 use tokio::sync::{mpsc, oneshot, Mutex};
 use webhook_core::{ResultWrite, StoreError, UnixTime};
 
+use crate::connector::Connector;
 use crate::error::MysqlError;
 use crate::session::Session;
 use crate::sql::{self, Literal};
-use crate::store::Connector;
 
 /// Most calls in one transaction.
 const MAX_BATCH: usize = 64;

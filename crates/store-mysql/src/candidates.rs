@@ -19,10 +19,10 @@ use mysql_async::{Row, Value};
 use tracing::warn;
 use webhook_core::{CandidateQuery, RequestRow, StoreError};
 
+use crate::connector::Connector;
 use crate::error::{is_packet_too_large, MysqlError};
 use crate::rows;
 use crate::sql;
-use crate::store::Connector;
 
 /// The `properties` bytes one poll returns at most (its first row comes
 /// whatever its size). The dispatcher keeps about one poll's rows ready

@@ -5,14 +5,13 @@
 //! Read-only, and optional: a daemon whose account cannot read these
 //! tables still delivers; the caller reports once that it cannot see them.
 
-use async_trait::async_trait;
 use mysql_async::Row;
 use webhook_core::hold::php_truthy_json;
-use webhook_core::{ConfigUnreadable, PhorgeConfig, StoreError};
+use webhook_core::{ConfigUnreadable, StoreError};
 
+use crate::connector::Connector;
 use crate::rows;
 use crate::sql;
-use crate::store::MysqlStore;
 
 /// Phorge's delivery tasks still in its task queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -30,46 +29,48 @@ impl PhpDeliveryTasks {
     }
 }
 
-impl MysqlStore {
-    /// Counts `HeraldWebhookWorker` tasks in Phorge's task queue. Any means
-    /// PHP delivery was not switched off and receivers get every request
-    /// twice.
-    pub async fn php_delivery_tasks(&self) -> Result<PhpDeliveryTasks, StoreError> {
-        let statement = sql::php_delivery_tasks(self.namespace());
-        let mut conn = self.conn().await?;
-        let row: Option<Row> = conn
-            .exec_first(statement.as_str(), ())
-            .await
-            .map_err(|err| self.statement_error(err))?;
-        let mut row = row.ok_or_else(|| StoreError::MalformedRow {
-            id: 0,
-            reason: "task count returned no row".to_owned(),
-        })?;
-        Ok(PhpDeliveryTasks {
-            queued: rows::unsigned(&mut row, 0, "queued", 0)?,
-            leased: rows::unsigned(&mut row, 1, "leased", 0)?,
-        })
-    }
+/// Counts `HeraldWebhookWorker` tasks in Phorge's task queue
+/// ([`sql::php_delivery_tasks`]).
+pub(crate) async fn php_delivery_tasks(
+    connector: &Connector,
+    namespace: &str,
+) -> Result<PhpDeliveryTasks, StoreError> {
+    let statement = sql::php_delivery_tasks(namespace);
+    let mut conn = connector.conn().await?;
+    let row: Option<Row> = conn
+        .exec_first(statement.as_str(), ())
+        .await
+        .map_err(|err| connector.statement_error(err))?;
+    let mut row = row.ok_or_else(|| StoreError::MalformedRow {
+        id: 0,
+        reason: "task count returned no row".to_owned(),
+    })?;
+    Ok(PhpDeliveryTasks {
+        queued: rows::unsigned(&mut row, 0, "queued", 0)?,
+        leased: rows::unsigned(&mut row, 1, "leased", 0)?,
+    })
 }
 
-#[async_trait]
-impl PhorgeConfig for MysqlStore {
-    async fn silent_mode(&self) -> Result<bool, ConfigUnreadable> {
-        let statement = sql::silent_mode(self.namespace());
-        let mut conn = self.conn().await?;
-        let value: Option<Row> = conn
-            .exec_first(statement.as_str(), ())
-            .await
-            .map_err(|err| self.statement_error(err))?;
-        match value {
-            // No row (or a deleted one): the default, off.
-            None => Ok(false),
-            Some(mut row) => {
-                // Phorge stores the value JSON-encoded and reads it back
-                // with json_decode.
-                let text = rows::text(&mut row, 0, "value", 0)?;
-                Ok(php_truthy_json(&text))
-            }
+/// `PhorgeConfig::silent_mode` from `config_entry`
+/// ([`sql::silent_mode`]).
+pub(crate) async fn silent_mode(
+    connector: &Connector,
+    namespace: &str,
+) -> Result<bool, ConfigUnreadable> {
+    let statement = sql::silent_mode(namespace);
+    let mut conn = connector.conn().await?;
+    let value: Option<Row> = conn
+        .exec_first(statement.as_str(), ())
+        .await
+        .map_err(|err| connector.statement_error(err))?;
+    match value {
+        // No row (or a deleted one): the default, off.
+        None => Ok(false),
+        Some(mut row) => {
+            // Phorge stores the value JSON-encoded and reads it back
+            // with json_decode.
+            let text = rows::text(&mut row, 0, "value", 0)?;
+            Ok(php_truthy_json(&text))
         }
     }
 }

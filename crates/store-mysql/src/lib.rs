@@ -18,20 +18,22 @@
 //!   (`candidates`). Claims and
 //!   write-backs that arrive together share one transaction (group
 //!   commit, `batch`), each with its own statement and result.
-//! * [`MysqlStore::ready`] is the `/readyz` probe; [`MysqlStore::check_schema`]
+//! * [`MysqlReader`] is the read-only side, and all the operator's tool
+//!   gets: plain `SELECT`s ([`MysqlReader::request_by_id`],
+//!   [`MysqlReader::hook_summaries`], [`HookSummary`], …), a ping and
+//!   `IS_USED_LOCK`, with no method that writes, claims or locks. A
+//!   [`MysqlStore`] is built on one ([`MysqlStore::reader`]).
+//! * [`MysqlReader::ready`] is the `/readyz` probe; [`MysqlReader::check_schema`]
 //!   the startup check of the columns and of the `key_status` index.
 //! * [`MysqlHookLock`] is Phorge's per-hook `GET_LOCK`, so a daemon and a
 //!   leftover PHP worker exclude each other.
-//! * Read-only lookups for the admin tool ([`MysqlStore::request_by_id`],
-//!   [`MysqlStore::hook_summaries`], [`HookSummary`], …): plain `SELECT`s
-//!   that never write, claim or lock.
 //! * Phorge's application tables ([`webhook_core::PhorgeObjects`],
 //!   [`OBJECT_TABLES`]): whether a request's object still exists and which
 //!   of its listed transactions do, newest first, as Phorge's worker
 //!   loads them before a call.
 //! * The hand-off checks: Phorge's global silent mode
 //!   ([`webhook_core::PhorgeConfig`]) and leftover PHP delivery tasks
-//!   ([`MysqlStore::php_delivery_tasks`]), read from Phorge's config and
+//!   ([`MysqlReader::php_delivery_tasks`]), read from Phorge's config and
 //!   worker databases, and silent mode from Phorge's `conf/local/local.json`
 //!   ([`LocalConfig`], the one file this crate reads).
 //!
@@ -45,11 +47,14 @@
 mod batch;
 mod candidates;
 mod config;
+mod connector;
 mod error;
 mod handoff;
 pub mod local_config;
 mod lock;
+mod object_tables;
 mod objects;
+mod reader;
 mod reads;
 mod rows;
 mod schema;
@@ -66,7 +71,8 @@ pub use error::{MysqlError, NotReady};
 pub use handoff::PhpDeliveryTasks;
 pub use local_config::{LocalConfig, LocalConfigError};
 pub use lock::MysqlHookLock;
-pub use objects::{object_tables, ObjectTables, OBJECT_TABLES};
+pub use object_tables::{object_tables, ObjectTables, OBJECT_TABLES};
+pub use reader::MysqlReader;
 pub use reads::HookSummary;
 pub use schema::{SchemaWarning, HOOK_COLUMNS, REQUEST_COLUMNS};
 pub use store::MysqlStore;

@@ -1,19 +1,19 @@
-//! Read-only lookups for the operator's tool (`webhook-admin`): one
-//! request row by id or PHID, a per-hook summary, the breaker's failure
-//! epochs and who holds a hook's lock.
+//! The plain lookups of [`crate::MysqlReader`]: one request row by id or
+//! PHID, a hook, the queue's counts, a per-hook summary, the breaker's
+//! failure epochs and who holds a hook's lock.
 //!
 //! Nothing here writes, claims or locks: every statement is a plain
-//! `SELECT` from [`crate::sql`], so the tool can be pointed at a live
-//! Phorge database without changing what the daemon sees. Rows go through
-//! the same validating mapping as the dispatcher's candidates, so the tool
-//! judges exactly what the daemon would read.
+//! `SELECT` from [`crate::sql`], so the operator's tool can be pointed at
+//! a live Phorge database without changing what the daemon sees. Rows go
+//! through the same validating mapping as the dispatcher's candidates, so
+//! the tool judges exactly what the daemon would read.
 
 use mysql_async::{Row, Value};
-use webhook_core::{RequestRow, StoreError, UnixTime};
+use webhook_core::{Hook, QueueStats, RequestRow, StoreError, UnixTime};
 
+use crate::connector::Connector;
 use crate::rows;
 use crate::sql;
-use crate::store::MysqlStore;
 
 /// One hook with the counts an operator asks about first. It carries no
 /// HMAC key: the statement does not select one.
@@ -35,7 +35,7 @@ pub struct HookSummary {
     /// Rows of this hook with status `failed`.
     pub failed: u64,
     /// Rows the breaker counts: `lastRequestResult = 'fail'` with
-    /// `lastRequestEpoch >= since` (see `MysqlStore::hook_summaries`).
+    /// `lastRequestEpoch >= since` (see `MysqlReader::hook_summaries`).
     pub breaker_failures: u64,
 }
 
@@ -56,81 +56,113 @@ impl std::fmt::Debug for HookSummary {
     }
 }
 
-impl MysqlStore {
-    /// The request row with this id, if any ([`sql::REQUEST_BY_ID`]).
-    pub async fn request_by_id(&self, id: u64) -> Result<Option<RequestRow>, StoreError> {
-        self.one_request(sql::REQUEST_BY_ID, Value::from(id)).await
-    }
+/// The one request row `statement` selects by `key`, if any.
+pub(crate) async fn request(
+    connector: &Connector,
+    statement: &'static str,
+    key: Value,
+) -> Result<Option<RequestRow>, StoreError> {
+    let mut conn = connector.conn().await?;
+    let row: Option<Row> = conn
+        .exec_first(statement, vec![key])
+        .await
+        .map_err(|err| connector.statement_error(err))?;
+    row.map(rows::request_row).transpose()
+}
 
-    /// The request row with this PHID, if any ([`sql::REQUEST_BY_PHID`]).
-    pub async fn request_by_phid(&self, phid: &str) -> Result<Option<RequestRow>, StoreError> {
-        self.one_request(sql::REQUEST_BY_PHID, Value::from(phid))
-            .await
-    }
+/// The hook with this PHID, if any ([`sql::HOOK`]).
+pub(crate) async fn hook(connector: &Connector, phid: &str) -> Result<Option<Hook>, StoreError> {
+    let mut conn = connector.conn().await?;
+    let row: Option<Row> = conn
+        .exec_first(sql::HOOK, (phid,))
+        .await
+        .map_err(|err| connector.statement_error(err))?;
+    row.map(rows::hook).transpose()
+}
 
-    async fn one_request(
-        &self,
-        statement: &'static str,
-        key: Value,
-    ) -> Result<Option<RequestRow>, StoreError> {
-        let mut conn = self.conn().await?;
-        let row: Option<Row> = conn
-            .exec_first(statement, vec![key])
-            .await
-            .map_err(|err| self.statement_error(err))?;
-        row.map(rows::request_row).transpose()
-    }
+/// The queue's counts ([`sql::STATS`]).
+pub(crate) async fn stats(connector: &Connector) -> Result<QueueStats, StoreError> {
+    let mut conn = connector.conn().await?;
+    let row: Option<Row> = conn
+        .exec_first(sql::STATS, ())
+        .await
+        .map_err(|err| connector.statement_error(err))?;
+    let mut row = row.ok_or_else(|| connector.unexpected("stats", "no row"))?;
+    Ok(QueueStats {
+        queued: rows::unsigned(&mut row, 0, "queued count", 0)?,
+        sent: rows::unsigned(&mut row, 1, "sent count", 0)?,
+        failed: rows::unsigned(&mut row, 2, "failed count", 0)?,
+        active_hooks: rows::unsigned(&mut row, 3, "active hook count", 0)?,
+    })
+}
 
-    /// Every hook, lowest id first, with its queued and failed row counts
-    /// and the breaker's count of failed rows with `lastRequestEpoch >=
-    /// since` (pass `Breaker::since(now)` for the daemon's view).
-    pub async fn hook_summaries(&self, since: UnixTime) -> Result<Vec<HookSummary>, StoreError> {
-        let mut conn = self.conn().await?;
-        let found: Vec<Row> = conn
-            .exec(sql::HOOK_SUMMARIES, (since,))
-            .await
-            .map_err(|err| self.statement_error(err))?;
-        found.into_iter().map(hook_summary).collect()
-    }
+/// A single-row `COUNT(*)`-style answer.
+pub(crate) async fn count(
+    connector: &Connector,
+    statement: &'static str,
+    params: Vec<Value>,
+) -> Result<u64, StoreError> {
+    let mut conn = connector.conn().await?;
+    let row: Option<Row> = conn
+        .exec_first(statement, params)
+        .await
+        .map_err(|err| connector.statement_error(err))?;
+    let mut row = row.ok_or_else(|| connector.unexpected(statement, "no row"))?;
+    rows::unsigned(&mut row, 0, "COUNT(*)", 0)
+}
 
-    /// The `lastRequestEpoch` of each row the breaker counts for this hook
-    /// (`fail`, epoch `>= since`), oldest first. Its length is what
-    /// `Store::breaker_failures` returns for the same arguments.
-    pub async fn breaker_failure_epochs(
-        &self,
-        hook_phid: &str,
-        since: UnixTime,
-    ) -> Result<Vec<UnixTime>, StoreError> {
-        let mut conn = self.conn().await?;
-        let found: Vec<Row> = conn
-            .exec(sql::BREAKER_FAILURE_EPOCHS, (hook_phid, since))
-            .await
-            .map_err(|err| self.statement_error(err))?;
-        found
-            .into_iter()
-            .map(|mut row| rows::unsigned(&mut row, 0, "lastRequestEpoch", 0))
-            .collect()
-    }
+/// Every hook with its counts ([`sql::HOOK_SUMMARIES`]).
+pub(crate) async fn hook_summaries(
+    connector: &Connector,
+    since: UnixTime,
+) -> Result<Vec<HookSummary>, StoreError> {
+    let mut conn = connector.conn().await?;
+    let found: Vec<Row> = conn
+        .exec(sql::HOOK_SUMMARIES, (since,))
+        .await
+        .map_err(|err| connector.statement_error(err))?;
+    found.into_iter().map(hook_summary).collect()
+}
 
-    /// The server session holding this hook's lock (Phorge's `GET_LOCK`
-    /// name), or `None` when it is free. Looks only; takes nothing.
-    pub async fn hook_lock_holder(&self, hook_phid: &str) -> Result<Option<u64>, StoreError> {
-        let mut conn = self.conn().await?;
-        let row: Option<Row> = conn
-            .exec_first(sql::IS_USED_LOCK, (self.hook_lock_name(hook_phid),))
-            .await
-            .map_err(|err| self.statement_error(err))?;
-        let mut row = row.ok_or_else(|| StoreError::MalformedRow {
+/// The epochs of the rows the breaker counts for a hook, oldest first
+/// ([`sql::BREAKER_FAILURE_EPOCHS`]).
+pub(crate) async fn breaker_failure_epochs(
+    connector: &Connector,
+    hook_phid: &str,
+    since: UnixTime,
+) -> Result<Vec<UnixTime>, StoreError> {
+    let mut conn = connector.conn().await?;
+    let found: Vec<Row> = conn
+        .exec(sql::BREAKER_FAILURE_EPOCHS, (hook_phid, since))
+        .await
+        .map_err(|err| connector.statement_error(err))?;
+    found
+        .into_iter()
+        .map(|mut row| rows::unsigned(&mut row, 0, "lastRequestEpoch", 0))
+        .collect()
+}
+
+/// The server session holding the named lock, or `None` when it is free
+/// ([`sql::IS_USED_LOCK`]). Looks only; takes nothing.
+pub(crate) async fn lock_holder(
+    connector: &Connector,
+    lock_name: String,
+) -> Result<Option<u64>, StoreError> {
+    let mut conn = connector.conn().await?;
+    let row: Option<Row> = conn
+        .exec_first(sql::IS_USED_LOCK, (lock_name,))
+        .await
+        .map_err(|err| connector.statement_error(err))?;
+    let mut row = row.ok_or_else(|| StoreError::MalformedRow {
+        id: 0,
+        reason: "IS_USED_LOCK returned no row".to_owned(),
+    })?;
+    match row.take_opt::<Option<u64>, usize>(0) {
+        Some(Ok(holder)) => Ok(holder),
+        Some(Err(_)) | None => Err(StoreError::MalformedRow {
             id: 0,
-            reason: "IS_USED_LOCK returned no row".to_owned(),
-        })?;
-        match row.take_opt::<Option<u64>, usize>(0) {
-            Some(Ok(holder)) => Ok(holder),
-            Some(Err(_)) | None => Err(StoreError::MalformedRow {
-                id: 0,
-                reason: "IS_USED_LOCK returned something other than a session id".to_owned(),
-            }),
-        }
+            reason: "IS_USED_LOCK returned something other than a session id".to_owned(),
+        }),
     }
 }
 

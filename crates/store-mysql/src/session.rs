@@ -1,4 +1,4 @@
-//! Every database operation bounded in time: the pool ([`Connector`]), and
+//! Every database operation bounded in time: the pools ([`Pools`]), and
 //! the pooled connection every statement runs on ([`Session`]).
 //!
 //! `mysql_async` has no statement timeout, and a half-open socket (a NAT
@@ -32,7 +32,6 @@ use mysql_async::prelude::{FromRow, Queryable, StatementLike};
 use mysql_async::{Conn, Opts, Params, Pool};
 use tokio::time::error::Elapsed;
 use tracing::{debug, warn};
-use webhook_core::StoreError;
 
 use crate::error::MysqlError;
 
@@ -48,17 +47,18 @@ const KILL_TRIES: u32 = 180;
 /// The server's "Unknown thread id": the session to kill is gone already.
 const ER_NO_SUCH_THREAD: u16 = 1094;
 
-/// The current pool and how to make the next one. Shared by the store and
-/// its group-commit workers.
+/// The current pool and how to make the next one, with the bounds every
+/// connection and statement gets. Cloned into every [`Session`] it hands
+/// out, so a timed-out one can retire its pool and have its server
+/// session killed; [`crate::connector::Connector`] wraps it.
 #[derive(Clone)]
-pub(crate) struct Connector {
-    pools: Arc<Pools>,
-    pub(crate) database: String,
+pub(crate) struct Pools {
+    generations: Arc<Generations>,
     connect_timeout: Duration,
     statement_timeout: Duration,
 }
 
-struct Pools {
+struct Generations {
     opts: Opts,
     current: Mutex<Generation>,
 }
@@ -69,35 +69,37 @@ struct Generation {
     pool: Pool,
 }
 
-impl Connector {
+impl Pools {
     /// A lazy pool over `opts`: nothing connects yet.
-    pub(crate) fn new(
-        opts: Opts,
-        database: String,
-        connect_timeout: Duration,
-        statement_timeout: Duration,
-    ) -> Self {
+    pub(crate) fn new(opts: Opts, connect_timeout: Duration, statement_timeout: Duration) -> Self {
         let pool = Pool::new(opts.clone());
         Self {
-            pools: Arc::new(Pools {
+            generations: Arc::new(Generations {
                 opts,
                 current: Mutex::new(Generation { number: 0, pool }),
             }),
-            database,
             connect_timeout,
             statement_timeout,
         }
     }
 
     fn current(&self) -> (u64, Pool) {
-        let current = self.pools.current.lock().unwrap_or_else(|e| e.into_inner());
+        let current = self
+            .generations
+            .current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         (current.number, current.pool.clone())
     }
 
     /// Replaces the pool if `generation` is still the current one; whether
     /// it was.
     fn retire(&self, generation: u64) -> bool {
-        let mut current = self.pools.current.lock().unwrap_or_else(|e| e.into_inner());
+        let mut current = self
+            .generations
+            .current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         if current.number != generation {
             return false;
         }
@@ -105,7 +107,7 @@ impl Connector {
         // The old pool is only dropped: its idle connections are closed by
         // its own background task, and waiting for that is what must not
         // happen here.
-        current.pool = Pool::new(self.pools.opts.clone());
+        current.pool = Pool::new(self.generations.opts.clone());
         true
     }
 
@@ -128,7 +130,7 @@ impl Connector {
             Ok(Ok(conn)) => Ok(Session {
                 conn: Some(conn),
                 generation,
-                connector: self.clone(),
+                pools: self.clone(),
                 busy: false,
             }),
             Ok(Err(err)) => Err(MysqlError::Connect(err)),
@@ -144,17 +146,6 @@ impl Connector {
                 Err(MysqlError::ConnectTimeout(self.connect_timeout))
             }
         }
-    }
-
-    /// [`Self::connect`], failing as a store error.
-    pub(crate) async fn conn(&self) -> Result<Session, StoreError> {
-        self.connect()
-            .await
-            .map_err(|err| err.into_store_error(&self.database))
-    }
-
-    pub(crate) fn statement_error(&self, err: impl Into<Failure>) -> StoreError {
-        err.into().0.into_store_error(&self.database)
     }
 
     /// Closes the current pool once every borrowed connection is back, or
@@ -182,10 +173,10 @@ impl Connector {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let connector = self.clone();
+        let pools = self.clone();
         runtime.spawn(async move {
             for _ in 0..KILL_TRIES {
-                if connector.kill(id).await {
+                if pools.kill(id).await {
                     return;
                 }
                 tokio::time::sleep(KILL_RETRY).await;
@@ -234,21 +225,6 @@ impl Connector {
     }
 }
 
-/// A failure of a statement: the driver's, or the statement timeout.
-pub(crate) struct Failure(MysqlError);
-
-impl From<mysql_async::Error> for Failure {
-    fn from(err: mysql_async::Error) -> Self {
-        Self(MysqlError::Statement(err))
-    }
-}
-
-impl From<MysqlError> for Failure {
-    fn from(err: MysqlError) -> Self {
-        Self(err)
-    }
-}
-
 /// One pooled connection whose every statement is bounded by the
 /// statement timeout. Dropped normally, the connection goes back to the
 /// pool; dropped mid-statement (its caller cancelled), or after a timeout,
@@ -257,7 +233,7 @@ pub(crate) struct Session {
     /// `None` once abandoned.
     conn: Option<Conn>,
     generation: u64,
-    connector: Connector,
+    pools: Pools,
     /// A statement is on the wire: the connection's state is unknown until
     /// it answers.
     busy: bool,
@@ -290,7 +266,7 @@ impl Session {
     /// The connection for one bounded operation, and its bound. Call
     /// [`Self::settle`] with the outcome.
     pub(crate) fn start(&mut self) -> Result<(&mut Conn, Duration), MysqlError> {
-        let limit = self.connector.statement_timeout;
+        let limit = self.pools.statement_timeout;
         match self.conn.as_mut() {
             Some(conn) => {
                 self.busy = true;
@@ -312,7 +288,7 @@ impl Session {
         match outcome {
             Ok(value) => Ok(value),
             Err(_elapsed) => {
-                let after = self.connector.statement_timeout;
+                let after = self.pools.statement_timeout;
                 self.abandon(after).await;
                 Err(MysqlError::Timeout {
                     operation: "database statement",
@@ -337,7 +313,7 @@ impl Session {
             return;
         };
         let id = conn.id();
-        let replaced = self.connector.retire(self.generation);
+        let replaced = self.pools.retire(self.generation);
         warn!(
             event = "database_timeout",
             operation = "statement",
@@ -347,7 +323,7 @@ impl Session {
             "a database statement did not answer in time; its connection is abandoned"
         );
         close(conn).await;
-        self.connector.kill_later(id);
+        self.pools.kill_later(id);
     }
 
     /// `Queryable::exec`, bounded.
@@ -432,7 +408,7 @@ impl Drop for Session {
         };
         let id = conn.id();
         discard(conn);
-        self.connector.kill_later(id);
+        self.pools.kill_later(id);
     }
 }
 

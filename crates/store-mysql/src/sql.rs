@@ -11,7 +11,7 @@
 //! statements in one round trip: it puts numbers as digits and text as hex
 //! literals in place of the `?`s, so no byte of a value is ever read as SQL.
 
-use crate::objects::ObjectTables;
+use crate::object_tables::ObjectTables;
 
 /// The columns of a request row, in the order the row mapping reads them.
 pub const REQUEST_SELECT_LIST: &str = "id, phid, webhookPHID, objectPHID, status, properties, \

@@ -1,53 +1,48 @@
-//! `MysqlStore`: the pool, the `Store` implementation over the statements
-//! in [`crate::sql`], the readiness probe and the schema check.
+//! `MysqlStore`: the [`webhook_core::Store`] on a [`MysqlReader`]: its
+//! reads are the reader's; the claim and the write-back go through the
+//! group commit of [`crate::batch`], the hook lock through
+//! [`crate::lock`], the candidate query through [`crate::candidates`].
 //!
 //! Each read borrows one pooled connection for one statement (the hook
-//! lock keeps its connection until released); claims and write-backs go
-//! through the group commit of [`crate::batch`]. Every connection and
-//! statement is bounded in time ([`crate::session`]). No session variables, and
-//! no transaction outlives a batch, so connections stay interchangeable.
+//! lock keeps its connection until released). Every connection and
+//! statement is bounded in time ([`crate::session`]). No session
+//! variables, and no transaction outlives a batch, so connections stay
+//! interchangeable.
 
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
-use mysql_async::{Opts, Row, Value};
 use webhook_core::{
-    CandidateQuery, Claim, Hook, HookLock, QueueStats, RequestRow, ResultWrite, Store, StoreError,
-    UnixTime, Written,
+    CandidateQuery, Claim, ConfigUnreadable, Hook, HookLock, ObjectLookup, PhorgeConfig,
+    PhorgeObjects, QueueStats, RequestRow, ResultWrite, Store, StoreError, UnixTime, Written,
 };
 
 use crate::batch::{RowWrite, WriteBatcher};
 use crate::candidates::{self, UnreadableRows};
 use crate::config::MysqlConfig;
+use crate::connector::Connector;
 use crate::error::{MysqlError, NotReady};
+use crate::handoff::PhpDeliveryTasks;
 use crate::lock::MysqlHookLock;
-use crate::objects::UnreadableTables;
-use crate::rows;
-use crate::schema::{self, SchemaWarning};
-use crate::session::{Failure, Session};
-use crate::sql;
+use crate::reader::MysqlReader;
+use crate::schema::SchemaWarning;
 
-/// Phorge's herald tables on MySQL/MariaDB.
+/// Phorge's herald tables on MySQL/MariaDB, read and written: the daemon's
+/// store. The operator's tool gets only a [`MysqlReader`].
 #[derive(Clone)]
 pub struct MysqlStore {
-    connector: Connector,
-    namespace: String,
+    reader: MysqlReader,
     pool_max: usize,
     batcher: Arc<OnceLock<WriteBatcher>>,
-    unreadable: UnreadableTables,
     unreadable_rows: UnreadableRows,
 }
-
-/// The pool (replaced after a timeout), and the database its errors are
-/// reported against; see [`crate::session`].
-pub(crate) use crate::session::Connector;
 
 // Hand-written: the pool's options hold the password.
 impl fmt::Debug for MysqlStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MysqlStore")
-            .field("database", &self.connector.database)
+            .field("database", &self.database())
             .field("pool_max", &self.pool_max)
             .finish()
     }
@@ -57,35 +52,36 @@ impl MysqlStore {
     /// Validates `config` and builds the pool. Does not connect: the first
     /// statement (or [`ready`](Self::ready)) opens the first connection.
     pub fn new(config: &MysqlConfig) -> Result<Self, MysqlError> {
-        config.validate()?;
         Ok(Self {
-            connector: Connector::new(
-                Opts::from(config.opts()),
-                config.database(),
-                config.connect_timeout,
-                config.statement_timeout,
-            ),
-            namespace: config.namespace.clone(),
+            reader: MysqlReader::new(config)?,
             pool_max: config.pool_max,
             batcher: Arc::new(OnceLock::new()),
-            unreadable: UnreadableTables::default(),
             unreadable_rows: UnreadableRows::default(),
         })
     }
 
+    /// The read-only side, sharing this store's pool.
+    pub fn reader(&self) -> &MysqlReader {
+        &self.reader
+    }
+
+    fn connector(&self) -> &Connector {
+        self.reader.connector()
+    }
+
     /// The herald database, `{namespace}_herald`.
     pub fn database(&self) -> &str {
-        &self.connector.database
+        self.reader.database()
     }
 
     /// Phorge's namespace.
     pub fn namespace(&self) -> &str {
-        &self.namespace
+        self.reader.namespace()
     }
 
     /// The `GET_LOCK` name guarding deliveries to `hook_phid`.
     pub fn hook_lock_name(&self, hook_phid: &str) -> String {
-        webhook_core::hook_lock_name(&self.namespace, hook_phid)
+        self.reader.hook_lock_name(hook_phid)
     }
 
     /// `(transactions, writes in them)`: how many claims and write-backs
@@ -104,58 +100,27 @@ impl MysqlStore {
     /// The group-commit workers, started on first use (inside the runtime).
     fn batcher(&self) -> &WriteBatcher {
         self.batcher
-            .get_or_init(|| WriteBatcher::start(self.connector.clone()))
+            .get_or_init(|| WriteBatcher::start(self.connector().clone()))
     }
 
-    pub(crate) async fn conn(&self) -> Result<Session, StoreError> {
-        self.connector.conn().await
-    }
-
-    /// How many times a timeout replaced the connection pool so far
-    /// ([`crate::session`]).
+    /// [`MysqlReader::pool_replacements`].
     pub fn pool_replacements(&self) -> u64 {
-        self.connector.replacements()
+        self.reader.pool_replacements()
     }
 
-    /// Application tables recently found unreadable.
-    pub(crate) fn unreadable_tables(&self) -> &UnreadableTables {
-        &self.unreadable
-    }
-
-    pub(crate) fn statement_error(&self, err: impl Into<Failure>) -> StoreError {
-        self.connector.statement_error(err)
-    }
-
-    fn unexpected(&self, statement: &'static str, detail: &str) -> StoreError {
-        MysqlError::UnexpectedResult {
-            statement,
-            detail: detail.to_owned(),
-        }
-        .into_store_error(&self.connector.database)
-    }
-
-    /// The `/readyz` probe: a connection to the herald database and a
-    /// `COM_PING` on it. Creates nothing.
+    /// [`MysqlReader::ready`], the `/readyz` probe.
     pub async fn ready(&self) -> Result<(), NotReady> {
-        let mut conn = self
-            .connector
-            .connect()
-            .await
-            .map_err(|err| err.into_not_ready(&self.connector.database))?;
-        conn.ping()
-            .await
-            .map_err(|err| err.into_not_ready(&self.connector.database))
+        self.reader.ready().await
     }
 
-    /// The startup schema check: an error naming a missing table or its
-    /// missing columns; warnings for what only costs performance (the
-    /// `key_status` index). Never runs DDL.
+    /// [`MysqlReader::check_schema`], the startup schema check.
     pub async fn check_schema(&self) -> Result<Vec<SchemaWarning>, MysqlError> {
-        let mut conn =
-            self.connector.connect().await.map_err(|err| {
-                MysqlError::NotReady(err.into_not_ready(&self.connector.database))
-            })?;
-        schema::check(&mut conn, &self.connector.database).await
+        self.reader.check_schema().await
+    }
+
+    /// [`MysqlReader::php_delivery_tasks`], for the hand-off watch.
+    pub async fn php_delivery_tasks(&self) -> Result<PhpDeliveryTasks, StoreError> {
+        self.reader.php_delivery_tasks().await
     }
 
     /// [`Store::lock_hook`] with the concrete lock type (its name and
@@ -164,47 +129,25 @@ impl MysqlStore {
         &self,
         hook_phid: &str,
     ) -> Result<Option<MysqlHookLock>, StoreError> {
-        let conn = self.conn().await?;
-        MysqlHookLock::acquire(
-            conn,
-            self.hook_lock_name(hook_phid),
-            &self.connector.database,
-        )
-        .await
+        let conn = self.connector().conn().await?;
+        MysqlHookLock::acquire(conn, self.hook_lock_name(hook_phid), self.database()).await
     }
 
-    /// Closes the pool once every borrowed connection is back (shutdown),
-    /// or fails after the statement timeout: a connection that never comes
-    /// back (a half-open socket) must not hold the process.
+    /// [`MysqlReader::disconnect`]: closes the pool (shutdown), bounded.
     pub async fn disconnect(&self) -> Result<(), StoreError> {
-        self.disconnect_within(self.connector.statement_timeout())
-            .await
+        self.reader.disconnect().await
     }
 
-    /// [`Self::disconnect`], giving up after `bound`.
+    /// [`MysqlReader::disconnect_within`].
     pub async fn disconnect_within(&self, bound: std::time::Duration) -> Result<(), StoreError> {
-        self.connector
-            .disconnect(bound)
-            .await
-            .map_err(|err| self.statement_error(err))
-    }
-
-    /// A single-row `COUNT(*)`-style answer.
-    async fn count(&self, statement: &'static str, params: Vec<Value>) -> Result<u64, StoreError> {
-        let mut conn = self.conn().await?;
-        let row: Option<Row> = conn
-            .exec_first(statement, params)
-            .await
-            .map_err(|err| self.statement_error(err))?;
-        let mut row = row.ok_or_else(|| self.unexpected(statement, "no row"))?;
-        rows::unsigned(&mut row, 0, "COUNT(*)", 0)
+        self.reader.disconnect_within(bound).await
     }
 }
 
 #[async_trait]
 impl Store for MysqlStore {
     async fn candidates(&self, query: &CandidateQuery) -> Result<Vec<RequestRow>, StoreError> {
-        candidates::candidates(&self.connector, &self.unreadable_rows, query).await
+        candidates::candidates(self.connector(), &self.unreadable_rows, query).await
     }
 
     async fn claim(&self, id: u64, seen_version: UnixTime) -> Result<Claim, StoreError> {
@@ -219,11 +162,10 @@ impl Store for MysqlStore {
         }
         match applied.last_insert_id {
             Some(version) if version > seen_version => Ok(Claim::Won(version)),
-            other => Err(MysqlError::UnexpectedResult {
-                statement: "claim",
-                detail: format!("won, but reported the version {other:?} (seen {seen_version})"),
-            }
-            .into_store_error(&self.connector.database)),
+            other => Err(self.connector().unexpected(
+                "claim",
+                &format!("won, but reported the version {other:?} (seen {seen_version})"),
+            )),
         }
     }
 
@@ -237,17 +179,11 @@ impl Store for MysqlStore {
     }
 
     async fn hook(&self, phid: &str) -> Result<Option<Hook>, StoreError> {
-        let mut conn = self.conn().await?;
-        let row: Option<Row> = conn
-            .exec_first(sql::HOOK, (phid,))
-            .await
-            .map_err(|err| self.statement_error(err))?;
-        row.map(rows::hook).transpose()
+        self.reader.hook(phid).await
     }
 
     async fn breaker_failures(&self, hook_phid: &str, since: UnixTime) -> Result<u64, StoreError> {
-        self.count(sql::BREAKER_FAILURES, vec![hook_phid.into(), since.into()])
-            .await
+        self.reader.breaker_failures(hook_phid, since).await
     }
 
     async fn claims_in_flight(
@@ -255,11 +191,7 @@ impl Store for MysqlStore {
         hook_phid: &str,
         lease_cutoff: UnixTime,
     ) -> Result<u64, StoreError> {
-        self.count(
-            sql::CLAIMS_IN_FLIGHT,
-            vec![hook_phid.into(), lease_cutoff.into()],
-        )
-        .await
+        self.reader.claims_in_flight(hook_phid, lease_cutoff).await
     }
 
     async fn lock_hook(&self, hook_phid: &str) -> Result<Option<Box<dyn HookLock>>, StoreError> {
@@ -270,21 +202,28 @@ impl Store for MysqlStore {
     }
 
     async fn stats(&self) -> Result<QueueStats, StoreError> {
-        let mut conn = self.conn().await?;
-        let row: Option<Row> = conn
-            .exec_first(sql::STATS, ())
-            .await
-            .map_err(|err| self.statement_error(err))?;
-        let mut row = row.ok_or_else(|| self.unexpected("stats", "no row"))?;
-        Ok(QueueStats {
-            queued: rows::unsigned(&mut row, 0, "queued count", 0)?,
-            sent: rows::unsigned(&mut row, 1, "sent count", 0)?,
-            failed: rows::unsigned(&mut row, 2, "failed count", 0)?,
-            active_hooks: rows::unsigned(&mut row, 3, "active hook count", 0)?,
-        })
+        self.reader.stats().await
     }
 
     async fn hook_count(&self) -> Result<u64, StoreError> {
-        self.count(sql::HOOK_COUNT, Vec::new()).await
+        self.reader.hook_count().await
+    }
+}
+
+#[async_trait]
+impl PhorgeObjects for MysqlStore {
+    async fn lookup(
+        &self,
+        object_phid: &str,
+        transaction_phids: &[&str],
+    ) -> Result<ObjectLookup, StoreError> {
+        self.reader.lookup(object_phid, transaction_phids).await
+    }
+}
+
+#[async_trait]
+impl PhorgeConfig for MysqlStore {
+    async fn silent_mode(&self) -> Result<bool, ConfigUnreadable> {
+        self.reader.silent_mode().await
     }
 }

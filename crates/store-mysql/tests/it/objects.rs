@@ -66,7 +66,11 @@ async fn every_known_type_is_read_from_its_own_tables() {
                     "{kind}: destroyed"
                 );
                 assert_eq!(
-                    store.object_tables_readable(tables).await.expect("probe"),
+                    store
+                        .reader()
+                        .object_tables_readable(tables)
+                        .await
+                        .expect("probe"),
                     Ok(()),
                     "{kind}"
                 );
@@ -100,6 +104,7 @@ async fn missing_application_tables_are_unseen_not_errors() {
         );
         assert_eq!(
             store
+                .reader()
                 .object_tables_readable(maniphest)
                 .await
                 .expect("probe"),

@@ -46,16 +46,25 @@ async fn rows_are_found_by_id_and_phid_exactly_as_stored() {
             })
             .await;
         let expected = db.row(id).await;
-        let by_id = store.request_by_id(id).await.expect("lookup");
+        let by_id = store.reader().request_by_id(id).await.expect("lookup");
         assert_eq!(by_id.as_ref(), Some(&expected));
         let by_phid = store
+            .reader()
             .request_by_phid("PHID-HWBR-readsbyphidaaaaaaaa")
             .await
             .expect("lookup");
         assert_eq!(by_phid, Some(expected));
-        assert_eq!(store.request_by_id(id + 1000).await.expect("lookup"), None);
         assert_eq!(
             store
+                .reader()
+                .request_by_id(id + 1000)
+                .await
+                .expect("lookup"),
+            None
+        );
+        assert_eq!(
+            store
+                .reader()
                 .request_by_phid("PHID-HWBR-nosuchrowaaaaaaaaaa")
                 .await
                 .expect("lookup"),
@@ -75,6 +84,7 @@ async fn a_row_outside_phorges_domain_comes_back_with_its_defect() {
         ))
         .await;
         let row = store
+            .reader()
             .request_by_id(id)
             .await
             .expect("lookup")
@@ -109,7 +119,11 @@ async fn hook_summaries_count_per_hook_without_keys() {
         })
         .await;
 
-        let summaries = store.hook_summaries(now - 300).await.expect("summaries");
+        let summaries = store
+            .reader()
+            .hook_summaries(now - 300)
+            .await
+            .expect("summaries");
         assert_eq!(summaries.len(), 2);
         let (a, b) = (&summaries[0], &summaries[1]);
         assert_eq!(
@@ -147,6 +161,7 @@ async fn breaker_epochs_are_the_counted_rows_oldest_first() {
             .await;
         let since = now - 300;
         let epochs = store
+            .reader()
             .breaker_failure_epochs(HOOK_A, since)
             .await
             .expect("epochs");
@@ -156,6 +171,7 @@ async fn breaker_epochs_are_the_counted_rows_oldest_first() {
             store.breaker_failures(HOOK_A, since).await.expect("count")
         );
         assert!(store
+            .reader()
             .breaker_failure_epochs("PHID-HWBH-none", since)
             .await
             .expect("epochs")
@@ -167,7 +183,7 @@ async fn breaker_epochs_are_the_counted_rows_oldest_first() {
 #[tokio::test]
 async fn the_lock_holder_is_seen_without_taking_the_lock() {
     with_db(|db| async move {
-        let (looker, holder) = (db.store(), db.store());
+        let (looker, holder) = (db.store().reader().clone(), db.store());
         assert_eq!(looker.hook_lock_holder(HOOK_A).await.expect("look"), None);
         let lock = holder
             .try_lock_hook(HOOK_A)
@@ -204,15 +220,33 @@ async fn lookups_change_no_row() {
         ];
         let before = [db.row(ids[0]).await, db.row(ids[1]).await];
         for &id in &ids {
-            let row = store.request_by_id(id).await.expect("lookup").expect("row");
-            store.request_by_phid(&row.phid).await.expect("lookup");
+            let row = store
+                .reader()
+                .request_by_id(id)
+                .await
+                .expect("lookup")
+                .expect("row");
+            store
+                .reader()
+                .request_by_phid(&row.phid)
+                .await
+                .expect("lookup");
         }
-        store.hook_summaries(now - 300).await.expect("summaries");
         store
+            .reader()
+            .hook_summaries(now - 300)
+            .await
+            .expect("summaries");
+        store
+            .reader()
             .breaker_failure_epochs(HOOK_A, now - 300)
             .await
             .expect("epochs");
-        store.hook_lock_holder(HOOK_A).await.expect("holder");
+        store
+            .reader()
+            .hook_lock_holder(HOOK_A)
+            .await
+            .expect("holder");
         let after = [db.row(ids[0]).await, db.row(ids[1]).await];
         assert_eq!(before, after);
         assert_eq!(db.lock_holder(&store.hook_lock_name(HOOK_A)).await, None);
