@@ -8,7 +8,8 @@
 
 use std::time::Duration;
 
-use mysql_async::Opts;
+use mysql_async::prelude::StatementLike;
+use mysql_async::{Opts, Params, Row};
 use webhook_core::StoreError;
 
 use crate::error::MysqlError;
@@ -46,6 +47,38 @@ impl Connector {
         self.connect()
             .await
             .map_err(|err| err.into_store_error(&self.database))
+    }
+
+    /// The first row `statement` answers, on a connection of its own.
+    pub(crate) async fn first_row<S, P>(
+        &self,
+        statement: S,
+        params: P,
+    ) -> Result<Option<Row>, StoreError>
+    where
+        S: StatementLike,
+        P: Into<Params> + Send,
+    {
+        let mut conn = self.conn().await?;
+        conn.exec_first(statement, params)
+            .await
+            .map_err(|err| self.statement_error(err))
+    }
+
+    /// Every row `statement` answers, on a connection of its own.
+    pub(crate) async fn all_rows<S, P>(
+        &self,
+        statement: S,
+        params: P,
+    ) -> Result<Vec<Row>, StoreError>
+    where
+        S: StatementLike,
+        P: Into<Params> + Send,
+    {
+        let mut conn = self.conn().await?;
+        conn.exec(statement, params)
+            .await
+            .map_err(|err| self.statement_error(err))
     }
 
     pub(crate) fn statement_error(&self, err: impl Into<Failure>) -> StoreError {

@@ -5,7 +5,6 @@
 //! Read-only, and optional: a daemon whose account cannot read these
 //! tables still delivers; the caller reports once that it cannot see them.
 
-use mysql_async::Row;
 use webhook_core::hold::php_truthy_json;
 use webhook_core::{ConfigUnreadable, StoreError};
 
@@ -36,11 +35,7 @@ pub(crate) async fn php_delivery_tasks(
     namespace: &str,
 ) -> Result<PhpDeliveryTasks, StoreError> {
     let statement = sql::php_delivery_tasks(namespace);
-    let mut conn = connector.conn().await?;
-    let row: Option<Row> = conn
-        .exec_first(statement.as_str(), ())
-        .await
-        .map_err(|err| connector.statement_error(err))?;
+    let row = connector.first_row(statement.as_str(), ()).await?;
     let mut row = row.ok_or_else(|| StoreError::MalformedRow {
         id: 0,
         reason: "task count returned no row".to_owned(),
@@ -58,11 +53,7 @@ pub(crate) async fn silent_mode(
     namespace: &str,
 ) -> Result<bool, ConfigUnreadable> {
     let statement = sql::silent_mode(namespace);
-    let mut conn = connector.conn().await?;
-    let value: Option<Row> = conn
-        .exec_first(statement.as_str(), ())
-        .await
-        .map_err(|err| connector.statement_error(err))?;
+    let value = connector.first_row(statement.as_str(), ()).await?;
     match value {
         // No row (or a deleted one): the default, off.
         None => Ok(false),

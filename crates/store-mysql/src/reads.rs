@@ -62,31 +62,19 @@ pub(crate) async fn request(
     statement: &'static str,
     key: Value,
 ) -> Result<Option<RequestRow>, StoreError> {
-    let mut conn = connector.conn().await?;
-    let row: Option<Row> = conn
-        .exec_first(statement, vec![key])
-        .await
-        .map_err(|err| connector.statement_error(err))?;
+    let row = connector.first_row(statement, vec![key]).await?;
     row.map(rows::request_row).transpose()
 }
 
 /// The hook with this PHID, if any ([`sql::HOOK`]).
 pub(crate) async fn hook(connector: &Connector, phid: &str) -> Result<Option<Hook>, StoreError> {
-    let mut conn = connector.conn().await?;
-    let row: Option<Row> = conn
-        .exec_first(sql::HOOK, (phid,))
-        .await
-        .map_err(|err| connector.statement_error(err))?;
+    let row = connector.first_row(sql::HOOK, (phid,)).await?;
     row.map(rows::hook).transpose()
 }
 
 /// The queue's counts ([`sql::STATS`]).
 pub(crate) async fn stats(connector: &Connector) -> Result<QueueStats, StoreError> {
-    let mut conn = connector.conn().await?;
-    let row: Option<Row> = conn
-        .exec_first(sql::STATS, ())
-        .await
-        .map_err(|err| connector.statement_error(err))?;
+    let row = connector.first_row(sql::STATS, ()).await?;
     let mut row = row.ok_or_else(|| connector.unexpected("stats", "no row"))?;
     Ok(QueueStats {
         queued: rows::unsigned(&mut row, 0, "queued count", 0)?,
@@ -102,11 +90,7 @@ pub(crate) async fn count(
     statement: &'static str,
     params: Vec<Value>,
 ) -> Result<u64, StoreError> {
-    let mut conn = connector.conn().await?;
-    let row: Option<Row> = conn
-        .exec_first(statement, params)
-        .await
-        .map_err(|err| connector.statement_error(err))?;
+    let row = connector.first_row(statement, params).await?;
     let mut row = row.ok_or_else(|| connector.unexpected(statement, "no row"))?;
     rows::unsigned(&mut row, 0, "COUNT(*)", 0)
 }
@@ -116,11 +100,7 @@ pub(crate) async fn hook_summaries(
     connector: &Connector,
     since: UnixTime,
 ) -> Result<Vec<HookSummary>, StoreError> {
-    let mut conn = connector.conn().await?;
-    let found: Vec<Row> = conn
-        .exec(sql::HOOK_SUMMARIES, (since,))
-        .await
-        .map_err(|err| connector.statement_error(err))?;
+    let found = connector.all_rows(sql::HOOK_SUMMARIES, (since,)).await?;
     found.into_iter().map(hook_summary).collect()
 }
 
@@ -131,11 +111,9 @@ pub(crate) async fn breaker_failure_epochs(
     hook_phid: &str,
     since: UnixTime,
 ) -> Result<Vec<UnixTime>, StoreError> {
-    let mut conn = connector.conn().await?;
-    let found: Vec<Row> = conn
-        .exec(sql::BREAKER_FAILURE_EPOCHS, (hook_phid, since))
-        .await
-        .map_err(|err| connector.statement_error(err))?;
+    let found = connector
+        .all_rows(sql::BREAKER_FAILURE_EPOCHS, (hook_phid, since))
+        .await?;
     found
         .into_iter()
         .map(|mut row| rows::unsigned(&mut row, 0, "lastRequestEpoch", 0))
@@ -148,11 +126,7 @@ pub(crate) async fn lock_holder(
     connector: &Connector,
     lock_name: String,
 ) -> Result<Option<u64>, StoreError> {
-    let mut conn = connector.conn().await?;
-    let row: Option<Row> = conn
-        .exec_first(sql::IS_USED_LOCK, (lock_name,))
-        .await
-        .map_err(|err| connector.statement_error(err))?;
+    let row = connector.first_row(sql::IS_USED_LOCK, (lock_name,)).await?;
     let mut row = row.ok_or_else(|| StoreError::MalformedRow {
         id: 0,
         reason: "IS_USED_LOCK returned no row".to_owned(),
