@@ -1,0 +1,62 @@
+//! The suite against `MemoryStore`, on a `ManualClock`: the in-memory
+//! half of the proof that its semantics equal the SQL's.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use super::{cases, TestBed};
+use crate::clock::{Clock, ManualClock};
+use crate::memory_store::{MemoryStore, NewRequest};
+use crate::model::{Hook, RequestRow, UnixTime};
+use crate::objects::PhorgeObjects;
+use crate::store::Store;
+
+struct MemoryBed {
+    clock: ManualClock,
+    store: MemoryStore,
+}
+
+#[async_trait]
+impl TestBed for MemoryBed {
+    fn store(&self) -> &dyn Store {
+        &self.store
+    }
+    async fn now(&self) -> UnixTime {
+        self.clock.now()
+    }
+    async fn insert_hook(&self, hook: &Hook) {
+        self.store.put_hook(hook.clone());
+    }
+    async fn insert_request(&self, request: &NewRequest) -> u64 {
+        self.store.insert_request(request.clone())
+    }
+    async fn row(&self, id: u64) -> RequestRow {
+        self.store.row(id).expect("row exists")
+    }
+    fn objects(&self) -> &dyn PhorgeObjects {
+        &self.store
+    }
+    async fn insert_task(&self, object_phid: &str, transactions: &[&str]) {
+        self.store.add_object(object_phid, transactions);
+    }
+    async fn destroy_task(&self, object_phid: &str) {
+        self.store.destroy_object(object_phid);
+    }
+    async fn lose_lock_session(&self, _hook_phid: &str) {
+        self.store.lose_lock_sessions();
+    }
+}
+
+#[test]
+fn memory_store_passes_the_conformance_suite() {
+    for case in cases() {
+        let clock = ManualClock::new(1_700_000_000);
+        let bed = MemoryBed {
+            store: MemoryStore::new(Arc::new(clock.clone())),
+            clock,
+        };
+        eprintln!("conformance case: {}", case.name);
+        futures::executor::block_on((case.run)(&bed));
+    }
+}

@@ -1,0 +1,142 @@
+//! The shared `Store` conformance suite: the same cases run against
+//! `MemoryStore` (`memory`) and against the MySQL store on a real MariaDB, which
+//! is how the in-memory semantics are proven equal to the SQL's.
+//!
+//! A case gets a fresh, empty [`TestBed`]; it seeds rows relative to the
+//! store's own "now" so it holds whichever clock the store uses. The cases
+//! are grouped by topic (`candidates`, `claims`, `write_back`, `lookups`,
+//! `locks`, `objects`); [`cases`] lists them all, in a stable order, and
+//! `memory` runs them against `MemoryStore`.
+
+use async_trait::async_trait;
+use futures::future::BoxFuture;
+
+mod candidates;
+mod claims;
+mod locks;
+mod lookups;
+#[cfg(test)]
+mod memory;
+mod objects;
+mod write_back;
+
+use crate::memory_store::NewRequest;
+use crate::model::{Hook, RequestRow, UnixTime};
+use crate::objects::PhorgeObjects;
+use crate::store::{CandidateQuery, Store};
+use crate::windows::Cutoffs;
+
+/// What a case needs besides the `Store` under test: seeding and reading
+/// rows as Phorge would, and the store's own clock.
+#[async_trait]
+pub trait TestBed: Send + Sync {
+    /// The store under test.
+    fn store(&self) -> &dyn Store;
+    /// The store's notion of now (the server's `UNIX_TIMESTAMP()`).
+    async fn now(&self) -> UnixTime;
+    /// Inserts a hook row.
+    async fn insert_hook(&self, hook: &Hook);
+    /// Inserts a request row as Phorge would; returns its id.
+    async fn insert_request(&self, request: &NewRequest) -> u64;
+    /// Reads a row back.
+    async fn row(&self, id: u64) -> RequestRow;
+    /// The application tables as the store under test reads them.
+    fn objects(&self) -> &dyn PhorgeObjects;
+    /// Creates a Maniphest task (`PHID-TASK-…`) with these transactions,
+    /// applied in this order (so with rising ids), as Phorge would.
+    async fn insert_task(&self, object_phid: &str, transactions: &[&str]);
+    /// Destroys an object and its transactions, as `bin/remove destroy`.
+    async fn destroy_task(&self, object_phid: &str);
+    /// Breaks the database session holding this hook's lock behind its
+    /// holder's back (as a cut connection or a `KILL` does): the server
+    /// frees the lock.
+    async fn lose_lock_session(&self, hook_phid: &str);
+}
+
+/// One named conformance case.
+#[derive(Debug, Clone, Copy)]
+pub struct Case {
+    /// Name, for the failure report.
+    pub name: &'static str,
+    /// The case body; panics on failure.
+    pub run: for<'a> fn(&'a dyn TestBed) -> BoxFuture<'a, ()>,
+}
+
+macro_rules! cases {
+    ($($topic:ident :: $name:ident),* $(,)?) => {
+        /// Every case, in a stable order.
+        pub fn cases() -> Vec<Case> {
+            vec![$(Case { name: stringify!($name), run: |bed| Box::pin($topic::$name(bed)) }),*]
+        }
+    };
+}
+
+cases!(
+    candidates::fresh_row_is_a_candidate_at_once,
+    candidates::candidates_come_in_id_order_up_to_the_limit,
+    candidates::only_queued_rows_are_candidates,
+    candidates::claimed_row_waits_out_its_lease,
+    candidates::failed_attempt_waits_out_the_retry_backoff,
+    candidates::excluded_hooks_are_left_out,
+    claims::same_second_claim_still_changes_the_version,
+    claims::claim_moves_the_version_to_server_time,
+    claims::two_claimers_of_one_version_one_wins,
+    claims::claim_needs_a_queued_row,
+    write_back::write_result_sets_every_column,
+    write_back::write_in_the_claim_second_still_advances_the_version,
+    write_back::guarded_write_lands_only_on_an_untouched_row,
+    lookups::breaker_counts_failed_rows_in_the_window,
+    lookups::hook_lookup_returns_the_row_or_nothing,
+    locks::hook_lock_is_exclusive_until_released,
+    locks::a_lock_whose_session_broke_is_no_longer_held,
+    claims::a_result_lands_only_while_its_claim_owns_the_row,
+    locks::claims_in_flight_are_the_unanswered_claims_within_their_lease,
+    lookups::stats_count_rows_and_active_hooks,
+    write_back::properties_text_is_stored_verbatim,
+    objects::object_lookup_lists_the_objects_existing_transactions_newest_first,
+    objects::object_lookup_finds_a_destroyed_object_gone,
+    objects::object_of_a_type_without_known_tables_is_unseen,
+);
+
+const HOOK: &str = "PHID-HWBH-conformanceaaaaaaaaa";
+const OTHER_HOOK: &str = "PHID-HWBH-conformancebbbbbbbbb";
+
+fn hook(phid: &str, status: &str) -> Hook {
+    Hook {
+        phid: phid.to_owned(),
+        name: format!("hook {phid}"),
+        uri: "http://127.0.0.1:9/hook".to_owned(),
+        status: status.to_owned(),
+        hmac_key: "abcdefghijklmnopqrstuvwxyz234567".to_owned(),
+    }
+}
+
+fn request(hook_phid: &str, created: UnixTime, modified: UnixTime) -> NewRequest {
+    NewRequest {
+        date_created: Some(created),
+        date_modified: Some(modified),
+        ..NewRequest::queued(hook_phid, r#"{"retry":"forever"}"#)
+    }
+}
+
+fn query(now: UnixTime, lease: u64, backoff: u64) -> CandidateQuery {
+    CandidateQuery {
+        cutoffs: Cutoffs {
+            now,
+            lease_cutoff: now - lease,
+            retry_cutoff: now - backoff,
+        },
+        limit: 100,
+        exclude_hooks: Vec::new(),
+    }
+}
+
+async fn candidate_ids(bed: &dyn TestBed, query: &CandidateQuery) -> Vec<u64> {
+    bed.store()
+        .candidates(query)
+        .await
+        .expect("candidate query")
+        .into_iter()
+        .map(|r| r.id)
+        .collect()
+}
