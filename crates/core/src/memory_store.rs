@@ -18,6 +18,10 @@ use crate::objects::{ObjectLookup, PhorgeObjects, Unseen};
 use crate::outcome::ResultWrite;
 use crate::store::{CandidateQuery, Claim, HookLock, QueueStats, Store, StoreError, Written};
 
+mod lock;
+
+use lock::MemoryHookLock;
+
 /// A store operation, for fault injection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StoreOp {
@@ -396,12 +400,11 @@ impl Store for MemoryStore {
         inner.next_lock_session += 1;
         let session = inner.next_lock_session;
         inner.held_locks.insert(hook_phid.to_owned(), session);
-        Ok(Some(Box::new(MemoryHookLock {
-            store: Arc::clone(&self.inner),
-            hook_phid: hook_phid.to_owned(),
+        Ok(Some(Box::new(MemoryHookLock::new(
+            Arc::clone(&self.inner),
+            hook_phid.to_owned(),
             session,
-            released: false,
-        })))
+        ))))
     }
 
     async fn stats(&self) -> Result<QueueStats, StoreError> {
@@ -460,54 +463,6 @@ impl PhorgeObjects for MemoryStore {
             .map(|(_, phid)| phid.clone())
             .collect();
         Ok(ObjectLookup::Found { transactions })
-    }
-}
-
-#[derive(Debug)]
-struct MemoryHookLock {
-    store: Arc<Mutex<Inner>>,
-    hook_phid: String,
-    session: u64,
-    released: bool,
-}
-
-impl MemoryHookLock {
-    fn inner(&self) -> MutexGuard<'_, Inner> {
-        self.store.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn ours(&self, inner: &Inner) -> bool {
-        inner.held_locks.get(&self.hook_phid) == Some(&self.session)
-    }
-
-    fn free(&mut self) {
-        if !self.released {
-            self.released = true;
-            let mut inner = self.inner();
-            if self.ours(&inner) {
-                inner.held_locks.remove(&self.hook_phid);
-            }
-        }
-    }
-}
-
-#[async_trait]
-impl HookLock for MemoryHookLock {
-    async fn release(mut self: Box<Self>) -> Result<(), StoreError> {
-        self.free();
-        Ok(())
-    }
-
-    async fn still_held(&mut self) -> Result<bool, StoreError> {
-        let mut inner = self.inner();
-        MemoryStore::check_fault(&mut inner, StoreOp::LockCheck)?;
-        Ok(!self.released && self.ours(&inner))
-    }
-}
-
-impl Drop for MemoryHookLock {
-    fn drop(&mut self) {
-        self.free();
     }
 }
 
