@@ -8,16 +8,15 @@
 //!    inside its retry backoff, is not even selected;
 //! 3. then, as the dispatcher processes a candidate (SPEC §5, in order): a
 //!    row `defect`, unparseable properties ([`Properties::parse`]), a
-//!    missing hook, a `disabled` hook, and the hook's [`Breaker`].
+//!    missing hook, a `disabled` hook, and the hook's [`Breaker`](webhook_core::Breaker) (its
+//!    arithmetic is the type's own).
 //!
 //! Pure: it reads no clock and no database. The caller gathers the facts
 //! (the row, its hook, the breaker's failure epochs, the lock holder) and
 //! passes `now`, so every case is unit-tested with a fixed time.
 
 use serde_json::{json, Value};
-use webhook_core::{
-    Breaker, Hook, LastResult, Properties, RequestRow, RequestStatus, UnixTime, Windows,
-};
+use webhook_core::{Hook, LastResult, Properties, RequestRow, RequestStatus, UnixTime, Windows};
 
 use crate::clock::{moment, utc};
 
@@ -455,14 +454,14 @@ fn processing(windows: &Windows, now: UnixTime, facts: &Facts<'_>) -> Verdict {
         };
     }
     let breaker = windows.breaker();
-    let counted = counted_failures(&breaker, now, facts.breaker_failure_epochs);
+    let counted = breaker.counted_failures(now, facts.breaker_failure_epochs);
     let failures = counted.len() as u64;
     if breaker.is_open(failures) {
         return Verdict::BreakerOpen {
             failures,
             threshold: breaker.threshold,
             window_secs: breaker.window_secs,
-            until: breaker_closes_at(&breaker, now, counted).unwrap_or(now),
+            until: breaker.closes_at(now, counted).unwrap_or(now),
         };
     }
     Verdict::Eligible {
@@ -470,37 +469,6 @@ fn processing(windows: &Windows, now: UnixTime, facts: &Facts<'_>) -> Verdict {
         failures,
         threshold: breaker.threshold,
     }
-}
-
-/// The failures the breaker counts at `now` (epoch `>= since(now)`),
-/// oldest first.
-fn counted_failures<'a>(
-    breaker: &Breaker,
-    now: UnixTime,
-    epochs: &'a [UnixTime],
-) -> &'a [UnixTime] {
-    let since = breaker.since(now);
-    let start = epochs.partition_point(|e| *e < since);
-    &epochs[start..]
-}
-
-/// When an open breaker closes if no new failures come in: once the
-/// `(failures - threshold + 1)`-th oldest counted failure is out of the
-/// window (`now - window > epoch`), fewer than `threshold` remain. `None`
-/// while the breaker is closed. `epochs` are oldest first.
-pub fn breaker_closes_at(
-    breaker: &Breaker,
-    now: UnixTime,
-    epochs: &[UnixTime],
-) -> Option<UnixTime> {
-    let counted = counted_failures(breaker, now, epochs);
-    if !breaker.is_open(counted.len() as u64) {
-        return None;
-    }
-    let threshold = usize::try_from(breaker.threshold).unwrap_or(usize::MAX);
-    counted
-        .get(counted.len().saturating_sub(threshold))
-        .map(|epoch| epoch.saturating_add(breaker.window_secs + 1))
 }
 
 /// A one-line summary of the row's columns, for the text output.

@@ -12,6 +12,7 @@
 
 #![warn(missing_docs)]
 
+pub mod breaker;
 pub mod clock;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
@@ -32,6 +33,7 @@ pub mod transport;
 pub mod vectors;
 pub mod windows;
 
+pub use breaker::Breaker;
 pub use clock::{Clock, ManualClock};
 pub use dispatcher::Dispatcher;
 pub use events::{Event, EventKind, EventSink};
@@ -48,6 +50,4 @@ pub use payload::{sign, verify, Payload};
 pub use properties::{ErrorCode, ErrorType, Properties, PropertiesError};
 pub use store::{CandidateQuery, Claim, HookLock, QueueStats, Store, StoreError, Written};
 pub use transport::{OutboundRequest, Resolution, Target, Transport};
-pub use windows::{
-    withheld, Breaker, ConfigError, Cutoffs, Setting, Settings, WindowWarning, Windows,
-};
+pub use windows::{withheld, ConfigError, Cutoffs, Setting, Settings, WindowWarning, Windows};
