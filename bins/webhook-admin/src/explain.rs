@@ -6,17 +6,20 @@
 //! 2. the candidate predicate of SPEC §4 with [`Windows::cutoffs`]: a row
 //!    that is neither fresh nor past its claim lease, or that failed and is
 //!    inside its retry backoff, is not even selected;
-//! 3. then, as the dispatcher processes a candidate (SPEC §5, in order): a
-//!    row `defect`, unparseable properties ([`Properties::parse`]), a
-//!    missing hook, a `disabled` hook, and the hook's [`Breaker`](webhook_core::Breaker) (its
-//!    arithmetic is the type's own).
+//! 3. then, as the dispatcher processes a candidate (SPEC §5, in order): its
+//!    [`triage`](webhook_core::triage()) (a row `defect`, unparseable
+//!    properties, a missing hook, a `disabled` hook) and the hook's
+//!    [`Breaker`](webhook_core::Breaker).
 //!
 //! Pure: it reads no clock and no database. The caller gathers the facts
 //! (the row, its hook, the breaker's failure epochs, the lock holder) and
 //! passes `now`, so every case is unit-tested with a fixed time.
 
 use serde_json::{json, Value};
-use webhook_core::{Hook, LastResult, Properties, RequestRow, RequestStatus, UnixTime, Windows};
+use webhook_core::{
+    triage_looked_up, Hook, HookLookup, LastResult, Properties, RequestRow, RequestStatus, Triage,
+    UnixTime, Windows,
+};
 
 use crate::clock::{moment, utc};
 
@@ -428,30 +431,39 @@ fn candidate_waits(windows: &Windows, now: UnixTime, row: &RequestRow) -> Vec<Ve
     waits
 }
 
-/// SPEC §5's checks on a candidate, in the dispatcher's order, stopping at
-/// the first that applies (the URI check needs the network and is left to
-/// the daemon).
+/// SPEC §5's checks on a candidate, through the dispatcher's own
+/// [`triage`](webhook_core::triage()), then the breaker, stopping at the
+/// first that applies (the URI check needs the network and is left to the
+/// daemon).
 fn processing(windows: &Windows, now: UnixTime, facts: &Facts<'_>) -> Verdict {
     let row = facts.row;
-    if let Some(defect) = &row.defect {
-        return Verdict::InvalidRow {
-            defect: defect.clone(),
-        };
-    }
-    if let Err(err) = Properties::parse(&row.properties) {
-        return Verdict::PropertiesUnparseable {
-            error: err.to_string(),
-        };
-    }
-    let Some(hook) = facts.hook else {
-        return Verdict::HookMissing {
-            hook_phid: row.webhook_phid.clone(),
-        };
+    let hook = match facts.hook {
+        Some(hook) => HookLookup::Found(hook.clone()),
+        None => HookLookup::Missing,
     };
-    if hook.is_disabled() {
-        return Verdict::HookDisabled {
-            hook_phid: hook.phid.clone(),
-        };
+    match triage_looked_up(row, hook) {
+        Triage::Ready { .. } => {}
+        Triage::InvalidRow { defect, .. } => {
+            return Verdict::InvalidRow {
+                defect: defect.to_owned(),
+            }
+        }
+        Triage::InvalidProperties { error, .. } => {
+            return Verdict::PropertiesUnparseable {
+                error: error.to_string(),
+            }
+        }
+        // (Never unavailable: the caller looked the hook up beforehand.)
+        Triage::HookMissing { .. } | Triage::HookUnavailable => {
+            return Verdict::HookMissing {
+                hook_phid: row.webhook_phid.clone(),
+            }
+        }
+        Triage::HookDisabled { hook, .. } => {
+            return Verdict::HookDisabled {
+                hook_phid: hook.phid,
+            }
+        }
     }
     let breaker = windows.breaker();
     let counted = breaker.counted_failures(now, facts.breaker_failure_epochs);

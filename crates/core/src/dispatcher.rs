@@ -35,6 +35,7 @@ use crate::properties::ErrorCode;
 use crate::properties::Properties;
 use crate::store::{CandidateQuery, Claim, HookLock, Store, StoreError, Written};
 use crate::transport::{OutboundRequest, Resolution, Target, Transport};
+use crate::triage::{triage, HookLookup, Triage};
 use crate::windows::Windows;
 
 /// Tries for one write-back before the row is left to its lease.
@@ -873,43 +874,37 @@ impl Dispatcher {
     /// the step to take after a hook error was written (or the lookup
     /// failed).
     async fn prepare(&self, run: &mut HookRun, row: &RequestRow) -> Result<Ready, Step> {
-        if let Some(defect) = &row.defect {
-            warn!(event = "row_invalid", request_id = row.id, hook = %row.webhook_phid,
-                  defect = %defect, "failed without delivery");
-            let kept = Properties::parse(&row.properties)
-                .unwrap_or_else(|_| Properties::preserving_unparseable(&row.properties));
-            self.fail_hook(row, &kept, HookError::InvalidRow, None)
-                .await;
-            return Err(Step::Next);
-        }
-        let properties = match Properties::parse(&row.properties) {
-            Ok(properties) => properties,
-            Err(err) => {
-                warn!(event = "properties_invalid", request = %row.phid, hook = %row.webhook_phid,
-                      error = %err, original = %truncated(&row.properties),
-                      "kept under gorgeOriginalProperties");
-                let kept = Properties::preserving_unparseable(&row.properties);
-                self.fail_hook(row, &kept, HookError::InvalidProperties, None)
+        let (properties, hook) = match triage(row, || self.hook_for(run, row)).await {
+            Triage::Ready { properties, hook } => (properties, hook),
+            Triage::InvalidRow { defect, properties } => {
+                warn!(event = "row_invalid", request_id = row.id, hook = %row.webhook_phid,
+                      defect = %defect, "failed without delivery");
+                self.fail_hook(row, &properties, HookError::InvalidRow, None)
                     .await;
                 return Err(Step::Next);
             }
-        };
-        let hook = match self.hook_for(run, row).await {
-            Ok(Some(hook)) => hook,
-            Ok(None) => {
+            Triage::InvalidProperties { error, properties } => {
+                warn!(event = "properties_invalid", request = %row.phid, hook = %row.webhook_phid,
+                      error = %error, original = %truncated(&row.properties),
+                      "kept under gorgeOriginalProperties");
+                self.fail_hook(row, &properties, HookError::InvalidProperties, None)
+                    .await;
+                return Err(Step::Next);
+            }
+            Triage::HookMissing { properties } => {
                 warn!(event = "hook_missing", request = %row.phid, hook = %row.webhook_phid);
                 self.fail_hook(row, &properties, HookError::NotFound, None)
                     .await;
                 return Err(Step::Next);
             }
-            Err(()) => return Err(Step::StopRun),
+            Triage::HookDisabled { properties, hook } => {
+                debug!(event = "hook_disabled", request = %row.phid, hook = %hook.phid);
+                self.fail_hook(row, &properties, HookError::Disabled, None)
+                    .await;
+                return Err(Step::Next);
+            }
+            Triage::HookUnavailable => return Err(Step::StopRun),
         };
-        if hook.is_disabled() {
-            debug!(event = "hook_disabled", request = %row.phid, hook = %hook.phid);
-            self.fail_hook(row, &properties, HookError::Disabled, None)
-                .await;
-            return Err(Step::Next);
-        }
         let target = match self.transport.resolve(&hook.uri).await {
             Resolution::Ready(target) => Ok(target),
             Resolution::Refused(why) => {
@@ -1314,9 +1309,9 @@ impl Dispatcher {
         self.after_attempt(run, hook_phid, false);
     }
 
-    async fn hook_for(&self, run: &mut HookRun, row: &RequestRow) -> Result<Option<Hook>, ()> {
+    async fn hook_for(&self, run: &mut HookRun, row: &RequestRow) -> HookLookup {
         if let Some(hook) = &run.hook {
-            return Ok(hook.clone());
+            return found(hook.clone());
         }
         let now = self.clock.monotonic();
         let cached = self
@@ -1328,7 +1323,7 @@ impl Dispatcher {
             .cloned();
         if let Some(cached) = cached {
             run.hook = Some(cached.hook.clone());
-            return Ok(cached.hook);
+            return found(cached.hook);
         }
         match self.store.hook(&row.webhook_phid).await {
             Ok(hook) => {
@@ -1340,11 +1335,11 @@ impl Dispatcher {
                         read_at: now,
                     },
                 );
-                Ok(hook)
+                found(hook)
             }
             Err(err) => {
                 self.store_failed("hook lookup", &err);
-                Err(())
+                HookLookup::Unavailable
             }
         }
     }
@@ -1673,6 +1668,11 @@ fn attempt_event(result: &DeliveryResult, outcome: AttemptOutcome, latency: Dura
             code: HookError::Uri.code(),
         },
     }
+}
+
+/// A hook row as a lookup's answer.
+fn found(hook: Option<Hook>) -> HookLookup {
+    hook.map_or(HookLookup::Missing, HookLookup::Found)
 }
 
 fn truncated(text: &str) -> &str {

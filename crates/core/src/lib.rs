@@ -30,6 +30,7 @@ mod phpjson;
 pub mod properties;
 pub mod store;
 pub mod transport;
+pub mod triage;
 pub mod vectors;
 pub mod windows;
 
@@ -50,4 +51,5 @@ pub use payload::{sign, verify, Payload};
 pub use properties::{ErrorCode, ErrorType, Properties, PropertiesError};
 pub use store::{CandidateQuery, Claim, HookLock, QueueStats, Store, StoreError, Written};
 pub use transport::{OutboundRequest, Resolution, Target, Transport};
+pub use triage::{triage, triage_looked_up, HookLookup, Triage};
 pub use windows::{withheld, ConfigError, Cutoffs, Setting, Settings, WindowWarning, Windows};
