@@ -515,6 +515,9 @@ pub fn row_summary(row: &RequestRow, now: UnixTime) -> Vec<(&'static str, String
 }
 
 #[cfg(test)]
+mod agrees_with_dispatcher;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use webhook_core::Settings;
