@@ -16,7 +16,7 @@ pub mod breaker;
 pub mod clock;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
-pub mod dispatcher;
+pub mod dispatch;
 pub mod events;
 pub mod hold;
 pub mod lock_name;
@@ -36,7 +36,7 @@ pub mod windows;
 
 pub use breaker::Breaker;
 pub use clock::{Clock, ManualClock};
-pub use dispatcher::Dispatcher;
+pub use dispatch::Dispatcher;
 pub use events::{Event, EventKind, EventSink};
 pub use hold::{ConfigUnreadable, PhorgeConfig, SilentMode};
 pub use lock_name::hook_lock_name;
