@@ -20,7 +20,6 @@
 //! [`Windows::claim_ahead_budget`]: crate::windows::Windows::claim_ahead_budget
 
 use std::collections::VecDeque;
-use std::mem;
 use std::time::Duration;
 
 use crate::model::{Hook, RequestRow, UnixTime};
@@ -42,6 +41,9 @@ pub(super) const CLAIM_AHEAD_MAX: usize = 16;
 pub(super) struct ClaimGroup {
     pace: usize,
     current: Option<Current>,
+    /// The group's rows after its first, in id order, waiting for their
+    /// turn (empty without a group; its buffer serves the run's groups).
+    ahead: VecDeque<AheadRow>,
 }
 
 /// The group in hand.
@@ -52,8 +54,6 @@ struct Current {
     size: usize,
     /// Every row so far was sent, none left to its lease.
     smooth: bool,
-    /// Its rows after the first, in id order, waiting for their turn.
-    ahead: VecDeque<AheadRow>,
 }
 
 /// A row claimed along with an earlier one, waiting for its turn.
@@ -105,6 +105,7 @@ impl ClaimGroup {
         Self {
             pace,
             current: None,
+            ahead: VecDeque::new(),
         }
     }
 
@@ -120,15 +121,16 @@ impl ClaimGroup {
         hook: Hook,
         target: Target,
         claimed_at: Duration,
-        ahead: VecDeque<AheadRow>,
+        ahead: impl Iterator<Item = AheadRow>,
     ) {
+        self.ahead.clear();
+        self.ahead.extend(ahead);
         self.current = Some(Current {
             hook,
             target,
             claimed_at,
-            size: 1 + ahead.len(),
+            size: 1 + self.ahead.len(),
             smooth: true,
-            ahead,
         });
     }
 
@@ -150,8 +152,7 @@ impl ClaimGroup {
         if !self.has_ahead(id) {
             return None;
         }
-        let current = self.current.as_mut()?;
-        current.ahead.pop_front().map(|ahead| ahead.claim)
+        self.ahead.pop_front().map(|ahead| ahead.claim)
     }
 
     /// Whether rows claimed along still wait for their turn.
@@ -160,7 +161,7 @@ impl ClaimGroup {
     }
 
     fn ahead_front(&self) -> Option<&AheadRow> {
-        self.current.as_ref().and_then(|c| c.ahead.front())
+        self.ahead.front()
     }
 
     /// Notes how a row went; once each row of the group had its turn, sets
@@ -175,7 +176,7 @@ impl ClaimGroup {
             return;
         };
         current.smooth &= smooth;
-        if !current.ahead.is_empty() {
+        if !self.ahead.is_empty() {
             return;
         }
         let outcome = GroupOutcome {
@@ -189,9 +190,9 @@ impl ClaimGroup {
 
     /// The rows still waiting in an unfinished group, taken out of it, and
     /// when they were claimed; `None` once the last group was finished.
-    fn unsent(&mut self) -> Option<(Duration, VecDeque<AheadRow>)> {
-        let current = self.current.as_mut()?;
-        Some((current.claimed_at, mem::take(&mut current.ahead)))
+    fn unsent(&mut self) -> Option<(Duration, impl Iterator<Item = AheadRow> + '_)> {
+        let current = self.current.as_ref()?;
+        Some((current.claimed_at, self.ahead.drain(..)))
     }
 }
 
@@ -218,32 +219,35 @@ impl Dispatcher {
             .collect()
     }
 
-    /// The claims of the rows taken along, in order, counted and reported.
-    pub(super) fn ahead_claims<'r>(
+    /// Starts the run's claim group on the first row's claim: the claims
+    /// of the rows taken along, in order, counted and reported.
+    pub(super) fn begin_group<'r>(
         &self,
-        hook_phid: &str,
+        run: &mut HookRun,
+        hook: &Hook,
+        target: &Target,
+        claimed_at: Duration,
         along: impl Iterator<Item = (&'r RequestRow, Properties, ObjectCheck)>,
         claims: impl Iterator<Item = Result<Claim, StoreError>>,
-    ) -> VecDeque<AheadRow> {
-        along
-            .zip(claims)
-            .map(|((row, properties, check), claim)| {
-                let claim = match claim {
-                    Ok(claim) => {
-                        self.note_claim(row, hook_phid, claim);
-                        match claim {
-                            Claim::Won(version) => AheadClaim::Won(properties, check, version),
-                            Claim::Lost => AheadClaim::Lost,
-                        }
+    ) {
+        let ahead = along.zip(claims).map(|((row, properties, check), claim)| {
+            let claim = match claim {
+                Ok(claim) => {
+                    self.note_claim(row, &hook.phid, claim);
+                    match claim {
+                        Claim::Won(version) => AheadClaim::Won(properties, check, version),
+                        Claim::Lost => AheadClaim::Lost,
                     }
-                    Err(err) => {
-                        self.store_failed("claim", &err);
-                        AheadClaim::Unknown
-                    }
-                };
-                AheadRow { id: row.id, claim }
-            })
-            .collect()
+                }
+                Err(err) => {
+                    self.store_failed("claim", &err);
+                    AheadClaim::Unknown
+                }
+            };
+            AheadRow { id: row.id, claim }
+        });
+        run.group
+            .begin(hook.clone(), target.clone(), claimed_at, ahead);
     }
 
     /// Notes how a row of the run's claim group went (see
@@ -362,7 +366,7 @@ mod tests {
     #[test]
     fn a_group_sets_the_pace_once_its_last_row_had_its_turn() {
         let mut group = ClaimGroup::new(2);
-        group.begin(hook(), target(), Duration::ZERO, ahead(&[8]));
+        group.begin(hook(), target(), Duration::ZERO, ahead(&[8]).into_iter());
         assert!(group.has_ahead(8) && !group.has_ahead(9));
         group.note(true, || Duration::from_millis(10), BUDGET);
         assert_eq!(group.pace(), 2, "row 8 still to go");
@@ -381,11 +385,16 @@ mod tests {
     #[test]
     fn an_unsent_row_makes_its_group_a_failure() {
         let mut group = ClaimGroup::new(4);
-        group.begin(hook(), target(), Duration::ZERO, ahead(&[8, 9, 10]));
+        group.begin(
+            hook(),
+            target(),
+            Duration::ZERO,
+            ahead(&[8, 9, 10]).into_iter(),
+        );
         group.note(true, || Duration::ZERO, BUDGET);
         let (claimed_at, unsent) = group.unsent().expect("a group in hand");
         assert_eq!(claimed_at, Duration::ZERO);
-        assert_eq!(unsent.len(), 3);
+        assert_eq!(unsent.count(), 3);
         group.note(false, || Duration::ZERO, BUDGET);
         assert_eq!(group.pace(), 1);
         assert!(group.unsent().is_none());

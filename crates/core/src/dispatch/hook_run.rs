@@ -258,9 +258,7 @@ impl Dispatcher {
             Err(err) => self.store_failed("claim", err),
         }
         if let Ok(target) = &target {
-            let ahead = self.ahead_claims(&hook.phid, along, claims);
-            run.group
-                .begin(hook.clone(), target.clone(), claimed_at, ahead);
+            self.begin_group(run, &hook, target, claimed_at, along, claims);
         }
         let version = match first {
             Ok(Claim::Won(version)) => version,
