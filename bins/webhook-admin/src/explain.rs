@@ -17,8 +17,8 @@
 
 use serde_json::{json, Value};
 use webhook_core::{
-    triage_looked_up, Hook, HookLookup, LastResult, Properties, RequestRow, RequestStatus, Triage,
-    UnixTime, Windows,
+    triage_looked_up, Hook, HookError, HookLookup, LastResult, Properties, RequestRow,
+    RequestStatus, Triage, UnixTime, Windows,
 };
 
 use crate::clock::{moment, utc};
@@ -190,13 +190,14 @@ impl Verdict {
     /// The hook error the dispatcher writes for this reason, if it fails
     /// the row without an HTTP attempt.
     pub fn hook_error(&self) -> Option<&'static str> {
-        match self {
-            Self::HookDisabled { .. } => Some("disabled"),
-            Self::HookMissing { .. } => Some("not-found"),
-            Self::PropertiesUnparseable { .. } => Some("invalid-properties"),
-            Self::InvalidRow { .. } => Some("invalid-row"),
-            _ => None,
-        }
+        let error = match self {
+            Self::HookDisabled { .. } => HookError::Disabled,
+            Self::HookMissing { .. } => HookError::NotFound,
+            Self::PropertiesUnparseable { .. } => HookError::InvalidProperties,
+            Self::InvalidRow { .. } => HookError::InvalidRow,
+            _ => return None,
+        };
+        Some(error.code())
     }
 
     /// The plain-words explanation, with the numbers, relative to `now`.
