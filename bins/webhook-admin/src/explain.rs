@@ -6,9 +6,10 @@
 //! 2. the candidate predicate of SPEC §4 with [`Windows::cutoffs`]: a row
 //!    that is neither fresh nor past its claim lease, or that failed and is
 //!    inside its retry backoff, is not even selected;
-//! 3. then, as the dispatcher processes a candidate (SPEC §5, in order): a
-//!    row `defect`, unparseable properties ([`Properties::parse`]), a
-//!    missing hook, a `disabled` hook, and the hook's [`Breaker`].
+//! 3. then, as the dispatcher processes a candidate (SPEC §5, in order): its
+//!    [`triage`](webhook_core::triage()) (a row `defect`, unparseable
+//!    properties, a missing hook, a `disabled` hook) and the hook's
+//!    [`Breaker`](webhook_core::Breaker).
 //!
 //! Pure: it reads no clock and no database. The caller gathers the facts
 //! (the row, its hook, the breaker's failure epochs, the lock holder) and
@@ -16,7 +17,8 @@
 
 use serde_json::{json, Value};
 use webhook_core::{
-    Breaker, Hook, LastResult, Properties, RequestRow, RequestStatus, UnixTime, Windows,
+    triage_looked_up, Hook, HookError, HookLookup, LastResult, Properties, RequestRow,
+    RequestStatus, Triage, UnixTime, Windows,
 };
 
 use crate::clock::{moment, utc};
@@ -188,13 +190,14 @@ impl Verdict {
     /// The hook error the dispatcher writes for this reason, if it fails
     /// the row without an HTTP attempt.
     pub fn hook_error(&self) -> Option<&'static str> {
-        match self {
-            Self::HookDisabled { .. } => Some("disabled"),
-            Self::HookMissing { .. } => Some("not-found"),
-            Self::PropertiesUnparseable { .. } => Some("invalid-properties"),
-            Self::InvalidRow { .. } => Some("invalid-row"),
-            _ => None,
-        }
+        let error = match self {
+            Self::HookDisabled { .. } => HookError::Disabled,
+            Self::HookMissing { .. } => HookError::NotFound,
+            Self::PropertiesUnparseable { .. } => HookError::InvalidProperties,
+            Self::InvalidRow { .. } => HookError::InvalidRow,
+            _ => return None,
+        };
+        Some(error.code())
     }
 
     /// The plain-words explanation, with the numbers, relative to `now`.
@@ -429,40 +432,49 @@ fn candidate_waits(windows: &Windows, now: UnixTime, row: &RequestRow) -> Vec<Ve
     waits
 }
 
-/// SPEC §5's checks on a candidate, in the dispatcher's order, stopping at
-/// the first that applies (the URI check needs the network and is left to
-/// the daemon).
+/// SPEC §5's checks on a candidate, through the dispatcher's own
+/// [`triage`](webhook_core::triage()), then the breaker, stopping at the
+/// first that applies (the URI check needs the network and is left to the
+/// daemon).
 fn processing(windows: &Windows, now: UnixTime, facts: &Facts<'_>) -> Verdict {
     let row = facts.row;
-    if let Some(defect) = &row.defect {
-        return Verdict::InvalidRow {
-            defect: defect.clone(),
-        };
-    }
-    if let Err(err) = Properties::parse(&row.properties) {
-        return Verdict::PropertiesUnparseable {
-            error: err.to_string(),
-        };
-    }
-    let Some(hook) = facts.hook else {
-        return Verdict::HookMissing {
-            hook_phid: row.webhook_phid.clone(),
-        };
+    let hook = match facts.hook {
+        Some(hook) => HookLookup::Found(hook.clone()),
+        None => HookLookup::Missing,
     };
-    if hook.is_disabled() {
-        return Verdict::HookDisabled {
-            hook_phid: hook.phid.clone(),
-        };
+    match triage_looked_up(row, hook) {
+        Triage::Ready { .. } => {}
+        Triage::InvalidRow { defect, .. } => {
+            return Verdict::InvalidRow {
+                defect: defect.to_owned(),
+            }
+        }
+        Triage::InvalidProperties { error, .. } => {
+            return Verdict::PropertiesUnparseable {
+                error: error.to_string(),
+            }
+        }
+        // (Never unavailable: the caller looked the hook up beforehand.)
+        Triage::HookMissing { .. } | Triage::HookUnavailable => {
+            return Verdict::HookMissing {
+                hook_phid: row.webhook_phid.clone(),
+            }
+        }
+        Triage::HookDisabled { hook, .. } => {
+            return Verdict::HookDisabled {
+                hook_phid: hook.phid,
+            }
+        }
     }
     let breaker = windows.breaker();
-    let counted = counted_failures(&breaker, now, facts.breaker_failure_epochs);
+    let counted = breaker.counted_failures(now, facts.breaker_failure_epochs);
     let failures = counted.len() as u64;
     if breaker.is_open(failures) {
         return Verdict::BreakerOpen {
             failures,
             threshold: breaker.threshold,
             window_secs: breaker.window_secs,
-            until: breaker_closes_at(&breaker, now, counted).unwrap_or(now),
+            until: breaker.closes_at(now, counted).unwrap_or(now),
         };
     }
     Verdict::Eligible {
@@ -470,37 +482,6 @@ fn processing(windows: &Windows, now: UnixTime, facts: &Facts<'_>) -> Verdict {
         failures,
         threshold: breaker.threshold,
     }
-}
-
-/// The failures the breaker counts at `now` (epoch `>= since(now)`),
-/// oldest first.
-fn counted_failures<'a>(
-    breaker: &Breaker,
-    now: UnixTime,
-    epochs: &'a [UnixTime],
-) -> &'a [UnixTime] {
-    let since = breaker.since(now);
-    let start = epochs.partition_point(|e| *e < since);
-    &epochs[start..]
-}
-
-/// When an open breaker closes if no new failures come in: once the
-/// `(failures - threshold + 1)`-th oldest counted failure is out of the
-/// window (`now - window > epoch`), fewer than `threshold` remain. `None`
-/// while the breaker is closed. `epochs` are oldest first.
-pub fn breaker_closes_at(
-    breaker: &Breaker,
-    now: UnixTime,
-    epochs: &[UnixTime],
-) -> Option<UnixTime> {
-    let counted = counted_failures(breaker, now, epochs);
-    if !breaker.is_open(counted.len() as u64) {
-        return None;
-    }
-    let threshold = usize::try_from(breaker.threshold).unwrap_or(usize::MAX);
-    counted
-        .get(counted.len().saturating_sub(threshold))
-        .map(|epoch| epoch.saturating_add(breaker.window_secs + 1))
 }
 
 /// A one-line summary of the row's columns, for the text output.
@@ -533,6 +514,9 @@ pub fn row_summary(row: &RequestRow, now: UnixTime) -> Vec<(&'static str, String
     }
     lines
 }
+
+#[cfg(test)]
+mod agrees_with_dispatcher;
 
 #[cfg(test)]
 mod tests {

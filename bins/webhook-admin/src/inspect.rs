@@ -14,7 +14,7 @@ use webhook_store_mysql::{HookSummary, MysqlReader};
 
 use crate::clock::{moment, utc};
 use crate::error::{exit, AdminError};
-use crate::explain::{breaker_closes_at, explain, row_summary, Explanation, Facts};
+use crate::explain::{explain, row_summary, Explanation, Facts};
 use crate::out::{emit, emit_bytes, emit_line};
 use crate::settings::AdminConfig;
 
@@ -174,7 +174,7 @@ pub async fn hooks(
                 .breaker_failure_epochs(&summary.phid, since)
                 .await
                 .map_err(|e| db.fail(e))?;
-            breaker_closes_at(&breaker, now, &epochs)
+            breaker.closes_at(now, &epochs)
         } else {
             None
         };

@@ -12,10 +12,11 @@
 
 #![warn(missing_docs)]
 
+pub mod breaker;
 pub mod clock;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
-pub mod dispatcher;
+pub mod dispatch;
 pub mod events;
 pub mod hold;
 pub mod lock_name;
@@ -29,11 +30,13 @@ mod phpjson;
 pub mod properties;
 pub mod store;
 pub mod transport;
+pub mod triage;
 pub mod vectors;
 pub mod windows;
 
+pub use breaker::Breaker;
 pub use clock::{Clock, ManualClock};
-pub use dispatcher::Dispatcher;
+pub use dispatch::Dispatcher;
 pub use events::{Event, EventKind, EventSink};
 pub use hold::{ConfigUnreadable, PhorgeConfig, SilentMode};
 pub use lock_name::hook_lock_name;
@@ -48,6 +51,5 @@ pub use payload::{sign, verify, Payload};
 pub use properties::{ErrorCode, ErrorType, Properties, PropertiesError};
 pub use store::{CandidateQuery, Claim, HookLock, QueueStats, Store, StoreError, Written};
 pub use transport::{OutboundRequest, Resolution, Target, Transport};
-pub use windows::{
-    withheld, Breaker, ConfigError, Cutoffs, Setting, Settings, WindowWarning, Windows,
-};
+pub use triage::{triage, triage_looked_up, HookLookup, Triage};
+pub use windows::{withheld, ConfigError, Cutoffs, Setting, Settings, WindowWarning, Windows};

@@ -6,6 +6,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::breaker::Breaker;
 use crate::model::{LastResult, RequestRow, UnixTime};
 
 /// A tunable, named by the environment variable operators set. Errors and
@@ -400,29 +401,6 @@ impl Windows {
             });
         }
         warnings
-    }
-}
-
-/// The hook circuit breaker: at `threshold` or more rows of one hook that
-/// failed within the last `window_secs`, the hook is not called at all. It
-/// closes by itself as old failures slide out of the window.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Breaker {
-    /// Window length in seconds.
-    pub window_secs: u64,
-    /// Failed rows that open it.
-    pub threshold: u64,
-}
-
-impl Breaker {
-    /// Failures are counted from `lastRequestEpoch >= since(now)`.
-    pub fn since(&self, now: UnixTime) -> UnixTime {
-        now.saturating_sub(self.window_secs)
-    }
-
-    /// Whether `failed_rows` recent failures keep the hook from being called.
-    pub fn is_open(&self, failed_rows: u64) -> bool {
-        failed_rows >= self.threshold
     }
 }
 

@@ -1,0 +1,354 @@
+//! One hook run: the hook's rows one at a time, in id order, each through
+//! SPEC §5's steps in order — the silent-mode hold, `prepare` (steps 1–5),
+//! the guard (lock, breaker), the object check, the claim (with the rows
+//! it takes along), the attempt — and, at the end, the claimed rows left
+//! unsent, the write-backs still being stored and the lock kept or given
+//! up.
+//!
+//! A row's turn returns what happened ([`Attempted`]): what the run does
+//! next, and the write-back of a delivery still being stored.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::future::{join, join_all, BoxFuture};
+use futures::stream::FuturesUnordered;
+use futures::StreamExt;
+
+use crate::model::{Hook, RequestRow};
+use crate::outcome::HookError;
+use crate::store::{Claim, HookLock};
+
+use super::attempt::{ClaimToken, Claimed};
+use super::claim_group::{AheadClaim, ClaimGroup, CLAIM_AHEAD_MAX};
+use super::guard::release;
+use super::prepare::{ObjectVerdict, Ready};
+use super::{alongside, Dispatcher};
+
+/// Write-backs a hook run may have in flight before it waits for them:
+/// enough for a whole claim group.
+const WRITES_BEHIND_MAX: usize = CLAIM_AHEAD_MAX;
+
+/// What a hook run reports back to the loop.
+pub(super) struct RunReport {
+    pub(super) hook: String,
+    pub(super) ids: Vec<u64>,
+    /// Leave this hook's rows out of candidate queries until the next tick.
+    pub(super) exclude: bool,
+    /// The hook's lock, still held, for the next run of the same hook.
+    pub(super) kept: Option<HeldLock>,
+    /// The hook's pace, for its next run.
+    pub(super) pace: usize,
+}
+
+/// A per-hook lock kept between runs, so a hook with a steady stream of
+/// rows is locked (and its breaker counted) once, not once per batch.
+pub(super) struct HeldLock {
+    pub(super) lock: Box<dyn HookLock>,
+    /// The breaker was below its threshold when last counted, and nothing
+    /// has failed since. While the lock is held nobody else can add
+    /// failures, and time only lets old ones slide out, so it stays true.
+    breaker_closed: bool,
+    pub(super) idle_since: Duration,
+    /// A named lock lives on one database session; if that session broke,
+    /// the server freed the lock without telling us. Re-taking it once per
+    /// lease bounds how long a broken session can go unnoticed.
+    acquired_at: Duration,
+}
+
+/// How processing one row ended for the rest of its hook run.
+pub(super) enum Step {
+    Next,
+    StopRun,
+}
+
+/// What one row's turn did: the step the run takes next, and the
+/// write-back of a successful delivery, still to be stored while the run
+/// goes on (see [`Dispatcher::process`]).
+pub(super) struct Attempted<'a> {
+    pub(super) step: Step,
+    pub(super) pending_write: Option<BoxFuture<'a, ()>>,
+}
+
+impl From<Step> for Attempted<'_> {
+    fn from(step: Step) -> Self {
+        Self {
+            step,
+            pending_write: None,
+        }
+    }
+}
+
+/// Per-run state: the hook row (looked up once), the lock, whether the
+/// breaker is known to be closed, and the claim group.
+pub(super) struct HookRun {
+    pub(super) hook: Option<Option<Hook>>,
+    pub(super) lock: Option<Box<dyn HookLock>>,
+    pub(super) lock_acquired_at: Duration,
+    pub(super) breaker_closed: bool,
+    pub(super) group: ClaimGroup,
+}
+
+impl HookRun {
+    fn resuming(held: Option<HeldLock>, pace: usize) -> Self {
+        let (lock, lock_acquired_at, breaker_closed) = match held {
+            Some(held) => (Some(held.lock), held.acquired_at, held.breaker_closed),
+            None => (None, Duration::ZERO, false),
+        };
+        Self {
+            hook: None,
+            lock,
+            lock_acquired_at,
+            breaker_closed,
+            group: ClaimGroup::new(pace),
+        }
+    }
+}
+
+impl Dispatcher {
+    pub(super) async fn hook_run(
+        &self,
+        hook_phid: String,
+        rows: Vec<RequestRow>,
+        held: Option<HeldLock>,
+        pace: usize,
+        stop: &AtomicBool,
+    ) -> RunReport {
+        let mut run = HookRun::resuming(held, pace);
+        let mut exclude = false;
+        // Write-backs of successful deliveries, still being stored while
+        // the run goes on with its next row (see `process`).
+        let mut storing: FuturesUnordered<BoxFuture<'_, ()>> = FuturesUnordered::new();
+        for (i, row) in rows.iter().enumerate() {
+            // A row claimed along with an earlier one is dealt with even
+            // when stopping: its claim group was taken before the stop.
+            if stop.load(Ordering::Relaxed) && !run.group.has_ahead(row.id) {
+                break;
+            }
+            let Attempted {
+                step,
+                pending_write,
+            } = alongside(
+                self.process(&mut run, row, &rows[i + 1..]),
+                &mut storing,
+                drop,
+            )
+            .await;
+            storing.extend(pending_write);
+            if storing.len() > WRITES_BEHIND_MAX {
+                while storing.next().await.is_some() {}
+            }
+            if let Step::StopRun = step {
+                exclude = true;
+                break;
+            }
+            // A slow hook gives its slot back after each row (its other
+            // rows are polled again), so it cannot keep a slot for a whole
+            // queue of slow calls; rows already claimed along still go.
+            let next_claimed = rows
+                .get(i + 1)
+                .is_some_and(|next| run.group.has_ahead(next.id));
+            if self.is_slow(&hook_phid) && !next_claimed {
+                break;
+            }
+        }
+        self.abandon_claimed(&mut run, &rows);
+        // Every result is stored before the lock is given up or kept.
+        while storing.next().await.is_some() {}
+        let mut kept = None;
+        if let Some(lock) = run.lock.take() {
+            let now = self.clock.monotonic();
+            let lease = Duration::from_secs(self.windows.lease_secs());
+            if exclude || now.saturating_sub(run.lock_acquired_at) >= lease {
+                release(lock, &hook_phid).await;
+            } else {
+                kept = Some(HeldLock {
+                    lock,
+                    breaker_closed: run.breaker_closed,
+                    idle_since: now,
+                    acquired_at: run.lock_acquired_at,
+                });
+            }
+        }
+        RunReport {
+            hook: hook_phid,
+            ids: rows.iter().map(|r| r.id).collect(),
+            exclude,
+            kept,
+            pace: run.group.pace(),
+        }
+    }
+
+    /// SPEC §5 for one row, in order. The write-back of a successful
+    /// delivery comes back in [`Attempted::pending_write`] instead of being
+    /// awaited, so the run claims its next row while it is stored: the two
+    /// statements then share a commit (the store's group commit) and the
+    /// hook's next delivery does not wait for it. A failure is stored
+    /// before the next claim, whose breaker count must see it.
+    ///
+    /// The claim may take some of the `upcoming` rows along (see
+    /// [`ClaimGroup`]); when their turn comes they skip steps 1–5.
+    async fn process<'a>(
+        &'a self,
+        run: &mut HookRun,
+        row: &RequestRow,
+        upcoming: &[RequestRow],
+    ) -> Attempted<'a> {
+        // A row claimed along with an earlier one is in flight: like the
+        // delivery under way, it is sent even if a hold began meanwhile.
+        if let Some(ahead) = run.group.take_ahead(row.id) {
+            return self.process_claimed(run, row, ahead).await;
+        }
+        if self.hold_now().await {
+            return Step::StopRun.into();
+        }
+        let Ready {
+            properties,
+            hook,
+            target,
+        } = match self.prepare(run, row).await {
+            Ok(ready) => ready,
+            Err(step) => return step.into(),
+        };
+        if !self.may_call(run, &hook.phid).await {
+            return Step::StopRun.into();
+        }
+        // Phorge's worker fails a destroyed object's request before it
+        // calls; checked once the hook may be called, so a blocked hook
+        // costs no lookups.
+        let check = self.look_up_object(row, &properties).await;
+        let transactions = match self.act_on(row, check) {
+            ObjectVerdict::Send(transactions) => transactions,
+            ObjectVerdict::Gone => {
+                self.fail_hook(row, &properties, HookError::Object, None)
+                    .await;
+                return Step::Next.into();
+            }
+            ObjectVerdict::Failed => return Step::StopRun.into(),
+        };
+        let along = match &target {
+            Ok(_) => self.look_ahead(&run.group, upcoming),
+            Err(_) => Vec::new(),
+        };
+        let claimed_at = self.clock.monotonic();
+        // The objects of the rows taken along are looked up while their
+        // claims commit, so their POSTs can follow each other at once; one
+        // after the other, so a group holds one pooled connection for them.
+        let look_ups = async {
+            let mut checks = Vec::with_capacity(along.len());
+            for (row, properties) in &along {
+                checks.push(self.look_up_object(row, properties).await);
+            }
+            checks
+        };
+        let (claims, checks) = join(
+            join_all(
+                std::iter::once(row)
+                    .chain(along.iter().map(|(r, _)| *r))
+                    .map(|r| self.store.claim(r.id, r.date_modified)),
+            ),
+            look_ups,
+        )
+        .await;
+        let along = along.into_iter().zip(checks).map(|((r, p), c)| (r, p, c));
+        let mut claims = claims.into_iter();
+        let first = claims.next().unwrap_or(Ok(Claim::Lost));
+        match &first {
+            Ok(claim) => self.note_claim(row, &hook.phid, *claim),
+            Err(err) => self.store_failed("claim", err),
+        }
+        if let Ok(target) = &target {
+            self.begin_group(run, &hook, target, claimed_at, along, claims);
+        }
+        let version = match first {
+            Ok(Claim::Won(version)) => version,
+            Ok(Claim::Lost) => {
+                self.after_attempt(run, false);
+                return Step::Next.into();
+            }
+            Err(_) => return Step::StopRun.into(),
+        };
+        // Its lease runs from its own claim, which may have committed well
+        // before the slowest of its group's.
+        if run.group.has_more_ahead() && self.left_late(run, row, claimed_at) {
+            return Step::Next.into();
+        }
+        let claimed = Claimed {
+            row,
+            properties: &properties,
+            hook: &hook,
+            target,
+            transactions,
+            claim: ClaimToken {
+                at: claimed_at,
+                version,
+            },
+        };
+        self.attempt(run, claimed).await
+    }
+
+    /// A row claimed along with an earlier one: steps 6 and 8. It is sent
+    /// only while the lock is still ours, the breaker (counted again after
+    /// a failure) closed, its object there (checked beside its claim), and
+    /// the claim within [`Windows::claim_ahead_budget`].
+    ///
+    /// [`Windows::claim_ahead_budget`]: crate::windows::Windows::claim_ahead_budget
+    async fn process_claimed<'a>(
+        &'a self,
+        run: &mut HookRun,
+        row: &RequestRow,
+        ahead: AheadClaim,
+    ) -> Attempted<'a> {
+        let (properties, check, version) = match ahead {
+            AheadClaim::Won(properties, check, version) => (properties, check, version),
+            AheadClaim::Lost => {
+                self.after_attempt(run, false);
+                return Step::Next.into();
+            }
+            // The store is failing: like a failed claim of a run's row.
+            AheadClaim::Unknown => return Step::StopRun.into(),
+        };
+        let Some((hook, target, claimed_at)) = run.group.current() else {
+            // Not reachable: a claimed row always has its group.
+            self.leave_to_lease(row, Duration::ZERO, "run_stopped");
+            return Step::StopRun.into();
+        };
+        let (hook, target) = (hook.clone(), target.clone());
+        let claim = ClaimToken {
+            at: claimed_at,
+            version,
+        };
+        if !self.may_call(run, &hook.phid).await {
+            let waited = self.clock.monotonic().saturating_sub(claimed_at);
+            self.leave_to_lease(row, waited, "run_stopped");
+            return Step::StopRun.into();
+        }
+        // Late, it is not ours to write: not even the object's verdict.
+        if self.left_late(run, row, claimed_at) {
+            return Step::Next.into();
+        }
+        let transactions = match self.act_on(row, check) {
+            ObjectVerdict::Send(transactions) => transactions,
+            ObjectVerdict::Gone => {
+                self.fail_hook(row, &properties, HookError::Object, Some(claim))
+                    .await;
+                self.after_attempt(run, true);
+                return Step::Next.into();
+            }
+            ObjectVerdict::Failed => {
+                let waited = self.clock.monotonic().saturating_sub(claimed_at);
+                self.leave_to_lease(row, waited, "run_stopped");
+                return Step::StopRun.into();
+            }
+        };
+        let claimed = Claimed {
+            row,
+            properties: &properties,
+            hook: &hook,
+            target: Ok(target),
+            transactions,
+            claim,
+        };
+        self.attempt(run, claimed).await
+    }
+}
