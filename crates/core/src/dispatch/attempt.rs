@@ -20,6 +20,7 @@ use super::hook_run::{Attempted, HookRun, Step};
 use super::prepare::Transactions;
 use super::report::{attempt_event, log_attempt};
 use super::Dispatcher;
+use super::LOG_TARGET;
 
 /// A call that takes at least this long is reported (`hook_slow`), at most
 /// once per [`SLOW_REPORT_INTERVAL`] per hook: such a hook holds one of the
@@ -176,7 +177,7 @@ impl Dispatcher {
                 }
             }
         }
-        warn!(event = "hook_slow", hook = %hook_phid,
+        warn!(target: LOG_TARGET, event = "hook_slow", hook = %hook_phid,
               latency_ms = u64::try_from(latency.as_millis()).unwrap_or(u64::MAX),
               timeout_ms = u64::try_from(self.windows.delivery_timeout().as_millis()).unwrap_or(u64::MAX),
               "this hook answers slowly: its rows go one at a time in one delivery slot, \
@@ -203,7 +204,7 @@ impl Dispatcher {
             DeliveryResult::Local(failure) => failure.as_str(),
             _ => "unknown",
         };
-        warn!(event = "delivery_local_failure", request = %row.phid, hook = %row.webhook_phid,
+        warn!(target: LOG_TARGET, event = "delivery_local_failure", request = %row.phid, hook = %row.webhook_phid,
               kind, "this host could not make the call (raise LimitNOFILE?); nothing written");
         let waited = self.clock.monotonic().saturating_sub(claimed_at);
         self.leave_to_lease(row, waited, "local_failure");

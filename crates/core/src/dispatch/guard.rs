@@ -17,6 +17,7 @@ use crate::store::HookLock;
 
 use super::hook_run::HookRun;
 use super::Dispatcher;
+use super::LOG_TARGET;
 
 impl Dispatcher {
     /// SPEC §5 step 6: the per-hook lock (kept for the rest of the run, and
@@ -36,7 +37,7 @@ impl Dispatcher {
                 }
                 Ok(None) => {
                     bump(&self.metrics.lock_busy);
-                    debug!(event = "hook_lock_busy", hook = %hook_phid);
+                    debug!(target: LOG_TARGET, event = "hook_lock_busy", hook = %hook_phid);
                     return false;
                 }
                 Err(err) => {
@@ -80,7 +81,7 @@ impl Dispatcher {
             Ok(0) => true,
             Ok(rows) => {
                 bump(&self.metrics.lock_busy);
-                debug!(event = "hook_call_in_flight", hook = %hook_phid, rows,
+                debug!(target: LOG_TARGET, event = "hook_call_in_flight", hook = %hook_phid, rows,
                        "a claim of this hook is unanswered within its lease; waiting for it");
                 false
             }
@@ -115,11 +116,11 @@ impl Dispatcher {
             }
         };
         bump(&self.metrics.lock_lost);
-        warn!(event = "hook_lock_lost", hook = %row.webhook_phid, request = %row.phid,
+        warn!(target: LOG_TARGET, event = "hook_lock_lost", hook = %row.webhook_phid, request = %row.phid,
               reason = %reason, "the hook's lock is no longer ours: not called until it is taken again");
         if let Some(lock) = run.lock.take() {
             if let Err(err) = lock.release().await {
-                debug!(event = "hook_lock_release_failed", hook = %row.webhook_phid, error = %err);
+                debug!(target: LOG_TARGET, event = "hook_lock_release_failed", hook = %row.webhook_phid, error = %err);
             }
         }
         run.breaker_closed = false;
@@ -134,7 +135,7 @@ impl Dispatcher {
         let mut open_hooks = self.open_breakers.lock().unwrap_or_else(|e| e.into_inner());
         let threshold = breaker.threshold;
         if open && open_hooks.insert(hook_phid.to_owned()) {
-            warn!(event = "breaker_opened", hook = %hook_phid, failures,
+            warn!(target: LOG_TARGET, event = "breaker_opened", hook = %hook_phid, failures,
                   threshold, window_secs = breaker.window_secs,
                   "hook not called until failures slide out of the window");
             self.emit(
@@ -146,7 +147,7 @@ impl Dispatcher {
                 },
             );
         } else if !open && open_hooks.remove(hook_phid) {
-            info!(event = "breaker_closed", hook = %hook_phid, failures, threshold);
+            info!(target: LOG_TARGET, event = "breaker_closed", hook = %hook_phid, failures, threshold);
             self.emit(
                 None,
                 Some(hook_phid),
@@ -165,6 +166,6 @@ impl Dispatcher {
 /// Gives a hook's lock up; a failure is only logged.
 pub(super) async fn release(lock: Box<dyn HookLock>, hook_phid: &str) {
     if let Err(err) = lock.release().await {
-        warn!(event = "hook_lock_release_failed", hook = %hook_phid, error = %err);
+        warn!(target: LOG_TARGET, event = "hook_lock_release_failed", hook = %hook_phid, error = %err);
     }
 }

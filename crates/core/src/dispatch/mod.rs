@@ -52,6 +52,12 @@ use crate::windows::Windows;
 
 use self::prepare::CachedHook;
 
+/// The target of every log line the dispatcher writes, whichever module
+/// writes it: operators filter on it (`GORGE_LOG_LEVEL=webhook_core::dispatcher=debug`)
+/// and docs/operations.md quotes it, so splitting the dispatcher into
+/// modules must not change it.
+const LOG_TARGET: &str = "webhook_core::dispatcher";
+
 /// Delivers queued requests. Cheap to share: `run` takes `&self`.
 pub struct Dispatcher {
     store: Arc<dyn Store>,

@@ -19,6 +19,7 @@ use crate::triage::{triage, HookLookup, Triage};
 use super::hook_run::{HookRun, Step};
 use super::report::truncated;
 use super::Dispatcher;
+use super::LOG_TARGET;
 
 /// How long a looked-up hook row is reused: a hook disabled or edited in
 /// Phorge is seen within this time.
@@ -75,14 +76,14 @@ impl Dispatcher {
         let (properties, hook) = match triage(row, || self.hook_for(run, row)).await {
             Triage::Ready { properties, hook } => (properties, hook),
             Triage::InvalidRow { defect, properties } => {
-                warn!(event = "row_invalid", request_id = row.id, hook = %row.webhook_phid,
+                warn!(target: LOG_TARGET, event = "row_invalid", request_id = row.id, hook = %row.webhook_phid,
                       defect = %defect, "failed without delivery");
                 self.fail_hook(row, &properties, HookError::InvalidRow, None)
                     .await;
                 return Err(Step::Next);
             }
             Triage::InvalidProperties { error, properties } => {
-                warn!(event = "properties_invalid", request = %row.phid, hook = %row.webhook_phid,
+                warn!(target: LOG_TARGET, event = "properties_invalid", request = %row.phid, hook = %row.webhook_phid,
                       error = %error, original = %truncated(&row.properties),
                       "kept under gorgeOriginalProperties");
                 self.fail_hook(row, &properties, HookError::InvalidProperties, None)
@@ -90,13 +91,13 @@ impl Dispatcher {
                 return Err(Step::Next);
             }
             Triage::HookMissing { properties } => {
-                warn!(event = "hook_missing", request = %row.phid, hook = %row.webhook_phid);
+                warn!(target: LOG_TARGET, event = "hook_missing", request = %row.phid, hook = %row.webhook_phid);
                 self.fail_hook(row, &properties, HookError::NotFound, None)
                     .await;
                 return Err(Step::Next);
             }
             Triage::HookDisabled { properties, hook } => {
-                debug!(event = "hook_disabled", request = %row.phid, hook = %hook.phid);
+                debug!(target: LOG_TARGET, event = "hook_disabled", request = %row.phid, hook = %hook.phid);
                 self.fail_hook(row, &properties, HookError::Disabled, None)
                     .await;
                 return Err(Step::Next);
@@ -106,7 +107,7 @@ impl Dispatcher {
         let target = match self.transport.resolve(&hook.uri).await {
             Resolution::Ready(target) => Ok(target),
             Resolution::Refused(why) => {
-                warn!(event = "hook_uri_refused", request = %row.phid, hook = %hook.phid, reason = %why);
+                warn!(target: LOG_TARGET, event = "hook_uri_refused", request = %row.phid, hook = %hook.phid, reason = %why);
                 self.fail_hook(row, &properties, HookError::Uri, None).await;
                 return Err(Step::Next);
             }
@@ -189,7 +190,7 @@ impl Dispatcher {
             }
             ObjectCheck::Gone => {
                 bump(&self.metrics.objects_gone);
-                warn!(event = "object_missing", request = %row.phid, hook = %row.webhook_phid,
+                warn!(target: LOG_TARGET, event = "object_missing", request = %row.phid, hook = %row.webhook_phid,
                       object = %row.object_phid, "the object no longer exists: failed as Phorge does");
                 ObjectVerdict::Gone
             }
@@ -212,7 +213,7 @@ impl Dispatcher {
             !reported.contains(&why) && reported.insert(why.clone())
         };
         if first {
-            warn!(event = "objects_unseen", kind, reason = %why,
+            warn!(target: LOG_TARGET, event = "objects_unseen", kind, reason = %why,
                   "transactions are sent in the order the stored list implies, and a destroyed \
                    object is not noticed; grant SELECT on the application's tables to do as \
                    Phorge's worker does");

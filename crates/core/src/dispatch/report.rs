@@ -16,6 +16,7 @@ use crate::properties::ErrorCode;
 use crate::store::{Claim, StoreError};
 
 use super::Dispatcher;
+use super::LOG_TARGET;
 
 /// How often a summary of the counters is logged while there is activity.
 const SUMMARY_INTERVAL: Duration = Duration::from_secs(60);
@@ -43,7 +44,7 @@ impl Dispatcher {
             Claim::Lost => {
                 bump(&self.metrics.claims_lost);
                 self.emit(Some(&row.phid), Some(hook_phid), EventKind::ClaimLost);
-                debug!(event = "claim_lost", request = %row.phid, hook = %hook_phid);
+                debug!(target: LOG_TARGET, event = "claim_lost", request = %row.phid, hook = %hook_phid);
             }
         }
     }
@@ -55,7 +56,7 @@ impl Dispatcher {
     /// `local_failure` (this host could not make the call).
     pub(super) fn leave_to_lease(&self, row: &RequestRow, waited: Duration, reason: &'static str) {
         bump(&self.metrics.claims_unused);
-        info!(event = "claim_left_to_lease", request = %row.phid, hook = %row.webhook_phid,
+        info!(target: LOG_TARGET, event = "claim_left_to_lease", request = %row.phid, hook = %row.webhook_phid,
               reason, waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
               lease_secs = self.windows.lease_secs(),
               "claimed but not sent; retried after its lease");
@@ -63,21 +64,23 @@ impl Dispatcher {
 
     pub(super) fn store_failed(&self, operation: &str, err: &StoreError) {
         bump(&self.metrics.store_errors);
-        warn!(event = "store_error", operation, error = %err, "hook skipped until the next poll");
+        warn!(target: LOG_TARGET, event = "store_error", operation, error = %err, "hook skipped until the next poll");
     }
 }
 
 pub(super) fn log_attempt(row: &RequestRow, result: &DeliveryResult, outcome: AttemptOutcome) {
     match (result, outcome) {
         (DeliveryResult::Response { status }, AttemptOutcome::Sent) => {
-            debug!(event = "delivered", request = %row.phid, hook = %row.webhook_phid, status = *status)
+            debug!(target: LOG_TARGET, event = "delivered", request = %row.phid, hook = %row.webhook_phid, status = *status)
         }
         (DeliveryResult::Refused(why), _) => {
-            warn!(event = "hook_uri_refused", request = %row.phid, hook = %row.webhook_phid, reason = %why)
+            warn!(target: LOG_TARGET, event = "hook_uri_refused", request = %row.phid, hook = %row.webhook_phid, reason = %why)
         }
-        (result, outcome) => info!(event = "attempt_failed", request = %row.phid,
+        (result, outcome) => {
+            info!(target: LOG_TARGET, event = "attempt_failed", request = %row.phid,
                                    hook = %row.webhook_phid, result = ?result,
-                                   will_retry = outcome == AttemptOutcome::WillRetry),
+                                   will_retry = outcome == AttemptOutcome::WillRetry)
+        }
     }
 }
 
@@ -130,16 +133,15 @@ impl PollHealth {
     pub(super) fn failed(&mut self, err: &StoreError) {
         self.failing_since_attempts += 1;
         if self.failing_since_attempts == 1 {
-            warn!(event = "poll_failed", error = %err, "will keep polling");
+            warn!(target: LOG_TARGET, event = "poll_failed", error = %err, "will keep polling");
         } else {
-            debug!(event = "poll_failed", error = %err, consecutive = self.failing_since_attempts);
+            debug!(target: LOG_TARGET, event = "poll_failed", error = %err, consecutive = self.failing_since_attempts);
         }
     }
 
     pub(super) fn succeeded(&mut self) {
         if self.failing_since_attempts > 0 {
-            info!(
-                event = "poll_recovered",
+            info!(target: LOG_TARGET, event = "poll_recovered",
                 failed_polls = self.failing_since_attempts
             );
             self.failing_since_attempts = 0;
@@ -168,8 +170,7 @@ impl Summary {
         let lost = snap.claims_lost - self.last.claims_lost;
         let hook_errors = snap.hook_errors - self.last.hook_errors;
         if attempts + lost + hook_errors > 0 {
-            info!(
-                event = "delivery_summary",
+            info!(target: LOG_TARGET, event = "delivery_summary",
                 period_secs = now.saturating_sub(self.last_at).as_secs(),
                 delivered = snap.delivered_ok - self.last.delivered_ok,
                 failed_attempts = attempts - (snap.delivered_ok - self.last.delivered_ok),

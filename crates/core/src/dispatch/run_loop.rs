@@ -25,6 +25,7 @@ use super::backlog::Backlog;
 use super::guard::release;
 use super::hook_run::{HeldLock, RunReport};
 use super::report::{PollHealth, Summary};
+use super::LOG_TARGET;
 use super::{alongside, Dispatcher};
 
 /// While polls come back full (a backlog), each candidate query asks for
@@ -70,8 +71,7 @@ impl Dispatcher {
         let mut limit = self.windows.batch_size();
         let mut stopping = false;
         let mut held: HashMap<String, HeldLock> = HashMap::new();
-        info!(
-            event = "dispatcher_started",
+        info!(target: LOG_TARGET, event = "dispatcher_started",
             lease_secs = self.windows.lease_secs(),
             retry_spacing_secs = self.windows.effective_retry_spacing_secs(),
             max_concurrent = self.windows.max_concurrent(),
@@ -162,13 +162,13 @@ impl Dispatcher {
                     stopping = true;
                     stop.store(true, Ordering::Relaxed);
                     backlog.drop_waiting();
-                    info!(event = "dispatcher_stopping", in_flight_runs = runs.len());
+                    info!(target: LOG_TARGET, event = "dispatcher_stopping", in_flight_runs = runs.len());
                 }
                 Wake::RunDone(report) => self.run_finished(report, &mut backlog, &mut held),
                 Wake::Timer => timer = None,
             }
         }
-        info!(event = "dispatcher_stopped");
+        info!(target: LOG_TARGET, event = "dispatcher_stopped");
     }
 
     /// Whether a run of `hook` may take a free slot. Hanging hooks (their

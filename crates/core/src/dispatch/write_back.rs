@@ -14,6 +14,7 @@ use crate::store::Written;
 
 use super::attempt::ClaimToken;
 use super::Dispatcher;
+use super::LOG_TARGET;
 
 /// Tries for one write-back before the row is left to its lease.
 const WRITE_ATTEMPTS: u32 = 6;
@@ -66,7 +67,7 @@ impl Dispatcher {
         for attempt in 1..=WRITE_ATTEMPTS {
             if attempt > 1 && give_up_at.is_some_and(|end| self.clock.monotonic() >= end) {
                 bump(&self.metrics.writeback_failures);
-                error!(event = "writeback_failed", request = %request_phid, attempts = attempt - 1,
+                error!(target: LOG_TARGET, event = "writeback_failed", request = %request_phid, attempts = attempt - 1,
                        "lease over: result not stored, so as not to overwrite another deliverer's; \
                         the row will be delivered again");
                 return;
@@ -75,26 +76,26 @@ impl Dispatcher {
                 Ok(Written::Yes) => return,
                 Ok(Written::Skipped) if claimed_at.is_some() => {
                     bump(&self.metrics.writeback_stale);
-                    warn!(event = "result_dropped_stale", request = %request_phid, attempt,
+                    warn!(target: LOG_TARGET, event = "result_dropped_stale", request = %request_phid, attempt,
                           "the row moved on since this claim (another deliverer claimed it after \
                            the lease, or an earlier try of this write landed): not stored over it");
                     return;
                 }
                 Ok(Written::Skipped) => {
-                    debug!(event = "write_skipped", request = %request_phid,
+                    debug!(target: LOG_TARGET, event = "write_skipped", request = %request_phid,
                            "row changed since it was read; another deliverer owns it");
                     return;
                 }
                 Err(err) if attempt < WRITE_ATTEMPTS => {
                     bump(&self.metrics.writeback_retries);
-                    warn!(event = "writeback_retry", request = %request_phid, attempt,
+                    warn!(target: LOG_TARGET, event = "writeback_retry", request = %request_phid, attempt,
                           error = %err, retry_in_ms = delay.as_millis() as u64);
                     self.clock.sleep(delay).await;
                     delay *= 2;
                 }
                 Err(err) => {
                     bump(&self.metrics.writeback_failures);
-                    error!(event = "writeback_failed", request = %request_phid, attempts = attempt,
+                    error!(target: LOG_TARGET, event = "writeback_failed", request = %request_phid, attempts = attempt,
                            error = %err, "result not stored; the row will be delivered again after its lease");
                 }
             }
