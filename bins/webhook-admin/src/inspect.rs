@@ -387,122 +387,132 @@ pub async fn explain_request(
         _ => None,
     };
     let headers = &config.transport.signature_headers;
+    let explained = Explained {
+        row: &row,
+        hook: hook.as_ref(),
+        explanation: &explanation,
+        payload: &payload,
+        signature: signature.as_deref(),
+        headers,
+    };
     if json_out {
-        emit_line(explain_json(
-            &row,
-            hook.as_ref(),
-            &explanation,
-            &payload,
-            signature.as_deref(),
-            headers,
-        ))?;
+        emit_line(explained.to_json())?;
     } else {
-        emit(&explain_text(
-            &row,
-            hook.as_ref(),
-            &explanation,
-            &payload,
-            signature.as_deref(),
-            headers,
-        ))?;
+        emit(&explained.to_text())?;
     }
     Ok(exit::OK)
 }
 
-fn explain_json(
-    row: &RequestRow,
-    hook: Option<&Hook>,
-    e: &Explanation,
-    payload: &Result<Payload, String>,
-    signature: Option<&str>,
-    headers: &[String],
-) -> Value {
-    json!({
-        "now": e.now,
-        "request": {
-            "id": row.id,
-            "phid": row.phid,
-            "webhookPHID": row.webhook_phid,
-            "objectPHID": row.object_phid,
-            "status": row.status.as_str(),
-            "lastRequestResult": row.last_request_result.as_str(),
-            "lastRequestEpoch": row.last_request_epoch,
-            "dateCreated": row.date_created,
-            "dateModified": row.date_modified,
-            "defect": row.defect,
-        },
-        "hook": hook.map(|h| json!({"phid": h.phid, "name": h.name, "status": h.status})),
-        "verdict": e.verdict.to_json(e.now),
-        "also": e.also.iter().map(|v| v.to_json(e.now)).collect::<Vec<_>>(),
-        "notes": e.notes,
-        "payload": payload.as_ref().ok()
-            .map(|p| String::from_utf8_lossy(p.as_bytes()).into_owned()),
-        "payloadBytes": payload.as_ref().ok().map(|p| p.as_bytes().len()),
-        "noPayloadReason": payload.as_ref().err(),
-        "signature": signature,
-        "signatureHeaders": headers,
-    })
+/// Everything `explain` prints about one request, for either output.
+struct Explained<'a> {
+    row: &'a RequestRow,
+    hook: Option<&'a Hook>,
+    explanation: &'a Explanation,
+    payload: &'a Result<Payload, String>,
+    signature: Option<&'a str>,
+    headers: &'a [String],
 }
 
-fn explain_text(
-    row: &RequestRow,
-    hook: Option<&Hook>,
-    e: &Explanation,
-    payload: &Result<Payload, String>,
-    signature: Option<&str>,
-    headers: &[String],
-) -> String {
-    let mut out = format!("request {}  {}\n", row.id, row.phid);
-    let hook_line = match hook {
-        Some(h) => format!("{} {:?} ({})", h.phid, h.name, h.status),
-        None => format!("{} (no such hook)", row.webhook_phid),
-    };
-    let mut lines = vec![("hook", hook_line), ("object", row.object_phid.clone())];
-    lines.extend(row_summary(row, e.now));
-    lines.push(("judged at", format!("{} ({})", utc(e.now), e.now)));
-    for (label, value) in lines {
-        out.push_str(&format!("  {label:15} {value}\n"));
+impl Explained<'_> {
+    fn to_json(&self) -> Value {
+        let Explained {
+            row,
+            hook,
+            explanation: e,
+            payload,
+            signature,
+            headers,
+        } = *self;
+        json!({
+            "now": e.now,
+            "request": {
+                "id": row.id,
+                "phid": row.phid,
+                "webhookPHID": row.webhook_phid,
+                "objectPHID": row.object_phid,
+                "status": row.status.as_str(),
+                "lastRequestResult": row.last_request_result.as_str(),
+                "lastRequestEpoch": row.last_request_epoch,
+                "dateCreated": row.date_created,
+                "dateModified": row.date_modified,
+                "defect": row.defect,
+            },
+            "hook": hook.map(|h| json!({"phid": h.phid, "name": h.name, "status": h.status})),
+            "verdict": e.verdict.to_json(e.now),
+            "also": e.also.iter().map(|v| v.to_json(e.now)).collect::<Vec<_>>(),
+            "notes": e.notes,
+            "payload": payload.as_ref().ok()
+                .map(|p| String::from_utf8_lossy(p.as_bytes()).into_owned()),
+            "payloadBytes": payload.as_ref().ok().map(|p| p.as_bytes().len()),
+            "noPayloadReason": payload.as_ref().err(),
+            "signature": signature,
+            "signatureHeaders": headers,
+        })
     }
-    let headline = if e.verdict.deliverable_now() {
-        "deliverable now"
-    } else {
-        "not being delivered now"
-    };
-    out.push_str(&format!(
-        "\nverdict: {} ({headline})\n  {}\n",
-        e.verdict.code(),
-        e.verdict.describe(e.now)
-    ));
-    for also in &e.also {
+
+    fn to_text(&self) -> String {
+        let Explained {
+            row,
+            hook,
+            explanation: e,
+            payload,
+            signature,
+            headers,
+        } = *self;
+        let mut out = format!("request {}  {}\n", row.id, row.phid);
+        let hook_line = match hook {
+            Some(h) => format!("{} {:?} ({})", h.phid, h.name, h.status),
+            None => format!("{} (no such hook)", row.webhook_phid),
+        };
+        let mut lines = vec![("hook", hook_line), ("object", row.object_phid.clone())];
+        lines.extend(row_summary(row, e.now));
+        lines.push(("judged at", format!("{} ({})", utc(e.now), e.now)));
+        for (label, value) in lines {
+            out.push_str(&format!("  {label:15} {value}\n"));
+        }
+        let headline = if e.verdict.deliverable_now() {
+            "deliverable now"
+        } else {
+            "not being delivered now"
+        };
         out.push_str(&format!(
-            "also: {}\n  {}\n",
-            also.code(),
-            also.describe(e.now)
+            "\nverdict: {} ({headline})\n  {}\n",
+            e.verdict.code(),
+            e.verdict.describe(e.now)
         ));
-    }
-    for note in &e.notes {
-        out.push_str(&format!("note: {note}\n"));
-    }
-    match payload {
-        Ok(body) => {
+        for also in &e.also {
             out.push_str(&format!(
-                "\npayload ({} bytes, as `webhook-admin payload {}` prints it):\n{}",
-                body.as_bytes().len(),
-                row.id,
-                String::from_utf8_lossy(body.as_bytes())
+                "also: {}\n  {}\n",
+                also.code(),
+                also.describe(e.now)
             ));
-            match signature {
-                Some(sig) => {
-                    for header in headers {
-                        out.push_str(&format!("{header}: {sig}\n"));
+        }
+        for note in &e.notes {
+            out.push_str(&format!("note: {note}\n"));
+        }
+        match payload {
+            Ok(body) => {
+                out.push_str(&format!(
+                    "\npayload ({} bytes, as `webhook-admin payload {}` prints it):\n{}",
+                    body.as_bytes().len(),
+                    row.id,
+                    String::from_utf8_lossy(body.as_bytes())
+                ));
+                match signature {
+                    Some(sig) => {
+                        for header in headers {
+                            out.push_str(&format!("{header}: {sig}\n"));
+                        }
+                    }
+                    None => {
+                        out.push_str("no signature: the hook does not exist, so there is no key\n")
                     }
                 }
-                None => out.push_str("no signature: the hook does not exist, so there is no key\n"),
             }
+            Err(reason) => out.push_str(&format!("\nno payload: {reason}\n")),
         }
-        Err(reason) => out.push_str(&format!("\nno payload: {reason}\n")),
+        out
     }
-    out
 }
 
 #[cfg(test)]

@@ -1053,7 +1053,8 @@ fn every_dispatcher_log_line_keeps_the_dispatchers_target() {
         h.transport.always(URI_B, Reply::status(500));
         h.store.insert_request(NewRequest::queued(HOOK_A, NEVER));
         h.store.insert_request(NewRequest::queued(HOOK_B, FOREVER));
-        h.store.insert_request(NewRequest::queued(HOOK_A, "{not json"));
+        h.store
+            .insert_request(NewRequest::queued(HOOK_A, "{not json"));
         h.start();
         h.run_for(secs(5));
         h.stop();
