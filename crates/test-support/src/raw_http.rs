@@ -46,7 +46,24 @@ pub async fn http(
     headers: &[(String, String)],
     body: &[u8],
 ) -> std::io::Result<HttpResponse> {
-    tokio::time::timeout(HTTP_DEADLINE, exchange(addr, method, target, headers, body))
+    let exchange = async {
+        let mut stream = TcpStream::connect(addr).await?;
+        let mut head =
+            format!("{method} {target} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+        for (name, value) in headers {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        if !(body.is_empty() && (method == "GET" || method == "HEAD")) {
+            head.push_str(&format!("Content-Length: {}\r\n", body.len()));
+        }
+        head.push_str("\r\n");
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(body).await?;
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).await?;
+        parse_response(&raw, method == "HEAD")
+    };
+    tokio::time::timeout(HTTP_DEADLINE, exchange)
         .await
         .map_err(|_| {
             std::io::Error::new(
@@ -54,29 +71,6 @@ pub async fn http(
                 format!("no complete response within {HTTP_DEADLINE:?}"),
             )
         })?
-}
-
-async fn exchange(
-    addr: SocketAddr,
-    method: &str,
-    target: &str,
-    headers: &[(String, String)],
-    body: &[u8],
-) -> std::io::Result<HttpResponse> {
-    let mut stream = TcpStream::connect(addr).await?;
-    let mut head = format!("{method} {target} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    for (name, value) in headers {
-        head.push_str(&format!("{name}: {value}\r\n"));
-    }
-    if !(body.is_empty() && (method == "GET" || method == "HEAD")) {
-        head.push_str(&format!("Content-Length: {}\r\n", body.len()));
-    }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(body).await?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await?;
-    parse_response(&raw, method == "HEAD")
 }
 
 fn malformed(what: impl Into<String>) -> std::io::Error {
