@@ -318,16 +318,27 @@ struct Active {
 }
 
 impl Active {
-    fn enter(state: &Shared, path: &str) -> Self {
+    fn enter(state: &Shared, path: String) -> Self {
         let mut s = lock(state);
-        let active = s.active.entry(path.to_owned()).or_default();
-        *active += 1;
-        let now_active = *active;
-        let max = s.max_active.entry(path.to_owned()).or_default();
-        *max = (*max).max(now_active);
+        let now_active = match s.active.get_mut(&path) {
+            Some(active) => {
+                *active += 1;
+                *active
+            }
+            None => {
+                s.active.insert(path.clone(), 1);
+                1
+            }
+        };
+        match s.max_active.get_mut(&path) {
+            Some(max) => *max = (*max).max(now_active),
+            None => {
+                s.max_active.insert(path.clone(), now_active);
+            }
+        }
         Self {
             state: Arc::clone(state),
-            path: path.to_owned(),
+            path,
         }
     }
 }
@@ -337,6 +348,44 @@ impl Drop for Active {
         if let Some(active) = lock(&self.state).active.get_mut(&self.path) {
             *active = active.saturating_sub(1);
         }
+    }
+}
+
+/// The request as recorded: method, path, headers (names lower-case, in
+/// arrival order), body, arrival on the receiver's clock.
+fn recorded(head: &http::request::Parts, path: &str, body: &Bytes, at: Duration) -> Recorded {
+    let headers = head
+        .headers
+        .iter()
+        .map(|(n, v)| {
+            (
+                n.as_str().to_owned(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    Recorded {
+        method: head.method.to_string(),
+        path: path.to_owned(),
+        headers,
+        body: body.clone(),
+        at,
+        replied: None,
+    }
+}
+
+/// The path's next scripted reply, else its rule's (a computed one from
+/// the request as `recorded` gives it), else 200 at once.
+fn reply_for(state: &Shared, path: &str, recorded: impl FnOnce() -> Recorded) -> Reply {
+    let (scripted, rule) = {
+        let mut s = lock(state);
+        let scripted = s.scripts.get_mut(path).and_then(VecDeque::pop_front);
+        (scripted, s.rules.get(path).cloned())
+    };
+    match (scripted, rule) {
+        (Some(reply), _) | (None, Some(Rule::Fixed(reply))) => reply,
+        (None, Some(Rule::Computed(compute))) => compute(&recorded()),
+        (None, None) => Reply::status(200),
     }
 }
 
@@ -350,47 +399,20 @@ async fn answer(request: Request<Incoming>, serving: Serving) -> Response<Full<B
         record,
     } = serving;
     let at = arrived_at.duration_since(started);
-    let method = request.method().to_string();
-    let path = request.uri().path().to_owned();
-    let headers = request
-        .headers()
-        .iter()
-        .map(|(n, v)| {
-            (
-                n.as_str().to_owned(),
-                String::from_utf8_lossy(v.as_bytes()).into_owned(),
-            )
-        })
-        .collect();
-    let _active = Active::enter(&state, &path);
-    let body = request
-        .into_body()
+    let (head, body) = request.into_parts();
+    let active = Active::enter(&state, head.uri.path().to_owned());
+    let body = body
         .collect()
         .await
         .map(|b| b.to_bytes())
         .unwrap_or_default();
     receipts.count(&body, arrived_at);
-    let recorded = Recorded {
-        method,
-        path: path.clone(),
-        headers,
-        body,
-        at,
-        replied: None,
-    };
-    let (scripted, rule) = {
-        let mut s = lock(&state);
-        let scripted = s.scripts.get_mut(&path).and_then(VecDeque::pop_front);
-        (scripted, s.rules.get(&path).cloned())
-    };
-    let reply = match (scripted, rule) {
-        (Some(reply), _) | (None, Some(Rule::Fixed(reply))) => reply,
-        (None, Some(Rule::Computed(compute))) => compute(&recorded),
-        (None, None) => Reply::status(200),
-    };
+    // Counting mode copies the request only for a reply computed from it.
+    let path = active.path.as_str();
+    let reply = reply_for(&state, path, || recorded(&head, path, &body, at));
     let index = record.then(|| {
         let mut s = lock(&state);
-        s.requests.push(recorded);
+        s.requests.push(recorded(&head, path, &body, at));
         s.requests.len() - 1
     });
     arrived.notify_waiters();

@@ -11,7 +11,7 @@ use mysql_async::{Conn, Row};
 use webhook_core::Windows;
 use webhook_store_mysql::sql;
 
-use crate::sampling::{delta, percentile, Status};
+use crate::sampling::{delta, percentile, show_status, Status};
 use crate::seed::{insert_retained, now_unix};
 
 /// Many executions of `candidate_sql(0)` on one session.
@@ -55,14 +55,8 @@ impl CandidateTiming {
     }
 }
 
-pub(crate) async fn session_handlers(conn: &mut Conn) -> Status {
-    let rows: Vec<(String, String)> = conn
-        .query("SHOW SESSION STATUS LIKE 'Handler_read%'")
-        .await
-        .expect("bench: SHOW SESSION STATUS");
-    rows.into_iter()
-        .filter_map(|(k, v)| v.parse().ok().map(|v| (k, v)))
-        .collect()
+async fn session_handlers(conn: &mut Conn) -> Status {
+    show_status(conn, "SHOW SESSION STATUS LIKE 'Handler_read%'").await
 }
 
 pub(crate) async fn time_candidates(

@@ -169,36 +169,30 @@ impl Report<'_> {
 
     /// The scale check's fields, when it ran.
     fn insert_scale(&self, json: &mut Value) {
-        if let (Some(scale), Value::Object(map)) = (self.scale, json) {
-            map.insert("retained".to_owned(), json!(self.args.retained));
-            map.insert(
-                "retained_insert_secs".to_owned(),
-                json!(round(scale.insert_secs, 1)),
-            );
-            map.insert(
-                "candidate_idle_us_without".to_owned(),
-                json!(round(scale.without.mean_us, 1)),
-            );
-            map.insert(
-                "candidate_idle_us_with".to_owned(),
-                json!(round(scale.with.mean_us, 1)),
-            );
-            map.insert(
-                "candidate_idle_p99_us_without".to_owned(),
-                json!(round(scale.without.p99_us, 1)),
-            );
-            map.insert(
-                "candidate_idle_p99_us_with".to_owned(),
-                json!(round(scale.with.p99_us, 1)),
-            );
-            map.insert(
-                "candidate_handler_reads_without".to_owned(),
+        let (Some(scale), Value::Object(map)) = (self.scale, json) else {
+            return;
+        };
+        let fields = [
+            ("retained", json!(self.args.retained)),
+            ("retained_insert_secs", round(scale.insert_secs, 1)),
+            ("candidate_idle_us_without", round(scale.without.mean_us, 1)),
+            ("candidate_idle_us_with", round(scale.with.mean_us, 1)),
+            (
+                "candidate_idle_p99_us_without",
+                round(scale.without.p99_us, 1),
+            ),
+            ("candidate_idle_p99_us_with", round(scale.with.p99_us, 1)),
+            (
+                "candidate_handler_reads_without",
                 json!(scale.without.handler_total()),
-            );
-            map.insert(
-                "candidate_handler_reads_with".to_owned(),
+            ),
+            (
+                "candidate_handler_reads_with",
                 json!(scale.with.handler_total()),
-            );
+            ),
+        ];
+        for (key, value) in fields {
+            map.insert(key.to_owned(), value);
         }
     }
 

@@ -16,14 +16,19 @@ use webhook_test_support::DaemonProcess;
 /// `SHOW … STATUS` as numbers.
 pub(crate) type Status = HashMap<String, u64>;
 
-pub(crate) async fn global_status(conn: &mut Conn) -> Status {
+/// The numeric rows of a `SHOW … STATUS` statement.
+pub(crate) async fn show_status(conn: &mut Conn, statement: &str) -> Status {
     let rows: Vec<(String, String)> = conn
-        .query("SHOW GLOBAL STATUS")
+        .query(statement)
         .await
-        .expect("bench: SHOW GLOBAL STATUS");
+        .unwrap_or_else(|e| panic!("bench: {statement}: {e}"));
     rows.into_iter()
         .filter_map(|(k, v)| v.parse().ok().map(|v| (k, v)))
         .collect()
+}
+
+pub(crate) async fn global_status(conn: &mut Conn) -> Status {
+    show_status(conn, "SHOW GLOBAL STATUS").await
 }
 
 pub(crate) fn delta(before: &Status, after: &Status, key: &str) -> u64 {
