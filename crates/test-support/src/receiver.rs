@@ -1,8 +1,11 @@
-//! A recording webhook receiver on loopback: keeps every request's raw
-//! bytes and headers, answers each path as scripted (a queue of replies, a
-//! fixed reply, or a reply computed from the request), records when and how
-//! each request was answered, and tracks how many requests per path were in
-//! flight at once.
+//! The webhook receiver on loopback, in one of two modes over the same
+//! accept loop and answer: *recording* ([`Receiver::start`], the tests')
+//! keeps every request's raw bytes and headers and when and how it was
+//! answered; *counting* ([`Receiver::counting`], the bench's) keeps only
+//! the per-object receipts ([`crate::receipts`]), which both modes count.
+//! Either way each path answers as scripted (a queue of replies, a fixed
+//! reply, or a reply computed from the request), and the receiver tracks
+//! how many requests per path were in flight at once.
 //!
 //! Test code: it panics with a clear message when it cannot listen.
 
@@ -20,6 +23,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
+
+use crate::receipts::{Receipt, Receipts};
 
 /// How a path answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,11 +115,23 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
     state.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// What the accept loop and every answer share.
+#[derive(Clone)]
+struct Serving {
+    state: Shared,
+    receipts: Arc<Receipts>,
+    arrived: Arc<Notify>,
+    started: Instant,
+    /// Keep every request (recording mode), or only count receipts.
+    record: bool,
+}
+
 /// A running receiver; stops when dropped.
 #[derive(Clone)]
 pub struct Receiver {
     addr: SocketAddr,
     state: Shared,
+    receipts: Arc<Receipts>,
     arrived: Arc<Notify>,
     started: Instant,
     task: Arc<tokio::task::JoinHandle<()>>,
@@ -137,26 +154,37 @@ impl Drop for Receiver {
 }
 
 impl Receiver {
-    /// Listens on 127.0.0.1 on a free port.
+    /// A recording receiver on 127.0.0.1 on a free port.
     pub async fn start() -> Self {
+        Self::listen(true).await
+    }
+
+    /// A counting receiver on 127.0.0.1 on a free port: requests are
+    /// answered as scripted and counted as [`receipts`](Self::receipts),
+    /// never kept ([`requests`](Self::requests) stays empty).
+    pub async fn counting() -> Self {
+        Self::listen(false).await
+    }
+
+    async fn listen(record: bool) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("receiver: bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("receiver: local address");
-        let state: Shared = Arc::default();
-        let arrived = Arc::new(Notify::new());
-        let started = Instant::now();
-        let task = tokio::spawn(accept_loop(
-            listener,
-            Arc::clone(&state),
-            Arc::clone(&arrived),
-            started,
-        ));
+        let serving = Serving {
+            state: Arc::default(),
+            receipts: Arc::default(),
+            arrived: Arc::new(Notify::new()),
+            started: Instant::now(),
+            record,
+        };
+        let task = tokio::spawn(accept_loop(listener, serving.clone()));
         Self {
             addr,
-            state,
-            arrived,
-            started,
+            state: serving.state,
+            receipts: serving.receipts,
+            arrived: serving.arrived,
+            started: serving.started,
             task: Arc::new(task),
         }
     }
@@ -218,6 +246,26 @@ impl Receiver {
         self.lock().requests.clone()
     }
 
+    /// Receipts per object PHID so far.
+    pub fn receipts(&self) -> HashMap<String, Receipt> {
+        self.receipts.snapshot()
+    }
+
+    /// First receipts of the objects `keep` selects, in time order.
+    pub fn first_receipts(&self, keep: impl Fn(&str) -> bool) -> Vec<Instant> {
+        self.receipts.first_receipts(keep)
+    }
+
+    /// How many distinct objects arrived so far.
+    pub fn distinct_objects(&self) -> u64 {
+        self.receipts.distinct()
+    }
+
+    /// How many requests carried no object PHID.
+    pub fn without_object(&self) -> u64 {
+        self.receipts.unparsed()
+    }
+
     /// Most requests to `path` in flight at once.
     pub fn max_concurrent(&self, path: &str) -> usize {
         self.lock().max_active.get(path).copied().unwrap_or(0)
@@ -240,17 +288,19 @@ impl Receiver {
     }
 }
 
-async fn accept_loop(listener: TcpListener, state: Shared, arrived: Arc<Notify>, started: Instant) {
+async fn accept_loop(listener: TcpListener, serving: Serving) {
     let builder = auto::Builder::new(TokioExecutor::new());
-    while let Ok((stream, _)) = listener.accept().await {
-        let state = Arc::clone(&state);
-        let arrived = Arc::clone(&arrived);
+    loop {
+        // An accept error (out of descriptors) passes; the listener stays.
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let serving = serving.clone();
         let service = service_fn(move |request| {
-            let state = Arc::clone(&state);
-            let arrived = Arc::clone(&arrived);
-            async move {
-                Ok::<_, std::convert::Infallible>(answer(request, state, &arrived, started).await)
-            }
+            let serving = serving.clone();
+            async move { Ok::<_, std::convert::Infallible>(answer(request, serving).await) }
         });
         let connection = builder
             .serve_connection(TokioIo::new(stream), service)
@@ -268,16 +318,27 @@ struct Active {
 }
 
 impl Active {
-    fn enter(state: &Shared, path: &str) -> Self {
+    fn enter(state: &Shared, path: String) -> Self {
         let mut s = lock(state);
-        let active = s.active.entry(path.to_owned()).or_default();
-        *active += 1;
-        let now_active = *active;
-        let max = s.max_active.entry(path.to_owned()).or_default();
-        *max = (*max).max(now_active);
+        let now_active = match s.active.get_mut(&path) {
+            Some(active) => {
+                *active += 1;
+                *active
+            }
+            None => {
+                s.active.insert(path.clone(), 1);
+                1
+            }
+        };
+        match s.max_active.get_mut(&path) {
+            Some(max) => *max = (*max).max(now_active),
+            None => {
+                s.max_active.insert(path.clone(), now_active);
+            }
+        }
         Self {
             state: Arc::clone(state),
-            path: path.to_owned(),
+            path,
         }
     }
 }
@@ -290,17 +351,11 @@ impl Drop for Active {
     }
 }
 
-async fn answer(
-    request: Request<Incoming>,
-    state: Shared,
-    arrived: &Notify,
-    started: Instant,
-) -> Response<Full<Bytes>> {
-    let at = started.elapsed();
-    let method = request.method().to_string();
-    let path = request.uri().path().to_owned();
-    let headers = request
-        .headers()
+/// The request as recorded: method, path, headers (names lower-case, in
+/// arrival order), body, arrival on the receiver's clock.
+fn recorded(head: &http::request::Parts, path: &str, body: &Bytes, at: Duration) -> Recorded {
+    let headers = head
+        .headers
         .iter()
         .map(|(n, v)| {
             (
@@ -309,45 +364,68 @@ async fn answer(
             )
         })
         .collect();
-    let _active = Active::enter(&state, &path);
-    let body = request
-        .into_body()
+    Recorded {
+        method: head.method.to_string(),
+        path: path.to_owned(),
+        headers,
+        body: body.clone(),
+        at,
+        replied: None,
+    }
+}
+
+/// The path's next scripted reply, else its rule's (a computed one from
+/// the request as `recorded` gives it), else 200 at once.
+fn reply_for(state: &Shared, path: &str, recorded: impl FnOnce() -> Recorded) -> Reply {
+    let (scripted, rule) = {
+        let mut s = lock(state);
+        let scripted = s.scripts.get_mut(path).and_then(VecDeque::pop_front);
+        (scripted, s.rules.get(path).cloned())
+    };
+    match (scripted, rule) {
+        (Some(reply), _) | (None, Some(Rule::Fixed(reply))) => reply,
+        (None, Some(Rule::Computed(compute))) => compute(&recorded()),
+        (None, None) => Reply::status(200),
+    }
+}
+
+async fn answer(request: Request<Incoming>, serving: Serving) -> Response<Full<Bytes>> {
+    let arrived_at = Instant::now();
+    let Serving {
+        state,
+        receipts,
+        arrived,
+        started,
+        record,
+    } = serving;
+    let at = arrived_at.duration_since(started);
+    let (head, body) = request.into_parts();
+    let active = Active::enter(&state, head.uri.path().to_owned());
+    let body = body
         .collect()
         .await
         .map(|b| b.to_bytes())
         .unwrap_or_default();
-    let recorded = Recorded {
-        method,
-        path: path.clone(),
-        headers,
-        body,
-        at,
-        replied: None,
-    };
-    let (scripted, rule) = {
+    receipts.count(&body, arrived_at);
+    // Counting mode copies the request only for a reply computed from it.
+    let path = active.path.as_str();
+    let reply = reply_for(&state, path, || recorded(&head, path, &body, at));
+    let index = record.then(|| {
         let mut s = lock(&state);
-        let scripted = s.scripts.get_mut(&path).and_then(VecDeque::pop_front);
-        (scripted, s.rules.get(&path).cloned())
-    };
-    let reply = match (scripted, rule) {
-        (Some(reply), _) | (None, Some(Rule::Fixed(reply))) => reply,
-        (None, Some(Rule::Computed(compute))) => compute(&recorded),
-        (None, None) => Reply::status(200),
-    };
-    let index = {
-        let mut s = lock(&state);
-        s.requests.push(recorded);
+        s.requests.push(recorded(&head, path, &body, at));
         s.requests.len() - 1
-    };
+    });
     arrived.notify_waiters();
     if !reply.delay.is_zero() {
         tokio::time::sleep(reply.delay).await;
     }
-    if let Some(recorded) = lock(&state).requests.get_mut(index) {
-        recorded.replied = Some(Replied {
-            status: reply.status,
-            at: started.elapsed(),
-        });
+    if let Some(index) = index {
+        if let Some(recorded) = lock(&state).requests.get_mut(index) {
+            recorded.replied = Some(Replied {
+                status: reply.status,
+                at: started.elapsed(),
+            });
+        }
     }
     let mut response = Response::new(Full::new(Bytes::from_static(b"ok\n")));
     *response.status_mut() = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK);

@@ -6,30 +6,22 @@
 //! received, enqueue→receipt latency, the daemon's `hook_slow` lines, and
 //! whether every healthy row was received exactly once.
 
-use super::{
-    daemon_settings, free_port, hook_phid, insert_hooks, object_phid, percentile, round,
-    scrape_metrics, source_version, Args, Daemon, Outcome, Receipt,
-};
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::fmt::Write as _;
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 use serde_json::{json, Value};
-use tokio::net::TcpListener;
 use webhook_test_support::mariadb::PhorgeSide;
-use webhook_test_support::TestDb;
+use webhook_test_support::{DaemonProcess, Receipt, Receiver, Reply, TestDb};
+
+use crate::args::{daemon_settings, Args};
+use crate::daemon;
+use crate::report::{round, source_version};
+use crate::sampling::{percentile, scrape_metrics};
+use crate::seed::{hook_phid, insert_hooks};
+use crate::{free_listen_addr, Outcome};
 
 /// Phorge's properties for a rule-triggered request: `retry` is `forever`
 /// (the backlog's `PROPERTIES` say `never`, which fails a row at its first
@@ -127,107 +119,27 @@ fn behaviours(hooks: usize, soak: &SoakArgs) -> Vec<Behaviour> {
 
 // ---------------------------------------------------------------- receiver
 
-struct SoakState {
-    receipts: Mutex<HashMap<String, Receipt>>,
-    behaviours: Vec<Behaviour>,
-    slow: Duration,
-    timeout: Duration,
-}
-
-/// A loopback receiver answering by hook (`/hook/<i>`), recording every
-/// object's first receipt and how many times it came.
-struct SoakReceiver {
-    addr: SocketAddr,
-    state: Arc<SoakState>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for SoakReceiver {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl SoakReceiver {
-    async fn start(state: SoakState) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("receiver: bind 127.0.0.1:0");
-        let addr = listener.local_addr().expect("receiver: local address");
-        let state = Arc::new(state);
-        let task = tokio::spawn(soak_accept(listener, Arc::clone(&state)));
-        Self { addr, state, task }
-    }
-
-    fn snapshot(&self) -> HashMap<String, Receipt> {
-        self.state
-            .receipts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-}
-
-async fn soak_accept(listener: TcpListener, state: Arc<SoakState>) {
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            continue;
-        };
-        let _ = stream.set_nodelay(true);
-        let state = Arc::clone(&state);
-        tokio::spawn(async move {
-            let service = service_fn(move |request| soak_answer(request, Arc::clone(&state)));
-            let _ = http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
-}
-
-async fn soak_answer(
-    request: Request<Incoming>,
-    state: Arc<SoakState>,
-) -> Result<Response<Full<Bytes>>, Infallible> {
-    let at = Instant::now();
-    let behaviour = request
-        .uri()
-        .path()
-        .strip_prefix("/hook/")
-        .and_then(|i| i.parse::<usize>().ok())
-        .and_then(|i| state.behaviours.get(i).copied())
-        .unwrap_or(Behaviour::Healthy);
-    let body = request
-        .into_body()
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
-    if let Some(object) = object_phid(&body) {
-        let mut receipts = state.receipts.lock().unwrap_or_else(|e| e.into_inner());
-        receipts
-            .entry(object)
-            .and_modify(|r| r.count += 1)
-            .or_insert(Receipt {
-                count: 1,
-                first: at,
-            });
-    }
-    let status = match behaviour {
-        Behaviour::Healthy => StatusCode::OK,
-        Behaviour::Failing => StatusCode::INTERNAL_SERVER_ERROR,
-        Behaviour::Timeout => {
-            tokio::time::sleep(state.timeout).await;
-            StatusCode::OK
+impl Behaviour {
+    /// How a hook with this behaviour answers; `slow` and `timeout` are the
+    /// slow hook's latency and how long a timing-out hook takes.
+    fn reply(self, slow: Duration, timeout: Duration) -> Reply {
+        match self {
+            Self::Healthy => Reply::status(200),
+            Self::Failing => Reply::status(500),
+            Self::Timeout => Reply::status(200).after(timeout),
+            Self::Slow => Reply::status(200).after(slow),
         }
-        Behaviour::Slow => {
-            tokio::time::sleep(state.slow).await;
-            StatusCode::OK
-        }
-    };
-    let mut response = Response::new(Full::new(Bytes::from_static(b"ok\n")));
-    *response.status_mut() = status;
-    Ok(response)
+    }
+}
+
+/// A counting receiver answering by hook (`/hook/<i>`, as `kinds` says),
+/// recording every object's first receipt and how many times it came.
+async fn soak_receiver(kinds: &[Behaviour], slow: Duration, timeout: Duration) -> Receiver {
+    let receiver = Receiver::counting().await;
+    for (i, kind) in kinds.iter().enumerate() {
+        receiver.always(&format!("/hook/{i}"), kind.reply(slow, timeout));
+    }
+    receiver
 }
 
 // ---------------------------------------------------------------- rows
@@ -370,9 +282,9 @@ fn describe(name: &str, v: &Value) -> String {
     )
 }
 
-fn count_log(daemon: &Daemon, needle: &str) -> usize {
-    std::fs::read_to_string(&daemon.log)
-        .unwrap_or_default()
+fn count_log(daemon: &DaemonProcess, needle: &str) -> usize {
+    daemon
+        .stderr()
         .lines()
         .filter(|l| l.contains(needle))
         .count()
@@ -387,10 +299,10 @@ async fn status_counts(conn: &mut Conn) -> Value {
 }
 
 /// Waits until every healthy row arrived or `DRAIN_GRACE` passed.
-async fn drain_healthy(receiver: &SoakReceiver, healthy: &[&Inserted]) {
+async fn drain_healthy(receiver: &Receiver, healthy: &[&Inserted]) {
     let until = Instant::now() + DRAIN_GRACE;
     while Instant::now() < until {
-        let receipts = receiver.snapshot();
+        let receipts = receiver.receipts();
         if healthy.iter().all(|r| receipts.contains_key(&r.object)) {
             return;
         }
@@ -402,18 +314,18 @@ async fn drain_healthy(receiver: &SoakReceiver, healthy: &[&Inserted]) {
 /// exits.
 async fn watch(
     load: &tokio::task::JoinHandle<Vec<Inserted>>,
-    daemon: &mut Daemon,
-    receiver: &SoakReceiver,
+    daemon: &mut DaemonProcess,
+    receiver: &Receiver,
 ) -> Result<(), String> {
     let started = Instant::now();
     let mut reported = Instant::now();
     while !load.is_finished() {
-        daemon.alive()?;
+        daemon::alive(daemon)?;
         if reported.elapsed() >= Duration::from_secs(10) {
             eprintln!(
                 "bench: soak {:.0} s, {} objects received",
                 started.elapsed().as_secs_f64(),
-                receiver.snapshot().len()
+                receiver.receipts().len()
             );
             reported = Instant::now();
         }
@@ -422,26 +334,8 @@ async fn watch(
     Ok(())
 }
 
-pub(super) async fn run_soak(db: TestDb, args: Args, soak: SoakArgs) -> Outcome {
-    let mut failures = Vec::new();
-    let _side = PhorgeSide::create(&db.namespace).await;
-    let listen = free_port();
-    let settings = daemon_settings(&args, &db.namespace, listen);
-    let timeout = settings.windows.delivery_timeout();
-    let kinds = behaviours(args.hooks, &soak);
-    let receiver = SoakReceiver::start(SoakState {
-        receipts: Mutex::new(HashMap::new()),
-        behaviours: kinds.clone(),
-        slow: Duration::from_millis(soak.slow_hook_ms.unwrap_or(0)),
-        timeout: timeout + Duration::from_secs(5),
-    })
-    .await;
-    insert_hooks(&db, kinds.len(), receiver.addr).await;
-    let mut probe = db.conn().await;
-    let mut rows = match soak.slow_hook_ms {
-        Some(_) => seed_slow(&mut probe, soak.slow_hook_rows, args.hooks).await,
-        None => Vec::new(),
-    };
+/// Says on stderr what the soak will do.
+fn announce(args: &Args, soak: &SoakArgs) {
     eprintln!(
         "bench: soak {} s at {} rows/s over {} hooks ({} % failing, {} % timing out{})",
         soak.secs,
@@ -454,7 +348,53 @@ pub(super) async fn run_soak(db: TestDb, args: Args, soak: SoakArgs) -> Outcome 
             None => String::new(),
         }
     );
-    let mut daemon = Daemon::spawn(&settings.env, args.daemon_bin.as_deref());
+}
+
+/// [`summarise`] per behaviour that had rows, each also described in
+/// `table`.
+fn summarise_by_kind(
+    rows: &[Inserted],
+    kinds: &[Behaviour],
+    receipts: &HashMap<String, Receipt>,
+    end: Instant,
+    table: &mut String,
+) -> serde_json::Map<String, Value> {
+    let mut by_kind = serde_json::Map::new();
+    for kind in [
+        Behaviour::Healthy,
+        Behaviour::Failing,
+        Behaviour::Timeout,
+        Behaviour::Slow,
+    ] {
+        let v = summarise(rows.iter().filter(|r| kinds[r.hook] == kind), receipts, end);
+        if v["inserted"] != json!(0) {
+            table.push_str(&describe(kind.name(), &v));
+            by_kind.insert(kind.name().to_owned(), v);
+        }
+    }
+    by_kind
+}
+
+pub(super) async fn run_soak(db: TestDb, args: Args, soak: SoakArgs) -> Outcome {
+    let mut failures = Vec::new();
+    let _side = PhorgeSide::create(&db.namespace).await;
+    let settings = daemon_settings(&args, &db.namespace, free_listen_addr());
+    let timeout = settings.windows.delivery_timeout();
+    let kinds = behaviours(args.hooks, &soak);
+    let receiver = soak_receiver(
+        &kinds,
+        Duration::from_millis(soak.slow_hook_ms.unwrap_or(0)),
+        timeout + Duration::from_secs(5),
+    )
+    .await;
+    insert_hooks(&db, kinds.len(), receiver.addr()).await;
+    let mut probe = db.conn().await;
+    let mut rows = match soak.slow_hook_ms {
+        Some(_) => seed_slow(&mut probe, soak.slow_hook_rows, args.hooks).await,
+        None => Vec::new(),
+    };
+    announce(&args, &soak);
+    let mut daemon = daemon::spawn(&settings.env, args.daemon_bin.as_deref());
     let load = tokio::spawn(steady_load(
         db.conn().await,
         args.hooks,
@@ -471,32 +411,16 @@ pub(super) async fn run_soak(db: TestDb, args: Args, soak: SoakArgs) -> Outcome 
         .collect();
     drain_healthy(&receiver, &healthy).await;
     let end = Instant::now();
-    let receipts = receiver.snapshot();
-    let counters = scrape_metrics(listen);
-    let stopped = daemon.stop(timeout + Duration::from_secs(15));
+    let receipts = receiver.receipts();
+    let counters = scrape_metrics(&daemon).await;
+    let stopped = daemon::stop(&mut daemon, timeout + Duration::from_secs(15)).await;
     if !stopped {
         failures.push("webhook-daemon did not exit cleanly on SIGTERM".to_owned());
     }
     let hook_slow = count_log(&daemon, "hook_slow");
     let statuses = status_counts(&mut probe).await;
-    let mut by_kind = serde_json::Map::new();
     let mut table = String::new();
-    for kind in [
-        Behaviour::Healthy,
-        Behaviour::Failing,
-        Behaviour::Timeout,
-        Behaviour::Slow,
-    ] {
-        let v = summarise(
-            rows.iter().filter(|r| kinds[r.hook] == kind),
-            &receipts,
-            end,
-        );
-        if v["inserted"] != json!(0) {
-            table.push_str(&describe(kind.name(), &v));
-            by_kind.insert(kind.name().to_owned(), v);
-        }
-    }
+    let by_kind = summarise_by_kind(&rows, &kinds, &receipts, end, &mut table);
     let all = summarise(rows.iter(), &receipts, end);
     table.push_str(&describe("all", &all));
     let healthy_once = by_kind

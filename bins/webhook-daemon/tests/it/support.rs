@@ -1,8 +1,9 @@
 //! Helpers shared by the reliability, outage, hostile-input and secrets
 //! tests: seeded per-request randomness for receivers, bulk inserts and
 //! reads of Phorge's request table, waiting for the whole table to reach a
-//! state, scraping `/metrics`, and the checks every such test ends with
-//! (Phorge's value domain, no panic in the log).
+//! state, scraping `/metrics` (its samples read by test-support's
+//! `metrics_text`), and the checks every such test ends with (Phorge's
+//! value domain, no panic in the log).
 //!
 //! Reads go through the test's own MariaDB session, never through the
 //! daemon, so they see what Phorge would see.
@@ -15,6 +16,8 @@ use serde_json::Value;
 use webhook_test_support::{Recorded, TestDb};
 
 use crate::daemon::Daemon;
+
+pub use webhook_test_support::metrics_text::count;
 
 /// The header the reliability tests ask the daemon to put the request PHID
 /// in (`GORGE_WEBHOOK_REQUEST_ID_HEADER`), as sent and as received.
@@ -257,19 +260,6 @@ pub async fn metrics(daemon: &Daemon) -> String {
     response.text()
 }
 
-/// The value of one sample line, `name{labels}` exactly as rendered.
-pub fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .filter_map(|line| line.strip_prefix(series))
-        .find_map(|rest| rest.strip_prefix(' '))
-        .and_then(|value| value.trim().parse().ok())
-}
-
-/// [`sample`] of a counter or gauge that must be present, as a count.
-pub fn count(text: &str, series: &str) -> u64 {
-    sample(text, series).unwrap_or_else(|| panic!("no sample {series} in\n{text}")) as u64
-}
-
 /// Every row holds values from Phorge's domain (SPEC §2, §3, §5):
 /// `status` and `lastRequestResult` from their sets, `properties` a JSON
 /// object whose `errorType`/`errorCode` agree with the row's state.
@@ -367,21 +357,4 @@ fn draws_depend_only_on_their_inputs() {
         .filter(|n| draw(7, &format!("row{n}"), 1, 2) % 100 < 10)
         .count();
     assert!((800..1_200).contains(&low), "{low}");
-}
-
-#[test]
-fn samples_are_read_by_exact_series() {
-    let text = "gorge_webhook_claims_total{result=\"won\"} 12\n\
-                gorge_webhook_claims_total{result=\"lost\"} 3\n\
-                gorge_webhook_in_flight 0\n";
-    assert_eq!(
-        count(text, "gorge_webhook_claims_total{result=\"won\"}"),
-        12
-    );
-    assert_eq!(
-        count(text, "gorge_webhook_claims_total{result=\"lost\"}"),
-        3
-    );
-    assert_eq!(count(text, "gorge_webhook_in_flight"), 0);
-    assert_eq!(sample(text, "gorge_webhook_claims_total"), None);
 }
