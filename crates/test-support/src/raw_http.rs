@@ -26,16 +26,22 @@ pub struct HttpResponse {
 impl HttpResponse {
     /// The first header with this (lower-case) name.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
+        header(&self.headers, name)
     }
 
     /// The body as (lossy) text.
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
+}
+
+/// The first header with this (lower-case) name among headers parsed as
+/// [`HttpResponse::headers`] holds them.
+pub fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
 }
 
 /// One HTTP/1.1 exchange on a fresh connection (`Connection: close`).

@@ -106,10 +106,7 @@ impl Stream {
 
     /// The first header with this (lower-case) name.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
+        webhook_test_support::raw_http::header(&self.headers, name)
     }
 
     /// The body so far, as text.

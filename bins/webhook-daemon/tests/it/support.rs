@@ -104,19 +104,7 @@ impl Stored {
 
 /// Every request row, in id order.
 pub async fn all_rows(db: &TestDb) -> Vec<Stored> {
-    type Columns = (
-        u64,
-        String,
-        String,
-        String,
-        String,
-        String,
-        String,
-        u64,
-        u64,
-        u64,
-    );
-    let rows: Vec<Columns> = db
+    let rows: Vec<mysql_async::Row> = db
         .conn()
         .await
         .query(
@@ -125,33 +113,27 @@ pub async fn all_rows(db: &TestDb) -> Vec<Stored> {
         )
         .await
         .expect("read every request row");
-    rows.into_iter()
-        .map(
-            |(
-                id,
-                phid,
-                hook,
-                object,
-                status,
-                properties,
-                last_result,
-                last_epoch,
-                date_created,
-                date_modified,
-            )| Stored {
-                id,
-                phid,
-                hook,
-                object,
-                status,
-                properties,
-                last_result,
-                last_epoch,
-                date_created,
-                date_modified,
-            },
-        )
+    rows.iter()
+        .map(|row| Stored {
+            id: column(row, 0),
+            phid: column(row, 1),
+            hook: column(row, 2),
+            object: column(row, 3),
+            status: column(row, 4),
+            properties: column(row, 5),
+            last_result: column(row, 6),
+            last_epoch: column(row, 7),
+            date_created: column(row, 8),
+            date_modified: column(row, 9),
+        })
         .collect()
+}
+
+/// One column of a row read by [`all_rows`], of the type its field has.
+fn column<T: mysql_async::prelude::FromValue>(row: &mysql_async::Row, index: usize) -> T {
+    row.get_opt(index)
+        .and_then(Result::ok)
+        .unwrap_or_else(|| panic!("column {index} of {row:?}"))
 }
 
 /// A row to insert as Phorge does (`queued`, `none`, epoch 0, both dates
