@@ -25,8 +25,8 @@ use webhook_core::{Setting, Settings, Windows};
 use webhook_store_mysql::{MysqlConfig, MysqlError};
 use webhook_transport_hyper::{HyperTransport, TransportConfig};
 
-use crate::daemon_config::{DaemonConfig, VARIABLES};
 use crate::gen;
+use webhook_daemon::config::{DaemonConfig, VARIABLES};
 
 /// Variables the daemon does not read, some one typo away from those it
 /// does.
