@@ -20,9 +20,9 @@ use webhook_core::memory_store::StoreOp;
 use webhook_core::{
     Hook, LastResult, ManualClock, MemoryStore, Metrics, NewRequest, RequestStatus,
 };
+use webhook_daemon::api::{Api, Readiness, ServiceToken};
 
 use crate::gen;
-use webhook_daemon::api::{Api, Readiness, ServiceToken};
 
 /// The routes, as SPEC §8 lists them (plus `/metrics`).
 const ROUTES: &[&str] = &[

@@ -12,6 +12,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use webhook_daemon::config::{variables, LISTEN, SHUTDOWN_GRACE};
+
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -228,37 +230,9 @@ fn string_literals(source: &str) -> Vec<String> {
     out
 }
 
-/// `(name, default)` of every entry of `VARIABLES` in the daemon's
-/// config.rs, which lists every variable the daemon reads.
-fn daemon_variables() -> Vec<(String, String)> {
-    let source = read("bins/webhook-daemon/src/config.rs");
-    let start = source
-        .find("pub const VARIABLES")
-        .expect("config.rs declares `pub const VARIABLES`");
-    let end = start
-        + source[start..]
-            .find("\n];")
-            .expect("VARIABLES ends with `];` on its own line");
-    let literals = string_literals(&source[start..end]);
-    assert!(
-        literals.len() % 3 == 0,
-        "VARIABLES entries are var(name, default, help); got {literals:?}"
-    );
-    let variables: Vec<(String, String)> = literals
-        .chunks(3)
-        .map(|entry| (entry[0].clone(), entry[1].clone()))
-        .collect();
-    for (name, _) in &variables {
-        assert!(
-            name.starts_with("GORGE_"),
-            "unexpected VARIABLES entry {name:?}"
-        );
-    }
-    assert!(
-        variables.len() >= 20,
-        "too few variables parsed: {variables:?}"
-    );
-    variables
+/// Every variable the daemon reads: its registry.
+fn daemon_variables() -> Vec<&'static str> {
+    variables().map(|v| v.name).collect()
 }
 
 /// Variables that Phorge's container (the gorge fork's entrypoint) reads,
@@ -273,10 +247,10 @@ const PHORGE_SIDE_VARIABLES: &[&str] = &[
 
 #[test]
 fn every_gorge_variable_in_docs_and_deploy_is_one_the_daemon_reads() {
-    let known: Vec<String> = daemon_variables().into_iter().map(|(n, _)| n).collect();
+    let known = daemon_variables();
     for name in PHORGE_SIDE_VARIABLES {
         assert!(
-            !known.iter().any(|k| k == name),
+            !known.contains(name),
             "{name} is now a daemon variable: drop it from PHORGE_SIDE_VARIABLES"
         );
     }
@@ -285,7 +259,7 @@ fn every_gorge_variable_in_docs_and_deploy_is_one_the_daemon_reads() {
     for (path, text) in operator_texts() {
         for (line, word) in words_with_prefix(&text, "GORGE_") {
             seen += 1;
-            if !known.contains(&word) && !PHORGE_SIDE_VARIABLES.contains(&word.as_str()) {
+            if !known.contains(&word.as_str()) && !PHORGE_SIDE_VARIABLES.contains(&word.as_str()) {
                 unknown.push(format!("{}:{line}: {word}", path.display()));
             }
         }
@@ -293,7 +267,7 @@ fn every_gorge_variable_in_docs_and_deploy_is_one_the_daemon_reads() {
     assert!(seen > 20, "the docs name only {seen} GORGE_ variables");
     assert!(
         unknown.is_empty(),
-        "variables the daemon does not read (bins/webhook-daemon/src/config.rs VARIABLES): {unknown:#?}"
+        "variables the daemon does not read (webhook_daemon::config::variables): {unknown:#?}"
     );
 }
 
@@ -466,11 +440,7 @@ fn seconds(text: &str) -> Option<u64> {
 const DAEMON_SERVICE: &str = "gorge-webhook";
 
 fn shutdown_grace_default() -> u64 {
-    let grace = daemon_variables()
-        .into_iter()
-        .find(|(n, _)| n == "GORGE_WEBHOOK_SHUTDOWN_GRACE_SEC")
-        .expect("GORGE_WEBHOOK_SHUTDOWN_GRACE_SEC is a daemon variable");
-    grace.1.parse().expect("its default is a number of seconds")
+    SHUTDOWN_GRACE.default_value().as_secs()
 }
 
 #[test]
@@ -523,7 +493,7 @@ fn compose_starts_phorge_once_the_daemon_is_started_not_healthy() {
     let uri = yaml_value(&phorge_env, "GORGE_WEBHOOK_URI").expect("phorge gets GORGE_WEBHOOK_URI");
     let daemon_env = yaml_block(&compose, &["services", DAEMON_SERVICE, "environment"])
         .expect("the daemon has an environment");
-    let listen = yaml_value(&daemon_env, "GORGE_LISTEN_ADDR").unwrap_or(":8160");
+    let listen = yaml_value(&daemon_env, LISTEN.name).unwrap_or(LISTEN.default);
     let port = listen.rsplit(':').next().unwrap_or_default();
     assert_eq!(
         uri,
@@ -735,12 +705,8 @@ fn dockerfile_ships_both_binaries_as_cargo_builds_them() {
             .collect()
     };
     assert_eq!(instruction("ENTRYPOINT "), ["[\"webhook-daemon\"]"]);
-    let listen = daemon_variables()
-        .into_iter()
-        .find(|(n, _)| n == "GORGE_LISTEN_ADDR")
-        .expect("GORGE_LISTEN_ADDR")
-        .1;
-    assert_eq!(instruction("EXPOSE "), [listen.trim_start_matches(':')]);
+    let port = LISTEN.default_value().port().to_string();
+    assert_eq!(instruction("EXPOSE "), [port.as_str()]);
     let user = instruction("USER ");
     assert!(
         user.len() == 1 && !user[0].starts_with("root") && !user[0].starts_with("0"),

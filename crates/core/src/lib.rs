@@ -27,6 +27,7 @@ pub mod outcome;
 pub mod payload;
 mod phpjson;
 pub mod properties;
+pub mod setting;
 pub mod store;
 pub mod transport;
 pub mod vectors;
@@ -46,8 +47,7 @@ pub use outcome::{
 };
 pub use payload::{sign, verify, Payload};
 pub use properties::{ErrorCode, ErrorType, Properties, PropertiesError};
+pub use setting::{withheld, Lookup, Setting, SettingError, SettingInfo};
 pub use store::{CandidateQuery, Claim, HookLock, QueueStats, Store, StoreError, Written};
 pub use transport::{OutboundRequest, Resolution, Target, Transport};
-pub use windows::{
-    withheld, Breaker, ConfigError, Cutoffs, Setting, Settings, WindowWarning, Windows,
-};
+pub use windows::{Breaker, Cutoffs, Settings, WindowWarning, Windows};
