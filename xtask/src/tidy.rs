@@ -7,12 +7,17 @@
 //! hardening (and `systemd-analyze verify` where it is installed), the
 //! binaries the image copies, that every `GORGE_*` variable and
 //! `gorge_webhook_*` metric the docs name exists, and that links between
-//! docs resolve. They read files as text with std only.
+//! docs resolve. The names, defaults and limits they hold the files to
+//! come from the daemon's library (its settings registry, the names
+//! `/metrics` exposes, the diagnostics listener's cap); the docs and
+//! deploy files are scanned as plain text.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use webhook_daemon::config::{variables, LISTEN, SHUTDOWN_GRACE};
+use webhook_daemon::metrics_text::exposed_names;
+use webhook_daemon::server::MAX_CONNECTIONS;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -196,40 +201,6 @@ fn words_with_prefix(text: &str, prefix: &str) -> Vec<(usize, String)> {
     found
 }
 
-/// The contents of every Rust string literal in `source`, in order.
-fn string_literals(source: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut chars = source.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '"' => {
-                let mut literal = String::new();
-                while let Some(c) = chars.next() {
-                    match c {
-                        '\\' => {
-                            if let Some(escaped) = chars.next() {
-                                literal.push(escaped);
-                            }
-                        }
-                        '"' => break,
-                        other => literal.push(other),
-                    }
-                }
-                out.push(literal);
-            }
-            // A char literal like '"' would otherwise open a string.
-            '\'' => {
-                let ahead: String = chars.clone().take(3).collect();
-                if ahead.starts_with("\"'") {
-                    chars.nth(1);
-                }
-            }
-            _ => {}
-        }
-    }
-    out
-}
-
 /// Every variable the daemon reads: its registry.
 fn daemon_variables() -> Vec<&'static str> {
     variables().map(|v| v.name).collect()
@@ -271,52 +242,11 @@ fn every_gorge_variable_in_docs_and_deploy_is_one_the_daemon_reads() {
     );
 }
 
-/// The names `/metrics` exposes, from metrics_text.rs: counters get
-/// `_total`, histograms `_bucket`/`_sum`/`_count`, and a family's own name
-/// is valid in prose (`gorge_webhook_delivery_duration_seconds`).
+/// The names `/metrics` exposes (`webhook_daemon::metrics_text`): each
+/// family's own name, valid in prose
+/// (`gorge_webhook_delivery_duration_seconds`), and each sample's.
 fn exposed_metric_names() -> Vec<String> {
-    let source = read("bins/webhook-daemon/src/metrics_text.rs");
-    let code = source
-        .split("#[cfg(test)]")
-        .next()
-        .expect("split yields at least one part");
-    let mut names = Vec::new();
-    let mut searched = 0;
-    while let Some(offset) = code[searched..].find("\"gorge_webhook_") {
-        let at = searched + offset;
-        let name: String = code[at + 1..].chars().take_while(|c| *c != '"').collect();
-        searched = at + 1 + name.len() + 1;
-        let next = code[searched..]
-            .find("\"gorge_webhook_")
-            .map_or(code.len(), |n| searched + n);
-        let histogram = code[searched..next].contains("MetricType::Histogram");
-        let before = &code[..at];
-        let counter_at = ["counter(", "let simple"]
-            .iter()
-            .filter_map(|m| before.rfind(m))
-            .max();
-        let gauge_at = before.rfind("gauge(");
-        let kind = if histogram {
-            "histogram"
-        } else {
-            match (counter_at, gauge_at) {
-                (Some(c), Some(g)) if c > g => "counter",
-                (Some(_), None) => "counter",
-                (_, Some(_)) => "gauge",
-                (None, None) => panic!("metrics_text.rs: cannot tell the type of {name}"),
-            }
-        };
-        names.push(name.clone());
-        match kind {
-            "counter" => names.push(format!("{name}_total")),
-            "histogram" => {
-                for suffix in ["_bucket", "_sum", "_count"] {
-                    names.push(format!("{name}{suffix}"));
-                }
-            }
-            _ => {}
-        }
-    }
+    let names = exposed_names();
     for expected in [
         "gorge_webhook_deliveries_total",
         "gorge_webhook_claims_total",
@@ -327,7 +257,7 @@ fn exposed_metric_names() -> Vec<String> {
     ] {
         assert!(
             names.iter().any(|n| n == expected),
-            "metrics_text.rs no longer yields {expected}: {names:?}"
+            "/metrics no longer exposes {expected}: {names:?}"
         );
     }
     names
@@ -349,7 +279,7 @@ fn every_metric_in_docs_and_dashboards_is_one_the_daemon_exposes() {
     assert!(seen > 20, "the docs and dashboard name only {seen} metrics");
     assert!(
         unknown.is_empty(),
-        "metrics /metrics does not expose (bins/webhook-daemon/src/metrics_text.rs): {unknown:#?}"
+        "metrics /metrics does not expose (webhook_daemon::metrics_text::exposed_names): {unknown:#?}"
     );
     let dashboard = read("deploy/grafana-dashboard.json");
     for family in [
@@ -584,23 +514,11 @@ fn systemd_unit_is_hardened() {
     assert_eq!(exec, ["/usr/local/bin/webhook-daemon"], "ExecStart");
 }
 
-/// `pub const MAX_CONNECTIONS: usize = N;` of the diagnostics listener.
-fn diagnostics_connection_cap() -> u64 {
-    let server = read("bins/webhook-daemon/src/server.rs");
-    server
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("pub const MAX_CONNECTIONS: usize = "))
-        .and_then(|rest| rest.strip_suffix(';'))
-        .map(|n| n.replace('_', ""))
-        .and_then(|n| n.parse().ok())
-        .expect("server.rs declares pub const MAX_CONNECTIONS: usize = N;")
-}
-
 #[test]
 fn deploy_raises_the_descriptor_limit_well_above_the_diagnostics_cap() {
     // A full diagnostics listener must leave most descriptors to
     // deliveries and the database pool: at least 16 times its cap.
-    let floor = diagnostics_connection_cap() * 16;
+    let floor = MAX_CONNECTIONS as u64 * 16;
     let unit = read("deploy/gorge-webhook.service");
     let limits: Vec<u64> = unit_entries(&unit)
         .into_iter()
@@ -756,10 +674,6 @@ fn shipping_helpers_read_what_they_claim() {
     let b = yaml_block(yaml, &["a", "b"]).expect("a.b");
     assert_eq!(yaml_value(&b, "c"), Some("1"));
     assert!(yaml_block(yaml, &["a", "e"]).is_none());
-    assert_eq!(
-        string_literals(r#"var("N", "d\"q", 'x', '"', "h")"#),
-        ["N", "d\"q", "h"]
-    );
 }
 
 /// GitHub's anchor for a heading: lower case, punctuation other than `-`
