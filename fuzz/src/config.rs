@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use arbitrary::{Result, Unstructured};
-use webhook_core::setting::SettingInfo;
+use webhook_core::setting::{table, SettingInfo};
 use webhook_core::windows::{
     BATCH_SIZE, BREAKER_THRESHOLD, BREAKER_WINDOW, CLAIM_LEASE, DELIVERY_TIMEOUT, MAX_CONCURRENT,
     POLL_INTERVAL, RETRY_BACKOFF,
@@ -389,11 +389,7 @@ fn assert_names_a_set_variable(name: &str, message: &str, map: &HashMap<String, 
 /// The daemon's verdict on these variables (`DaemonConfig::from_lookup`):
 /// the error's text, if it refuses them.
 pub fn daemon_refuses(variables: &[(&str, &str)]) -> Option<String> {
-    let map: HashMap<String, String> = variables
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect();
-    DaemonConfig::from_lookup(&|name| map.get(name).cloned())
+    DaemonConfig::from_lookup(&table(variables))
         .err()
         .map(|e| e.to_string())
 }
@@ -401,11 +397,7 @@ pub fn daemon_refuses(variables: &[(&str, &str)]) -> Option<String> {
 /// The transport's verdict when the daemon starts it
 /// (`HyperTransport::new`): the error's text, if it refuses them.
 pub fn transport_refuses(variables: &[(&str, &str)]) -> Option<String> {
-    let map: HashMap<String, String> = variables
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect();
-    TransportConfig::from_env_with(|name| map.get(name).cloned())
+    TransportConfig::from_env_with(table(variables))
         .and_then(HyperTransport::new)
         .err()
         .map(|e| e.to_string())

@@ -27,21 +27,12 @@ fn root() -> PathBuf {
 }
 
 fn files_under(dir: &Path, extension: &str, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let name = entry.file_name();
-        if name == "target" || name.to_string_lossy().starts_with('.') {
-            continue;
-        }
-        if path.is_dir() {
-            files_under(&path, extension, out);
-        } else if path.extension().is_some_and(|e| e == extension) {
-            out.push(path);
-        }
-    }
+    let mut all = Vec::new();
+    all_files_under(dir, &mut all);
+    out.extend(
+        all.into_iter()
+            .filter(|path| path.extension().is_some_and(|e| e == extension)),
+    );
 }
 
 fn source_files() -> Vec<PathBuf> {

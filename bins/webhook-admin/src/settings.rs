@@ -536,14 +536,10 @@ impl Report {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
+    use webhook_core::setting::table;
 
     fn report_for(pairs: &[(&str, &str)]) -> Result<Report, AdminError> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
-        report(&|name| map.get(name).cloned())
+        report(&table(pairs))
     }
 
     fn warnings(r: &Report) -> Vec<&Finding> {

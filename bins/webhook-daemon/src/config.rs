@@ -281,14 +281,10 @@ pub fn help() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
+    use webhook_core::setting::table;
 
     fn parse(pairs: &[(&str, &str)]) -> Result<DaemonConfig, SettingError> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
-        DaemonConfig::from_lookup(&|name| map.get(name).cloned())
+        DaemonConfig::from_lookup(&table(pairs))
     }
 
     #[test]

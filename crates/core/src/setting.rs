@@ -173,9 +173,29 @@ pub fn whole_number<T: std::str::FromStr>(raw: &str) -> Result<T, String> {
         .map_err(|_| format!("is not a whole number ({})", withheld(raw)))
 }
 
+/// A whole number of milliseconds.
+pub fn milliseconds(raw: &str) -> Result<std::time::Duration, String> {
+    whole_number(raw).map(std::time::Duration::from_millis)
+}
+
+/// A whole number of seconds.
+pub fn seconds(raw: &str) -> Result<std::time::Duration, String> {
+    whole_number(raw).map(std::time::Duration::from_secs)
+}
+
 /// Takes the text as it is.
 pub fn text(raw: &str) -> Result<String, String> {
     Ok(raw.to_owned())
+}
+
+/// A lookup over a fixed table of `(variable, value)` pairs, as tests and
+/// the fuzz targets feed settings; later pairs win.
+pub fn table(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let map: std::collections::HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    move |name| map.get(name).cloned()
 }
 
 #[cfg(test)]

@@ -8,21 +8,23 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::model::{LastResult, RequestRow, UnixTime};
-use crate::setting::{whole_number, Lookup, Setting, SettingError, SettingInfo};
+use crate::setting::{
+    milliseconds, seconds, whole_number, Lookup, Setting, SettingError, SettingInfo,
+};
 
 /// `GORGE_WEBHOOK_POLL_INTERVAL_MS`
 pub const POLL_INTERVAL: Setting<Duration> = Setting::new(
     "GORGE_WEBHOOK_POLL_INTERVAL_MS",
     "1000",
     "idle poll spacing (a full batch is followed at once)",
-    |raw| whole_number(raw).map(Duration::from_millis),
+    milliseconds,
 );
 /// `GORGE_WEBHOOK_DELIVERY_TIMEOUT`
 pub const DELIVERY_TIMEOUT: Setting<Duration> = Setting::new(
     "GORGE_WEBHOOK_DELIVERY_TIMEOUT",
     "15",
     "seconds for one whole HTTP exchange",
-    |raw| whole_number(raw).map(Duration::from_secs),
+    seconds,
 );
 /// `GORGE_WEBHOOK_MAX_CONCURRENT`
 pub const MAX_CONCURRENT: Setting<usize> = Setting::new(
@@ -109,16 +111,8 @@ pub struct Settings {
 impl Default for Settings {
     /// Every variable unset.
     fn default() -> Self {
-        Self {
-            poll_interval: POLL_INTERVAL.default_value(),
-            delivery_timeout: DELIVERY_TIMEOUT.default_value(),
-            max_concurrent: MAX_CONCURRENT.default_value(),
-            breaker_window_secs: BREAKER_WINDOW.default_value(),
-            breaker_threshold: BREAKER_THRESHOLD.default_value(),
-            retry_backoff_secs: RETRY_BACKOFF.default_value(),
-            claim_lease_secs: CLAIM_LEASE.default_value(),
-            batch_size: BATCH_SIZE.default_value(),
-        }
+        Self::from_lookup(&|_| None)
+            .unwrap_or_else(|err| panic!("a declared default does not parse: {err}"))
     }
 }
 

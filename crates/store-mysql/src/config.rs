@@ -9,7 +9,9 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use webhook_core::setting::{text, whole_number, Lookup, Setting, SettingError, SettingInfo};
+use webhook_core::setting::{
+    milliseconds, text, whole_number, Lookup, Setting, SettingError, SettingInfo,
+};
 use webhook_core::withheld;
 
 use mysql_async::{OptsBuilder, PoolConstraints, PoolOpts, SslOpts};
@@ -128,10 +130,6 @@ pub const VARIABLES: &[SettingInfo] = &[
     KEEPALIVE.info(),
     NAMESPACE.info(),
 ];
-
-fn milliseconds(raw: &str) -> Result<Duration, String> {
-    whole_number(raw).map(Duration::from_millis)
-}
 
 /// The longest statement timeout accepted.
 const MAX_STATEMENT_TIMEOUT: Duration = Duration::from_secs(3_600);
@@ -427,6 +425,7 @@ fn check_namespace(namespace: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use webhook_core::setting::table;
 
     fn setting(config: &MysqlConfig) -> Option<&'static str> {
         match config.validate() {
@@ -554,21 +553,7 @@ mod tests {
 
     #[test]
     fn timeouts_are_read_and_bad_ones_named() {
-        let read = |pairs: &[(&str, &str)]| {
-            let pairs: Vec<(String, String)> = pairs
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect();
-            MysqlConfig::from_lookup(
-                &|name| {
-                    pairs
-                        .iter()
-                        .find(|(k, _)| k == name)
-                        .map(|(_, v)| v.clone())
-                },
-                8,
-            )
-        };
+        let read = |pairs: &[(&str, &str)]| MysqlConfig::from_lookup(&table(pairs), 8);
         let defaults = read(&[]).expect("defaults");
         assert_eq!(defaults.connect_timeout, Duration::from_secs(5));
         assert_eq!(defaults.statement_timeout, Duration::from_secs(10));

@@ -174,14 +174,10 @@ impl PhorgeConfig for LocalConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
+    use webhook_core::setting::table;
 
     fn lookup(pairs: &[(&str, &str)]) -> Result<Option<LocalConfig>, SettingError> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
-        LocalConfig::from_lookup(&|name| map.get(name).cloned())
+        LocalConfig::from_lookup(&table(pairs))
     }
 
     #[test]

@@ -159,20 +159,10 @@ pub struct TransportConfig {
 }
 
 impl Default for TransportConfig {
+    /// Every variable unset (not validated; see [`Self::from_env_with`]).
     fn default() -> Self {
-        Self {
-            signature_headers: SIGNATURE_HEADERS.default_value(),
-            user_agent: USER_AGENT.default_value(),
-            max_redirects: MAX_REDIRECTS.default_value(),
-            connect_timeout: CONNECT_TIMEOUT.default_value(),
-            resolve_timeout: RESOLVE_TIMEOUT.default_value(),
-            response_body_limit: RESPONSE_BODY_LIMIT.default_value(),
-            pool_idle_timeout: POOL_IDLE.default_value(),
-            outbound_deny: OUTBOUND_DENY.default_value(),
-            outbound_allow: OUTBOUND_ALLOW.default_value(),
-            extra_root_certificates_pem: CA_FILE.default_value(),
-            request_id_header: REQUEST_ID_HEADER.default_value(),
-        }
+        Self::read(&|_| None)
+            .unwrap_or_else(|err| panic!("a declared default does not parse: {err}"))
     }
 }
 
@@ -205,8 +195,16 @@ impl TransportConfig {
     /// is a path and is read here. Pass `|name| std::env::var(name).ok()` for the
     /// process environment.
     pub fn from_env_with(get: impl Fn(&str) -> Option<String>) -> Result<Self, SettingError> {
-        let get: Lookup<'_> = &get;
-        let config = Self {
+        let config = Self::read(&get)?;
+        // Refused here, where the variables are read, so a bad setting stops
+        // startup as a setting error and not later as a failed transport.
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Every variable through `get`, parsed but not checked as a whole.
+    fn read(get: Lookup<'_>) -> Result<Self, SettingError> {
+        Ok(Self {
             signature_headers: SIGNATURE_HEADERS.read(get)?,
             user_agent: USER_AGENT.read(get)?,
             max_redirects: MAX_REDIRECTS.read(get)?,
@@ -218,11 +216,7 @@ impl TransportConfig {
             outbound_allow: OUTBOUND_ALLOW.read(get)?,
             extra_root_certificates_pem: CA_FILE.read(get)?,
             request_id_header: REQUEST_ID_HEADER.read(get)?,
-        };
-        // Refused here, where the variables are read, so a bad setting stops
-        // startup as a setting error and not later as a failed transport.
-        config.validate()?;
-        Ok(config)
+        })
     }
 
     /// Checks every setting and prepares what the transport runs with.
@@ -400,15 +394,7 @@ fn read_pem_file(path: &str) -> Result<Vec<u8>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
-
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
-        move |name| map.get(name).cloned()
-    }
+    use webhook_core::setting::table as env;
 
     #[test]
     fn defaults_are_phorges() {
