@@ -9,6 +9,8 @@
 //! families `/metrics` exposes), [`server::MAX_CONNECTIONS`], and the two
 //! entry points [`launch::run_daemon`] and [`launch::run_demo`].
 
+#![warn(missing_docs)]
+
 pub mod api;
 pub mod app;
 mod clock;
