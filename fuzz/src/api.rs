@@ -20,8 +20,8 @@ use webhook_core::memory_store::StoreOp;
 use webhook_core::{
     Hook, LastResult, ManualClock, MemoryStore, Metrics, NewRequest, RequestStatus,
 };
+use webhook_daemon::api::{Api, Readiness, ServiceToken};
 
-use crate::daemon_api::{Api, Readiness, ServiceToken};
 use crate::gen;
 
 /// The routes, as SPEC §8 lists them (plus `/metrics`).

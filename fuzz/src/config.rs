@@ -21,11 +21,17 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use arbitrary::{Result, Unstructured};
-use webhook_core::{Setting, Settings, Windows};
-use webhook_store_mysql::{MysqlConfig, MysqlError};
+use webhook_core::setting::{table, SettingInfo};
+use webhook_core::windows::{
+    BATCH_SIZE, BREAKER_THRESHOLD, BREAKER_WINDOW, CLAIM_LEASE, DELIVERY_TIMEOUT, MAX_CONCURRENT,
+    POLL_INTERVAL, RETRY_BACKOFF,
+};
+use webhook_core::{Settings, Windows};
+use webhook_daemon::config::{own_variables, variables, DaemonConfig};
+use webhook_store_mysql::config::PASS;
+use webhook_store_mysql::MysqlConfig;
 use webhook_transport_hyper::{HyperTransport, TransportConfig};
 
-use crate::daemon_config::{DaemonConfig, VARIABLES};
 use crate::gen;
 
 /// Variables the daemon does not read, some one typo away from those it
@@ -148,14 +154,20 @@ fn paths() -> &'static [String] {
     })
 }
 
-fn variables(u: &mut Unstructured<'_>) -> Result<HashMap<String, String>> {
+/// The daemon's registry, as a list to choose from.
+fn registry() -> &'static [&'static SettingInfo] {
+    static REGISTRY: OnceLock<Vec<&'static SettingInfo>> = OnceLock::new();
+    REGISTRY.get_or_init(|| variables().collect())
+}
+
+fn arbitrary_variables(u: &mut Unstructured<'_>) -> Result<HashMap<String, String>> {
     let mut map = HashMap::new();
     let count = u.int_in_range(0..=12)?;
     for _ in 0..count {
         let name = if u.ratio(1, 12)? {
             u.choose(STRANGERS)?.to_string()
         } else {
-            u.choose(VARIABLES)?.name.to_owned()
+            u.choose(registry())?.name.to_owned()
         };
         let value = if PATH_VARIABLES.contains(&name.as_str()) {
             u.choose(paths())?.clone()
@@ -174,7 +186,7 @@ fn variables(u: &mut Unstructured<'_>) -> Result<HashMap<String, String>> {
 /// Runs the check on the fuzzer's bytes; panics when a property fails.
 pub fn run(data: &[u8]) {
     let mut u = Unstructured::new(data);
-    let Ok(map) = variables(&mut u) else {
+    let Ok(map) = arbitrary_variables(&mut u) else {
         return;
     };
     let fallback_concurrency = u.int_in_range(1..=1024).unwrap_or(8);
@@ -201,21 +213,15 @@ pub fn run(data: &[u8]) {
             assert_eq!(Ok(&config.windows), windows.as_ref());
         }
         Err(err) => {
-            assert_names_a_set_variable(&err.variable, &err.to_string(), &map);
-            let first_part_error = windows.err().or(mysql.err());
-            if first_part_error.is_none() {
-                if let Err(variable) = &transport {
-                    // The daemon reads its own variables between MySQL's
-                    // and the transport's, so it may refuse one of those
-                    // first.
-                    assert!(
-                        err.variable == *variable || DAEMONS_OWN.contains(&err.variable.as_str()),
-                        "{map:?}"
-                    );
-                }
-            }
-            if let Some(variable) = first_part_error {
-                assert_eq!(err.variable, variable, "{map:?}");
+            assert_names_a_set_variable(err.variable, &err.to_string(), &map);
+            // The delivery settings are read before the daemon's own, so
+            // the first part that refuses is the daemon's error.
+            match windows.err().or(mysql.err()).or(transport.err()) {
+                Some(variable) => assert_eq!(err.variable, variable, "{map:?}"),
+                None => assert!(
+                    err.variable == LOCAL_CONFIG_NAME || is_daemons_own(err.variable),
+                    "{map:?}"
+                ),
             }
         }
     }
@@ -226,39 +232,35 @@ pub fn run(data: &[u8]) {
 fn check_windows(
     get: &dyn Fn(&str) -> Option<String>,
     map: &HashMap<String, String>,
-) -> std::result::Result<Windows, String> {
+) -> std::result::Result<Windows, &'static str> {
     let settings = match Settings::from_lookup(get) {
         Ok(settings) => settings,
         Err(err) => {
-            let name = err.setting.env_name();
-            assert_names_a_set_variable(name, &err.to_string(), map);
-            return Err(name.to_owned());
+            assert_names_a_set_variable(err.variable, &err.to_string(), map);
+            return Err(err.variable);
         }
     };
     // A number that parses is taken as given.
     for (setting, value) in [
-        (Setting::PollInterval, settings.poll_interval.as_millis()),
+        (POLL_INTERVAL.name, settings.poll_interval.as_millis()),
         (
-            Setting::DeliveryTimeout,
+            DELIVERY_TIMEOUT.name,
             u128::from(settings.delivery_timeout.as_secs()),
         ),
-        (Setting::MaxConcurrent, settings.max_concurrent as u128),
+        (MAX_CONCURRENT.name, settings.max_concurrent as u128),
         (
-            Setting::BreakerWindow,
+            BREAKER_WINDOW.name,
             u128::from(settings.breaker_window_secs),
         ),
         (
-            Setting::BreakerThreshold,
+            BREAKER_THRESHOLD.name,
             u128::from(settings.breaker_threshold),
         ),
-        (
-            Setting::RetryBackoff,
-            u128::from(settings.retry_backoff_secs),
-        ),
-        (Setting::ClaimLease, u128::from(settings.claim_lease_secs)),
-        (Setting::BatchSize, settings.batch_size as u128),
+        (RETRY_BACKOFF.name, u128::from(settings.retry_backoff_secs)),
+        (CLAIM_LEASE.name, u128::from(settings.claim_lease_secs)),
+        (BATCH_SIZE.name, settings.batch_size as u128),
     ] {
-        if let Some(raw) = map.get(setting.env_name()) {
+        if let Some(raw) = map.get(setting) {
             let given: u64 = raw.trim().parse().unwrap_or_else(|_| {
                 panic!("{setting} = {raw:?} is not a number, yet it was accepted")
             });
@@ -268,9 +270,8 @@ fn check_windows(
     let windows = match Windows::try_new(settings.clone()) {
         Ok(windows) => windows,
         Err(err) => {
-            let name = err.setting.env_name();
-            assert_names_a_set_variable(name, &err.to_string(), map);
-            return Err(name.to_owned());
+            assert_names_a_set_variable(err.variable, &err.to_string(), map);
+            return Err(err.variable);
         }
     };
     // The Go service panicked on zero; zero must never get through.
@@ -309,7 +310,7 @@ fn check_mysql(
     get: &dyn Fn(&str) -> Option<String>,
     map: &HashMap<String, String>,
     max_concurrent: usize,
-) -> std::result::Result<MysqlConfig, String> {
+) -> std::result::Result<MysqlConfig, &'static str> {
     match MysqlConfig::from_lookup(get, max_concurrent) {
         Ok(config) => {
             assert!(config.validate().is_ok(), "{config:?}");
@@ -322,7 +323,7 @@ fn check_mysql(
                         .map_or("phorge", String::as_str)
                 )
             );
-            if let Some(password) = map.get("GORGE_WEBHOOK_MYSQL_PASS") {
+            if let Some(password) = map.get(PASS.name) {
                 assert_eq!(&config.password, password);
                 // `{:?}` shows whether there is a password, never which.
                 if !password.is_empty() {
@@ -335,11 +336,10 @@ fn check_mysql(
             }
             Ok(config)
         }
-        Err(err @ MysqlError::InvalidConfig { setting, .. }) => {
-            assert_names_a_set_variable(setting, &err.to_string(), map);
-            Err(setting.to_owned())
+        Err(err) => {
+            assert_names_a_set_variable(err.variable, &err.to_string(), map);
+            Err(err.variable)
         }
-        Err(other) => panic!("configuration gave a non-configuration error: {other:?}"),
     }
 }
 
@@ -348,7 +348,7 @@ fn check_mysql(
 fn check_transport(
     get: &dyn Fn(&str) -> Option<String>,
     map: &HashMap<String, String>,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), &'static str> {
     match TransportConfig::from_env_with(get) {
         Ok(config) => {
             if let Err(err) = HyperTransport::new(config) {
@@ -357,22 +357,19 @@ fn check_transport(
             Ok(())
         }
         Err(err) => {
-            let name = err.setting.env_name();
-            assert_names_a_set_variable(name, &err.to_string(), map);
-            Err(name.to_owned())
+            assert_names_a_set_variable(err.variable, &err.to_string(), map);
+            Err(err.variable)
         }
     }
 }
 
-/// The variables the daemon reads itself, after MySQL's and before the
-/// transport's.
-const DAEMONS_OWN: &[&str] = &[
-    "GORGE_LISTEN_ADDR",
-    "GORGE_LOG_LEVEL",
-    "GORGE_LOG_FORMAT",
-    "GORGE_WEBHOOK_SHUTDOWN_GRACE_SEC",
-    "GORGE_WEBHOOK_EVENT_STREAMS",
-];
+/// Read after the transport's, by the delivery settings.
+const LOCAL_CONFIG_NAME: &str = webhook_store_mysql::local_config::LOCAL_CONFIG.name;
+
+/// A variable the daemon reads itself, after the delivery settings.
+fn is_daemons_own(name: &str) -> bool {
+    own_variables().any(|v| v.name == name)
+}
 
 fn assert_names_a_set_variable(name: &str, message: &str, map: &HashMap<String, String>) {
     assert!(
@@ -392,11 +389,7 @@ fn assert_names_a_set_variable(name: &str, message: &str, map: &HashMap<String, 
 /// The daemon's verdict on these variables (`DaemonConfig::from_lookup`):
 /// the error's text, if it refuses them.
 pub fn daemon_refuses(variables: &[(&str, &str)]) -> Option<String> {
-    let map: HashMap<String, String> = variables
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect();
-    DaemonConfig::from_lookup(&|name| map.get(name).cloned())
+    DaemonConfig::from_lookup(&table(variables))
         .err()
         .map(|e| e.to_string())
 }
@@ -404,11 +397,7 @@ pub fn daemon_refuses(variables: &[(&str, &str)]) -> Option<String> {
 /// The transport's verdict when the daemon starts it
 /// (`HyperTransport::new`): the error's text, if it refuses them.
 pub fn transport_refuses(variables: &[(&str, &str)]) -> Option<String> {
-    let map: HashMap<String, String> = variables
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect();
-    TransportConfig::from_env_with(|name| map.get(name).cloned())
+    TransportConfig::from_env_with(table(variables))
         .and_then(HyperTransport::new)
         .err()
         .map(|e| e.to_string())

@@ -7,10 +7,17 @@
 //! hardening (and `systemd-analyze verify` where it is installed), the
 //! binaries the image copies, that every `GORGE_*` variable and
 //! `gorge_webhook_*` metric the docs name exists, and that links between
-//! docs resolve. They read files as text with std only.
+//! docs resolve. The names, defaults and limits they hold the files to
+//! come from the daemon's library (its settings registry, the names
+//! `/metrics` exposes, the diagnostics listener's cap); the docs and
+//! deploy files are scanned as plain text.
 
 use std::fs;
 use std::path::{Path, PathBuf};
+
+use webhook_daemon::config::{variables, LISTEN, SHUTDOWN_GRACE};
+use webhook_daemon::metrics_text::exposed_names;
+use webhook_daemon::server::MAX_CONNECTIONS;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -20,21 +27,12 @@ fn root() -> PathBuf {
 }
 
 fn files_under(dir: &Path, extension: &str, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let name = entry.file_name();
-        if name == "target" || name.to_string_lossy().starts_with('.') {
-            continue;
-        }
-        if path.is_dir() {
-            files_under(&path, extension, out);
-        } else if path.extension().is_some_and(|e| e == extension) {
-            out.push(path);
-        }
-    }
+    let mut all = Vec::new();
+    all_files_under(dir, &mut all);
+    out.extend(
+        all.into_iter()
+            .filter(|path| path.extension().is_some_and(|e| e == extension)),
+    );
 }
 
 fn source_files() -> Vec<PathBuf> {
@@ -194,71 +192,9 @@ fn words_with_prefix(text: &str, prefix: &str) -> Vec<(usize, String)> {
     found
 }
 
-/// The contents of every Rust string literal in `source`, in order.
-fn string_literals(source: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut chars = source.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '"' => {
-                let mut literal = String::new();
-                while let Some(c) = chars.next() {
-                    match c {
-                        '\\' => {
-                            if let Some(escaped) = chars.next() {
-                                literal.push(escaped);
-                            }
-                        }
-                        '"' => break,
-                        other => literal.push(other),
-                    }
-                }
-                out.push(literal);
-            }
-            // A char literal like '"' would otherwise open a string.
-            '\'' => {
-                let ahead: String = chars.clone().take(3).collect();
-                if ahead.starts_with("\"'") {
-                    chars.nth(1);
-                }
-            }
-            _ => {}
-        }
-    }
-    out
-}
-
-/// `(name, default)` of every entry of `VARIABLES` in the daemon's
-/// config.rs, which lists every variable the daemon reads.
-fn daemon_variables() -> Vec<(String, String)> {
-    let source = read("bins/webhook-daemon/src/config.rs");
-    let start = source
-        .find("pub const VARIABLES")
-        .expect("config.rs declares `pub const VARIABLES`");
-    let end = start
-        + source[start..]
-            .find("\n];")
-            .expect("VARIABLES ends with `];` on its own line");
-    let literals = string_literals(&source[start..end]);
-    assert!(
-        literals.len() % 3 == 0,
-        "VARIABLES entries are var(name, default, help); got {literals:?}"
-    );
-    let variables: Vec<(String, String)> = literals
-        .chunks(3)
-        .map(|entry| (entry[0].clone(), entry[1].clone()))
-        .collect();
-    for (name, _) in &variables {
-        assert!(
-            name.starts_with("GORGE_"),
-            "unexpected VARIABLES entry {name:?}"
-        );
-    }
-    assert!(
-        variables.len() >= 20,
-        "too few variables parsed: {variables:?}"
-    );
-    variables
+/// Every variable the daemon reads: its registry.
+fn daemon_variables() -> Vec<&'static str> {
+    variables().map(|v| v.name).collect()
 }
 
 /// Variables that Phorge's container (the gorge fork's entrypoint) reads,
@@ -273,10 +209,10 @@ const PHORGE_SIDE_VARIABLES: &[&str] = &[
 
 #[test]
 fn every_gorge_variable_in_docs_and_deploy_is_one_the_daemon_reads() {
-    let known: Vec<String> = daemon_variables().into_iter().map(|(n, _)| n).collect();
+    let known = daemon_variables();
     for name in PHORGE_SIDE_VARIABLES {
         assert!(
-            !known.iter().any(|k| k == name),
+            !known.contains(name),
             "{name} is now a daemon variable: drop it from PHORGE_SIDE_VARIABLES"
         );
     }
@@ -285,7 +221,7 @@ fn every_gorge_variable_in_docs_and_deploy_is_one_the_daemon_reads() {
     for (path, text) in operator_texts() {
         for (line, word) in words_with_prefix(&text, "GORGE_") {
             seen += 1;
-            if !known.contains(&word) && !PHORGE_SIDE_VARIABLES.contains(&word.as_str()) {
+            if !known.contains(&word.as_str()) && !PHORGE_SIDE_VARIABLES.contains(&word.as_str()) {
                 unknown.push(format!("{}:{line}: {word}", path.display()));
             }
         }
@@ -293,56 +229,15 @@ fn every_gorge_variable_in_docs_and_deploy_is_one_the_daemon_reads() {
     assert!(seen > 20, "the docs name only {seen} GORGE_ variables");
     assert!(
         unknown.is_empty(),
-        "variables the daemon does not read (bins/webhook-daemon/src/config.rs VARIABLES): {unknown:#?}"
+        "variables the daemon does not read (webhook_daemon::config::variables): {unknown:#?}"
     );
 }
 
-/// The names `/metrics` exposes, from metrics_text.rs: counters get
-/// `_total`, histograms `_bucket`/`_sum`/`_count`, and a family's own name
-/// is valid in prose (`gorge_webhook_delivery_duration_seconds`).
+/// The names `/metrics` exposes (`webhook_daemon::metrics_text`): each
+/// family's own name, valid in prose
+/// (`gorge_webhook_delivery_duration_seconds`), and each sample's.
 fn exposed_metric_names() -> Vec<String> {
-    let source = read("bins/webhook-daemon/src/metrics_text.rs");
-    let code = source
-        .split("#[cfg(test)]")
-        .next()
-        .expect("split yields at least one part");
-    let mut names = Vec::new();
-    let mut searched = 0;
-    while let Some(offset) = code[searched..].find("\"gorge_webhook_") {
-        let at = searched + offset;
-        let name: String = code[at + 1..].chars().take_while(|c| *c != '"').collect();
-        searched = at + 1 + name.len() + 1;
-        let next = code[searched..]
-            .find("\"gorge_webhook_")
-            .map_or(code.len(), |n| searched + n);
-        let histogram = code[searched..next].contains("MetricType::Histogram");
-        let before = &code[..at];
-        let counter_at = ["counter(", "let simple"]
-            .iter()
-            .filter_map(|m| before.rfind(m))
-            .max();
-        let gauge_at = before.rfind("gauge(");
-        let kind = if histogram {
-            "histogram"
-        } else {
-            match (counter_at, gauge_at) {
-                (Some(c), Some(g)) if c > g => "counter",
-                (Some(_), None) => "counter",
-                (_, Some(_)) => "gauge",
-                (None, None) => panic!("metrics_text.rs: cannot tell the type of {name}"),
-            }
-        };
-        names.push(name.clone());
-        match kind {
-            "counter" => names.push(format!("{name}_total")),
-            "histogram" => {
-                for suffix in ["_bucket", "_sum", "_count"] {
-                    names.push(format!("{name}{suffix}"));
-                }
-            }
-            _ => {}
-        }
-    }
+    let names = exposed_names();
     for expected in [
         "gorge_webhook_deliveries_total",
         "gorge_webhook_claims_total",
@@ -353,7 +248,7 @@ fn exposed_metric_names() -> Vec<String> {
     ] {
         assert!(
             names.iter().any(|n| n == expected),
-            "metrics_text.rs no longer yields {expected}: {names:?}"
+            "/metrics no longer exposes {expected}: {names:?}"
         );
     }
     names
@@ -375,7 +270,7 @@ fn every_metric_in_docs_and_dashboards_is_one_the_daemon_exposes() {
     assert!(seen > 20, "the docs and dashboard name only {seen} metrics");
     assert!(
         unknown.is_empty(),
-        "metrics /metrics does not expose (bins/webhook-daemon/src/metrics_text.rs): {unknown:#?}"
+        "metrics /metrics does not expose (webhook_daemon::metrics_text::exposed_names): {unknown:#?}"
     );
     let dashboard = read("deploy/grafana-dashboard.json");
     for family in [
@@ -466,11 +361,7 @@ fn seconds(text: &str) -> Option<u64> {
 const DAEMON_SERVICE: &str = "gorge-webhook";
 
 fn shutdown_grace_default() -> u64 {
-    let grace = daemon_variables()
-        .into_iter()
-        .find(|(n, _)| n == "GORGE_WEBHOOK_SHUTDOWN_GRACE_SEC")
-        .expect("GORGE_WEBHOOK_SHUTDOWN_GRACE_SEC is a daemon variable");
-    grace.1.parse().expect("its default is a number of seconds")
+    SHUTDOWN_GRACE.default_value().as_secs()
 }
 
 #[test]
@@ -523,7 +414,7 @@ fn compose_starts_phorge_once_the_daemon_is_started_not_healthy() {
     let uri = yaml_value(&phorge_env, "GORGE_WEBHOOK_URI").expect("phorge gets GORGE_WEBHOOK_URI");
     let daemon_env = yaml_block(&compose, &["services", DAEMON_SERVICE, "environment"])
         .expect("the daemon has an environment");
-    let listen = yaml_value(&daemon_env, "GORGE_LISTEN_ADDR").unwrap_or(":8160");
+    let listen = yaml_value(&daemon_env, LISTEN.name).unwrap_or(LISTEN.default);
     let port = listen.rsplit(':').next().unwrap_or_default();
     assert_eq!(
         uri,
@@ -614,23 +505,11 @@ fn systemd_unit_is_hardened() {
     assert_eq!(exec, ["/usr/local/bin/webhook-daemon"], "ExecStart");
 }
 
-/// `pub const MAX_CONNECTIONS: usize = N;` of the diagnostics listener.
-fn diagnostics_connection_cap() -> u64 {
-    let server = read("bins/webhook-daemon/src/server.rs");
-    server
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("pub const MAX_CONNECTIONS: usize = "))
-        .and_then(|rest| rest.strip_suffix(';'))
-        .map(|n| n.replace('_', ""))
-        .and_then(|n| n.parse().ok())
-        .expect("server.rs declares pub const MAX_CONNECTIONS: usize = N;")
-}
-
 #[test]
 fn deploy_raises_the_descriptor_limit_well_above_the_diagnostics_cap() {
     // A full diagnostics listener must leave most descriptors to
     // deliveries and the database pool: at least 16 times its cap.
-    let floor = diagnostics_connection_cap() * 16;
+    let floor = MAX_CONNECTIONS as u64 * 16;
     let unit = read("deploy/gorge-webhook.service");
     let limits: Vec<u64> = unit_entries(&unit)
         .into_iter()
@@ -735,12 +614,8 @@ fn dockerfile_ships_both_binaries_as_cargo_builds_them() {
             .collect()
     };
     assert_eq!(instruction("ENTRYPOINT "), ["[\"webhook-daemon\"]"]);
-    let listen = daemon_variables()
-        .into_iter()
-        .find(|(n, _)| n == "GORGE_LISTEN_ADDR")
-        .expect("GORGE_LISTEN_ADDR")
-        .1;
-    assert_eq!(instruction("EXPOSE "), [listen.trim_start_matches(':')]);
+    let port = LISTEN.default_value().port().to_string();
+    assert_eq!(instruction("EXPOSE "), [port.as_str()]);
     let user = instruction("USER ");
     assert!(
         user.len() == 1 && !user[0].starts_with("root") && !user[0].starts_with("0"),
@@ -790,10 +665,6 @@ fn shipping_helpers_read_what_they_claim() {
     let b = yaml_block(yaml, &["a", "b"]).expect("a.b");
     assert_eq!(yaml_value(&b, "c"), Some("1"));
     assert!(yaml_block(yaml, &["a", "e"]).is_none());
-    assert_eq!(
-        string_literals(r#"var("N", "d\"q", 'x', '"', "h")"#),
-        ["N", "d\"q", "h"]
-    );
 }
 
 /// GitHub's anchor for a heading: lower case, punctuation other than `-`

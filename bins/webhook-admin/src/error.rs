@@ -5,7 +5,7 @@
 use std::error::Error as _;
 use std::net::SocketAddr;
 
-use webhook_core::StoreError;
+use webhook_core::{SettingError, StoreError};
 
 /// Exit statuses, as `--help` documents them.
 pub mod exit {
@@ -84,6 +84,15 @@ pub enum AdminError {
         /// What went wrong (the daemon's error envelope, when it sent one).
         reason: String,
     },
+}
+
+impl From<SettingError> for AdminError {
+    fn from(err: SettingError) -> Self {
+        Self::Setting {
+            variable: err.variable.to_owned(),
+            reason: err.reason,
+        }
+    }
 }
 
 impl AdminError {

@@ -26,6 +26,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use webhook_daemon::config::{LISTEN, SERVICE_TOKEN};
 
 use crate::cli::{Cli, Command};
 use crate::error::{exit, AdminError};
@@ -94,13 +95,13 @@ fn run(cli: Cli) -> Result<u8, AdminError> {
                 (Some(path), _) => watch::Source::File(path),
                 (None, Some(url)) => watch::Source::Url(watch::StreamUrl::parse(&url)?),
                 (None, None) => watch::Source::Url(watch::StreamUrl::from_listen_addr(
-                    env_lookup("GORGE_LISTEN_ADDR").as_deref(),
+                    env_lookup(LISTEN.name).as_deref(),
                 )?),
             };
             let colour = std::io::stdout().is_terminal() && env_lookup("NO_COLOR").is_none();
             runtime()?.block_on(watch::run(watch::WatchOptions {
                 source,
-                token: env_lookup("GORGE_SERVICE_TOKEN"),
+                token: env_lookup(SERVICE_TOKEN.name),
                 view: watch::ViewOptions {
                     hook,
                     failures_only,

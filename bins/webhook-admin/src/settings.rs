@@ -1,23 +1,31 @@
 //! The daemon's `GORGE_*` settings as the tool reads them: validated by the
-//! same library parsers the daemon composes (`Settings` + `Windows`,
-//! `MysqlConfig`, `TransportConfig`, `LocalConfig`), shown with where each value came from,
-//! and checked for combinations that do not do what they seem to.
+//! daemon's own parsing (`webhook_daemon::config::DeliveryConfig`: the
+//! windows, the database, the transport and Phorge's local config), listed
+//! from the daemon's registry (`webhook_daemon::config::variables`, in
+//! `--help` order) with where each value came from and what it works out
+//! to, and checked for combinations that do not do what they seem to.
 //!
 //! Reads no environment itself: everything goes through a lookup function,
 //! so tests feed it tables. Secrets (the service token, the database
 //! password) are reported as set or empty, never shown.
 
+use std::collections::HashMap;
+
 use ipnet::IpNet;
 use serde_json::{json, Value};
-use webhook_core::{Setting, Settings, WindowWarning, Windows};
-use webhook_store_mysql::local_config::{LocalConfig, LocalConfigError, VARIABLE as LOCAL_CONFIG};
-use webhook_store_mysql::{MysqlConfig, MysqlError};
-use webhook_transport_hyper::{phorge_deny_list, TransportConfig};
+use webhook_core::setting::{Lookup, SettingInfo};
+use webhook_core::windows::{
+    BATCH_SIZE, BREAKER_THRESHOLD, BREAKER_WINDOW, CLAIM_LEASE, DELIVERY_TIMEOUT, MAX_CONCURRENT,
+    POLL_INTERVAL, RETRY_BACKOFF,
+};
+use webhook_core::WindowWarning;
+use webhook_daemon::config::{own_variables, variables, SERVICE_TOKEN};
+use webhook_store_mysql::config as mysql;
+use webhook_store_mysql::local_config::LOCAL_CONFIG;
+use webhook_transport_hyper::config as transport;
+use webhook_transport_hyper::phorge_deny_list;
 
 use crate::error::AdminError;
-
-/// A lookup of one variable by name (the process environment, or a table).
-pub type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
 
 /// A poll interval at or above this makes new rows wait noticeably on an
 /// idle queue.
@@ -26,56 +34,9 @@ const SLOW_POLL_MS: u64 = 10_000;
 const FAST_POLL_MS: u64 = 100;
 
 /// Everything the database-backed commands need, validated as the daemon
-/// validates it.
-#[derive(Debug, Clone)]
-pub struct AdminConfig {
-    /// The three windows and the dispatcher's sizing.
-    pub windows: Windows,
-    /// Where Phorge's herald database is.
-    pub mysql: MysqlConfig,
-    /// How receivers are called (signature headers, outbound lists).
-    pub transport: TransportConfig,
-    /// Phorge's `conf/local/local.json`, where `bin/config set` keeps
-    /// `phabricator.silent`; `None` = not read.
-    pub local_config: Option<LocalConfig>,
-}
-
-impl AdminConfig {
-    /// Parses in the daemon's order, so the first bad variable reported is
-    /// the one the daemon would report.
-    pub fn from_lookup(get: Lookup<'_>) -> Result<Self, AdminError> {
-        let windows = Settings::from_lookup(get)
-            .and_then(Windows::try_new)
-            .map_err(|e| setting(e.setting.env_name(), e.reason))?;
-        let mysql =
-            MysqlConfig::from_lookup(get, windows.max_concurrent()).map_err(|e| match e {
-                MysqlError::InvalidConfig {
-                    setting: name,
-                    reason,
-                } => setting(name, reason),
-                other => setting("GORGE_WEBHOOK_MYSQL_HOST", other.to_string()),
-            })?;
-        let transport = TransportConfig::from_env_with(get)
-            .map_err(|e| setting(e.setting.env_name(), e.reason))?;
-        let local_config = LocalConfig::from_lookup(get).map_err(|e| match e {
-            LocalConfigError::InvalidSetting { reason } => setting(LOCAL_CONFIG, reason),
-            other => setting(LOCAL_CONFIG, other.to_string()),
-        })?;
-        Ok(Self {
-            windows,
-            mysql,
-            transport,
-            local_config,
-        })
-    }
-}
-
-fn setting(variable: &str, reason: impl Into<String>) -> AdminError {
-    AdminError::Setting {
-        variable: variable.to_owned(),
-        reason: reason.into(),
-    }
-}
+/// validates it (its `DeliveryConfig`, so the first bad variable reported
+/// is the one the daemon would report).
+pub use webhook_daemon::config::DeliveryConfig as AdminConfig;
 
 /// Where a value came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,63 +130,103 @@ fn millis(d: std::time::Duration) -> u64 {
 /// Reads, validates and explains every setting.
 pub fn report(get: Lookup<'_>) -> Result<Report, AdminError> {
     let config = AdminConfig::from_lookup(get)?;
+    let mut shown = shown_values(&config, get);
+    let daemon_only: Vec<&str> = own_variables().map(|v| v.name).collect();
+    let entries = variables()
+        .map(|info| {
+            let (value, detail) = shown.remove(info.name).unwrap_or_else(|| {
+                let detail = daemon_only
+                    .contains(&info.name)
+                    .then(|| "read by the daemon only; not checked here".to_owned());
+                (plain(info, get), detail)
+            });
+            Entry {
+                variable: info.name,
+                value,
+                source: if info.is_set(get) {
+                    Source::Environment
+                } else {
+                    Source::Default
+                },
+                detail,
+            }
+        })
+        .collect();
+    let findings = findings(&config);
+    Ok(Report {
+        entries,
+        findings,
+        config,
+    })
+}
+
+/// A variable with nothing more to say than its text (or its default's);
+/// a secret only as set or empty.
+fn plain(info: &SettingInfo, get: Lookup<'_>) -> String {
+    let text = info.text(get);
+    if info.secret {
+        secret(&text, "(empty)")
+    } else {
+        text
+    }
+}
+
+/// What the variables that the validated settings explain work out to,
+/// with their units and derivations: (value, detail) by variable.
+fn shown_values(
+    config: &AdminConfig,
+    get: Lookup<'_>,
+) -> HashMap<&'static str, (String, Option<String>)> {
     let w = &config.windows;
     let s = w.settings();
     let m = &config.mysql;
     let t = &config.transport;
-    let raw = |name: &str, default: &str| get(name).unwrap_or_else(|| default.to_owned());
-    let daemon_only = Some("read by the daemon only; not checked here".to_owned());
-
-    // (variable, value, detail) in the daemon's `--help` order.
+    let ms = |d: std::time::Duration| format!("{} ms", millis(d));
     let rows: Vec<(&'static str, String, Option<String>)> = vec![
         (
-            "GORGE_LISTEN_ADDR",
-            raw("GORGE_LISTEN_ADDR", ":8160"),
-            daemon_only.clone(),
-        ),
-        (
-            "GORGE_SERVICE_TOKEN",
+            SERVICE_TOKEN.name,
             secret(
-                &raw("GORGE_SERVICE_TOKEN", ""),
+                &SERVICE_TOKEN.info().text(get),
                 "(empty: diagnostics API without auth)",
             ),
             None,
         ),
-        ("GORGE_WEBHOOK_MYSQL_HOST", m.host.clone(), None),
-        ("GORGE_WEBHOOK_MYSQL_PORT", m.port.to_string(), None),
-        ("GORGE_WEBHOOK_MYSQL_USER", m.user.clone(), None),
+        (mysql::HOST.name, m.host.clone(), None),
+        (mysql::PORT.name, m.port.to_string(), None),
+        (mysql::USER.name, m.user.clone(), None),
+        (mysql::PASS.name, secret(&m.password, "(empty)"), None),
+        (mysql::TLS.name, m.tls.to_string(), None),
         (
-            "GORGE_WEBHOOK_MYSQL_PASS",
-            secret(&m.password, "(empty)"),
-            None,
-        ),
-        ("GORGE_WEBHOOK_MYSQL_TLS", m.tls.to_string(), None),
-        (
-            "GORGE_WEBHOOK_MYSQL_TLS_CA",
+            mysql::TLS_CA.name,
             m.tls_ca_file
                 .as_ref()
                 .map_or_else(|| "(none)".to_owned(), |p| p.display().to_string()),
             None,
         ),
         (
-            "GORGE_WEBHOOK_MYSQL_POOL_MAX",
+            mysql::POOL_MAX.name,
             m.pool_max.to_string(),
             // Unset or 0 both mean "derive it".
-            match get("GORGE_WEBHOOK_MYSQL_POOL_MAX")
-                .as_deref()
-                .map(str::trim)
-            {
+            match get(mysql::POOL_MAX.name).as_deref().map(str::trim) {
                 None | Some("0") => Some("derived: 2 x MAX_CONCURRENT + 4".to_owned()),
                 Some(_) => None,
             },
         ),
+        (mysql::CONNECT_TIMEOUT.name, ms(m.connect_timeout), None),
+        (mysql::STATEMENT_TIMEOUT.name, ms(m.statement_timeout), None),
         (
-            "GORGE_WEBHOOK_NAMESPACE",
+            mysql::KEEPALIVE.name,
+            m.tcp_keepalive
+                .map_or_else(|| "(off)".to_owned(), |idle| secs(idle.as_secs())),
+            None,
+        ),
+        (
+            mysql::NAMESPACE.name,
             m.namespace.clone(),
             Some(format!("database {}", m.database())),
         ),
         (
-            LOCAL_CONFIG,
+            LOCAL_CONFIG.name,
             config.local_config.as_ref().map_or_else(
                 || "(not set)".to_owned(),
                 |c| c.path().display().to_string(),
@@ -237,27 +238,23 @@ pub fn report(get: Lookup<'_>) -> Result<Report, AdminError> {
             }),
         ),
         (
-            "GORGE_WEBHOOK_POLL_INTERVAL_MS",
-            format!("{} ms", millis(s.poll_interval)),
+            POLL_INTERVAL.name,
+            ms(s.poll_interval),
             Some("spaces idle polls only (see note)".to_owned()),
         ),
         (
-            "GORGE_WEBHOOK_DELIVERY_TIMEOUT",
+            DELIVERY_TIMEOUT.name,
             secs(s.delivery_timeout.as_secs()),
             None,
         ),
+        (MAX_CONCURRENT.name, s.max_concurrent.to_string(), None),
         (
-            "GORGE_WEBHOOK_MAX_CONCURRENT",
-            s.max_concurrent.to_string(),
-            None,
-        ),
-        (
-            "GORGE_WEBHOOK_ERROR_BACKOFF_SEC",
+            BREAKER_WINDOW.name,
             secs(s.breaker_window_secs),
             Some("breaker window".to_owned()),
         ),
         (
-            "GORGE_WEBHOOK_ERROR_THRESHOLD",
+            BREAKER_THRESHOLD.name,
             s.breaker_threshold.to_string(),
             Some(format!(
                 "breaker opens at {} failed rows within {} s",
@@ -265,7 +262,7 @@ pub fn report(get: Lookup<'_>) -> Result<Report, AdminError> {
             )),
         ),
         (
-            "GORGE_WEBHOOK_RETRY_BACKOFF_SEC",
+            RETRY_BACKOFF.name,
             secs(s.retry_backoff_secs),
             Some(format!(
                 "effective retry spacing {} s = max(effective lease, backoff)",
@@ -273,7 +270,7 @@ pub fn report(get: Lookup<'_>) -> Result<Report, AdminError> {
             )),
         ),
         (
-            "GORGE_WEBHOOK_CLAIM_LEASE_SEC",
+            CLAIM_LEASE.name,
             secs(s.claim_lease_secs),
             Some(format!(
                 "effective lease {} s = max(this, delivery timeout + 2 s)",
@@ -281,7 +278,7 @@ pub fn report(get: Lookup<'_>) -> Result<Report, AdminError> {
             )),
         ),
         (
-            "GORGE_WEBHOOK_BATCH_SIZE",
+            BATCH_SIZE.name,
             s.batch_size.to_string(),
             Some(format!(
                 "effective {} rows per candidate query",
@@ -289,53 +286,30 @@ pub fn report(get: Lookup<'_>) -> Result<Report, AdminError> {
             )),
         ),
         (
-            "GORGE_WEBHOOK_SHUTDOWN_GRACE_SEC",
-            raw("GORGE_WEBHOOK_SHUTDOWN_GRACE_SEC", "30"),
-            daemon_only.clone(),
-        ),
-        (
-            "GORGE_LOG_LEVEL",
-            raw("GORGE_LOG_LEVEL", "info"),
-            daemon_only.clone(),
-        ),
-        (
-            "GORGE_LOG_FORMAT",
-            raw("GORGE_LOG_FORMAT", "text"),
-            daemon_only.clone(),
-        ),
-        (
-            "GORGE_WEBHOOK_SIGNATURE_HEADERS",
+            transport::SIGNATURE_HEADERS.name,
             t.signature_headers.join(", "),
             None,
         ),
-        ("GORGE_WEBHOOK_USER_AGENT", t.user_agent.clone(), None),
+        (transport::USER_AGENT.name, t.user_agent.clone(), None),
         (
-            "GORGE_WEBHOOK_MAX_REDIRECTS",
+            transport::MAX_REDIRECTS.name,
             t.max_redirects.to_string(),
             (t.max_redirects == 0).then(|| "redirects are never followed".to_owned()),
         ),
+        (transport::CONNECT_TIMEOUT.name, ms(t.connect_timeout), None),
+        (transport::RESOLVE_TIMEOUT.name, ms(t.resolve_timeout), None),
         (
-            "GORGE_WEBHOOK_CONNECT_TIMEOUT_MS",
-            format!("{} ms", millis(t.connect_timeout)),
-            None,
-        ),
-        (
-            "GORGE_WEBHOOK_RESOLVE_TIMEOUT_MS",
-            format!("{} ms", millis(t.resolve_timeout)),
-            None,
-        ),
-        (
-            "GORGE_WEBHOOK_RESPONSE_BODY_LIMIT",
+            transport::RESPONSE_BODY_LIMIT.name,
             format!("{} bytes", t.response_body_limit),
             None,
         ),
         (
-            "GORGE_WEBHOOK_POOL_IDLE_SEC",
+            transport::POOL_IDLE.name,
             secs(t.pool_idle_timeout.as_secs()),
             None,
         ),
         (
-            "GORGE_WEBHOOK_OUTBOUND_DENY",
+            transport::OUTBOUND_DENY.name,
             if t.outbound_deny == phorge_deny_list() {
                 format!(
                     "Phorge's security.outbound-blacklist ({} networks)",
@@ -347,50 +321,29 @@ pub fn report(get: Lookup<'_>) -> Result<Report, AdminError> {
             None,
         ),
         (
-            "GORGE_WEBHOOK_OUTBOUND_ALLOW",
+            transport::OUTBOUND_ALLOW.name,
             nets(&t.outbound_allow),
             None,
         ),
         (
-            "GORGE_WEBHOOK_CA_FILE",
-            match raw("GORGE_WEBHOOK_CA_FILE", "").trim() {
+            transport::CA_FILE.name,
+            match transport::CA_FILE.info().text(get).trim() {
                 "" => "(none)".to_owned(),
                 path => path.to_owned(),
             },
             None,
         ),
         (
-            "GORGE_WEBHOOK_REQUEST_ID_HEADER",
+            transport::REQUEST_ID_HEADER.name,
             t.request_id_header
                 .clone()
                 .unwrap_or_else(|| "(off)".to_owned()),
             None,
         ),
-        (
-            "GORGE_WEBHOOK_EVENT_STREAMS",
-            raw("GORGE_WEBHOOK_EVENT_STREAMS", "16"),
-            daemon_only,
-        ),
     ];
-    let entries = rows
-        .into_iter()
-        .map(|(variable, value, detail)| Entry {
-            variable,
-            value,
-            source: if get(variable).is_some() {
-                Source::Environment
-            } else {
-                Source::Default
-            },
-            detail,
-        })
-        .collect();
-    let findings = findings(&config);
-    Ok(Report {
-        entries,
-        findings,
-        config,
-    })
+    rows.into_iter()
+        .map(|(variable, value, detail)| (variable, (value, detail)))
+        .collect()
 }
 
 /// Every warning and note for a validated configuration.
@@ -402,8 +355,8 @@ pub fn findings(config: &AdminConfig) -> Vec<Finding> {
         .map(|warning| Finding {
             level: Level::Warning,
             variable: match warning {
-                WindowWarning::LeaseRaised { .. } => Setting::ClaimLease.env_name(),
-                WindowWarning::BackoffBelowLease { .. } => Setting::RetryBackoff.env_name(),
+                WindowWarning::LeaseRaised { .. } => CLAIM_LEASE.name,
+                WindowWarning::BackoffBelowLease { .. } => RETRY_BACKOFF.name,
             },
             message: warning.to_string(),
         })
@@ -420,7 +373,7 @@ pub fn findings(config: &AdminConfig) -> Vec<Finding> {
         if !opened.is_empty() {
             found.push(Finding {
                 level: Level::Warning,
-                variable: "GORGE_WEBHOOK_OUTBOUND_ALLOW",
+                variable: transport::OUTBOUND_ALLOW.name,
                 message: format!(
                     "{allow} opens addresses the deny list closes ({}): a hook URI pointing \
                      there will be called, so anyone who can edit a webhook in Phorge can make \
@@ -432,7 +385,7 @@ pub fn findings(config: &AdminConfig) -> Vec<Finding> {
     }
 
     let poll_ms = millis(w.poll_interval());
-    let poll = Setting::PollInterval.env_name();
+    let poll = POLL_INTERVAL.name;
     if poll_ms >= SLOW_POLL_MS {
         found.push(Finding {
             level: Level::Warning,
@@ -583,14 +536,10 @@ impl Report {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
+    use webhook_core::setting::table;
 
     fn report_for(pairs: &[(&str, &str)]) -> Result<Report, AdminError> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
-        report(&|name| map.get(name).cloned())
+        report(&table(pairs))
     }
 
     fn warnings(r: &Report) -> Vec<&Finding> {
@@ -605,6 +554,10 @@ mod tests {
         let r = report_for(&[]).expect("defaults are valid");
         assert!(warnings(&r).is_empty(), "{:?}", r.findings);
         assert!(r.entries.iter().all(|e| e.source == Source::Default));
+        // One row per variable of the daemon's registry, in its order.
+        let listed: Vec<&str> = r.entries.iter().map(|e| e.variable).collect();
+        let registry: Vec<&str> = variables().map(|v| v.name).collect();
+        assert_eq!(listed, registry);
         let lease = r
             .entries
             .iter()

@@ -21,6 +21,8 @@ use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use tokio::net::TcpStream;
 
+use webhook_daemon::config::LISTEN;
+
 use crate::clock;
 use crate::error::AdminError;
 use crate::sse::{Message, Parser};
@@ -104,24 +106,17 @@ impl StreamUrl {
         })
     }
 
-    /// `http://127.0.0.1:<port>` for the daemon's `GORGE_LISTEN_ADDR`
-    /// (`:8160` when unset); an address that names a host keeps it.
+    /// `http://127.0.0.1:<port>` for the daemon's `GORGE_LISTEN_ADDR` (read
+    /// as the daemon reads it, `webhook_daemon::config::LISTEN`, default
+    /// included); an address that names a host keeps it.
     pub fn from_listen_addr(listen: Option<&str>) -> Result<Self, AdminError> {
-        let text = listen.unwrap_or(":8160").trim();
-        let invalid = || AdminError::Setting {
-            variable: "GORGE_LISTEN_ADDR".to_owned(),
-            reason: format!(
-                "is not an address like :8160 or 127.0.0.1:8160 ({}); pass --url instead",
-                webhook_core::withheld(text)
-            ),
-        };
-        let addr: SocketAddr = match text.strip_prefix(':') {
-            Some(port) => SocketAddr::new(
-                IpAddr::V4(Ipv4Addr::LOCALHOST),
-                port.parse().map_err(|_| invalid())?,
-            ),
-            None => text.parse().map_err(|_| invalid())?,
-        };
+        let addr =
+            LISTEN
+                .read(&|_| listen.map(str::to_owned))
+                .map_err(|err| AdminError::Setting {
+                    variable: err.variable.to_owned(),
+                    reason: format!("{}; pass --url instead", err.reason),
+                })?;
         let ip = if addr.ip().is_unspecified() {
             IpAddr::V4(Ipv4Addr::LOCALHOST)
         } else {

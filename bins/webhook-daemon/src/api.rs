@@ -57,6 +57,15 @@ pub struct ServiceToken {
     tag: Option<hmac::Tag>,
 }
 
+// Hand-written: the tag is derived from the token and stays out of logs.
+impl std::fmt::Debug for ServiceToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServiceToken")
+            .field("set", &self.tag.is_some())
+            .finish()
+    }
+}
+
 impl ServiceToken {
     /// An empty token turns authentication off.
     pub fn new(token: &str) -> Self {
@@ -139,6 +148,16 @@ pub struct Api {
     /// Turns for the database-backed routes ([`DB_ROUTES_AT_ONCE`]).
     db_turns: Semaphore,
     rows_unreadable: Option<RowsUnreadable>,
+}
+
+impl std::fmt::Debug for Api {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Api")
+            .field("token", &self.token)
+            .field("handoff", &self.handoff.is_some())
+            .field("events", &self.events.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Why a database-backed request got no answer from the store.

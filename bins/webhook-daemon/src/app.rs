@@ -45,7 +45,7 @@ pub enum StartError {
     Store(#[from] webhook_store_mysql::MysqlError),
     /// The transport could not be configured.
     #[error("transport settings: {0}")]
-    Transport(#[from] webhook_transport_hyper::TransportConfigError),
+    Transport(#[from] webhook_core::SettingError),
     /// The diagnostics address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {

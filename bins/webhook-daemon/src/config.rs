@@ -2,225 +2,119 @@
 //! service's names and defaults, so it replaces that binary without edits.
 //! Every bad value stops startup with a message naming the variable.
 //!
+//! It owns the registry: every variable the daemon reads, in `--help`
+//! order ([`variables`]), composed from the lists of the crates that
+//! declare them (`webhook_core::windows`, `webhook_store_mysql::config` and
+//! `local_config`, `webhook_transport_hyper::config`) and the daemon's own
+//! (listen address, token, logging, shutdown grace, event streams).
+//! `--help`, `webhook-admin config` and the docs check read it.
+//!
 //! Parsing takes a lookup function, never the process environment itself,
 //! so tests feed it tables.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use tracing_subscriber::EnvFilter;
-use webhook_core::{withheld, Settings, Windows};
-use webhook_store_mysql::local_config::{LocalConfig, LocalConfigError, VARIABLE as LOCAL_CONFIG};
-use webhook_store_mysql::{MysqlConfig, MysqlError};
-use webhook_transport_hyper::TransportConfig;
+use webhook_core::setting::{text, whole_number, Lookup, Setting, SettingError, SettingInfo};
+use webhook_core::{windows, withheld, Settings, Windows};
+use webhook_store_mysql::local_config::{self, LocalConfig};
+use webhook_store_mysql::{config as mysql, MysqlConfig};
+use webhook_transport_hyper::{config as transport, TransportConfig};
 
-/// One documented variable, for `--help`.
-#[derive(Debug, Clone, Copy)]
-pub struct Variable {
-    /// Its name.
-    pub name: &'static str,
-    /// Its default, as text.
-    pub default: &'static str,
-    /// What it sets.
-    pub help: &'static str,
-}
+/// `GORGE_LISTEN_ADDR`
+pub const LISTEN: Setting<SocketAddr> = Setting::new(
+    "GORGE_LISTEN_ADDR",
+    ":8160",
+    "diagnostics HTTP address ([host]:port)",
+    parse_listen,
+);
+/// `GORGE_SERVICE_TOKEN`: empty = auth off.
+pub const SERVICE_TOKEN: Setting<String> = Setting::new(
+    "GORGE_SERVICE_TOKEN",
+    "",
+    "token for every path but /, /healthz and /readyz; empty = no auth",
+    text,
+)
+.secret();
+/// `GORGE_WEBHOOK_SHUTDOWN_GRACE_SEC`
+pub const SHUTDOWN_GRACE: Setting<Duration> = Setting::new(
+    "GORGE_WEBHOOK_SHUTDOWN_GRACE_SEC",
+    "30",
+    "how long SIGTERM waits for in-flight deliveries",
+    |raw| bounded(raw, 1..=3_600).map(Duration::from_secs),
+);
+/// `GORGE_LOG_LEVEL`, as a validated tracing filter.
+pub const LOG_LEVEL: Setting<String> = Setting::new(
+    "GORGE_LOG_LEVEL",
+    "info",
+    "error|warn|info|debug|trace, or a tracing filter",
+    parse_log_filter,
+);
+/// `GORGE_LOG_FORMAT`
+pub const LOG_FORMAT: Setting<LogFormat> =
+    Setting::new("GORGE_LOG_FORMAT", "text", "text|json", |raw| {
+        match raw.trim() {
+            "text" | "" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            other => Err(format!("is not text or json ({})", withheld(other))),
+        }
+    });
+/// `GORGE_WEBHOOK_EVENT_STREAMS`
+pub const EVENT_STREAMS: Setting<usize> = Setting::new(
+    "GORGE_WEBHOOK_EVENT_STREAMS",
+    "16",
+    "live /api/webhook/events streams open at once (1..1024)",
+    |raw| bounded(raw, 1..=1_024),
+);
 
-const fn var(name: &'static str, default: &'static str, help: &'static str) -> Variable {
-    Variable {
-        name,
-        default,
-        help,
+/// A whole number within `allowed`.
+fn bounded<T>(raw: &str, allowed: RangeInclusive<T>) -> Result<T, String>
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display,
+{
+    let n = whole_number(raw)?;
+    if allowed.contains(&n) {
+        Ok(n)
+    } else {
+        Err(format!(
+            "must be between {} and {}",
+            allowed.start(),
+            allowed.end()
+        ))
     }
 }
 
-/// Every variable the daemon reads, with its default.
-pub const VARIABLES: &[Variable] = &[
-    var(
-        "GORGE_LISTEN_ADDR",
-        ":8160",
-        "diagnostics HTTP address ([host]:port)",
-    ),
-    var(
-        "GORGE_SERVICE_TOKEN",
-        "",
-        "token for every path but /, /healthz and /readyz; empty = no auth",
-    ),
-    var(
-        "GORGE_WEBHOOK_MYSQL_HOST",
-        "127.0.0.1",
-        "MySQL/MariaDB host",
-    ),
-    var("GORGE_WEBHOOK_MYSQL_PORT", "3306", "MySQL/MariaDB port"),
-    var("GORGE_WEBHOOK_MYSQL_USER", "phorge", "MySQL user"),
-    var("GORGE_WEBHOOK_MYSQL_PASS", "", "MySQL password"),
-    var(
-        "GORGE_WEBHOOK_MYSQL_TLS",
-        "false",
-        "require TLS to the database (rustls)",
-    ),
-    var(
-        "GORGE_WEBHOOK_MYSQL_TLS_CA",
-        "",
-        "PEM file of CAs for the database's certificate",
-    ),
-    var(
-        "GORGE_WEBHOOK_MYSQL_POOL_MAX",
-        "0",
-        "database connections at most; 0 = 2 x MAX_CONCURRENT + 4",
-    ),
-    var(
-        "GORGE_WEBHOOK_MYSQL_CONNECT_TIMEOUT_MS",
-        "5000",
-        "bound on getting a database connection (TCP, TLS, handshake, pool slot)",
-    ),
-    var(
-        "GORGE_WEBHOOK_MYSQL_STATEMENT_TIMEOUT_MS",
-        "10000",
-        "bound on one database statement; then its connection is abandoned",
-    ),
-    var(
-        "GORGE_WEBHOOK_MYSQL_KEEPALIVE_SEC",
-        "30",
-        "TCP keepalive idle time on database sockets; 0 = off",
-    ),
-    var(
-        "GORGE_WEBHOOK_NAMESPACE",
-        "phorge",
-        "Phorge storage namespace; the database is {namespace}_herald",
-    ),
-    var(
-        "GORGE_PHORGE_LOCAL_CONFIG",
-        "",
-        "Phorge's conf/local/local.json, read for phabricator.silent; empty = not read",
-    ),
-    var(
-        "GORGE_WEBHOOK_POLL_INTERVAL_MS",
-        "1000",
-        "idle poll spacing (a full batch is followed at once)",
-    ),
-    var(
-        "GORGE_WEBHOOK_DELIVERY_TIMEOUT",
-        "15",
-        "seconds for one whole HTTP exchange",
-    ),
-    var(
-        "GORGE_WEBHOOK_MAX_CONCURRENT",
-        "8",
-        "deliveries in flight at once, across hooks",
-    ),
-    var(
-        "GORGE_WEBHOOK_ERROR_BACKOFF_SEC",
-        "300",
-        "breaker window in seconds",
-    ),
-    var(
-        "GORGE_WEBHOOK_ERROR_THRESHOLD",
-        "10",
-        "failed rows in the window that open a hook's breaker",
-    ),
-    var(
-        "GORGE_WEBHOOK_RETRY_BACKOFF_SEC",
-        "60",
-        "seconds after a failed attempt before a retry",
-    ),
-    var(
-        "GORGE_WEBHOOK_CLAIM_LEASE_SEC",
-        "30",
-        "claim lease in seconds (raised to delivery timeout + 2)",
-    ),
-    var(
-        "GORGE_WEBHOOK_BATCH_SIZE",
-        "0",
-        "candidate rows kept ready; 0 = 8 x MAX_CONCURRENT (32..1024)",
-    ),
-    var(
-        "GORGE_WEBHOOK_SHUTDOWN_GRACE_SEC",
-        "30",
-        "how long SIGTERM waits for in-flight deliveries",
-    ),
-    var(
-        "GORGE_LOG_LEVEL",
-        "info",
-        "error|warn|info|debug|trace, or a tracing filter",
-    ),
-    var("GORGE_LOG_FORMAT", "text", "text|json"),
-    var(
-        "GORGE_WEBHOOK_SIGNATURE_HEADERS",
-        "X-Phabricator-Webhook-Signature",
-        "comma-separated signature header names",
-    ),
-    var(
-        "GORGE_WEBHOOK_USER_AGENT",
-        "gorge-webhook/<version>",
-        "User-Agent sent to receivers",
-    ),
-    var(
-        "GORGE_WEBHOOK_MAX_REDIRECTS",
-        "20",
-        "redirects followed; 0 = never",
-    ),
-    var(
-        "GORGE_WEBHOOK_CONNECT_TIMEOUT_MS",
-        "5000",
-        "bound on one new connection",
-    ),
-    var(
-        "GORGE_WEBHOOK_RESOLVE_TIMEOUT_MS",
-        "10000",
-        "bound on resolving a hook's host",
-    ),
-    var(
-        "GORGE_WEBHOOK_RESPONSE_BODY_LIMIT",
-        "65536",
-        "response bytes read, then discarded",
-    ),
-    var(
-        "GORGE_WEBHOOK_POOL_IDLE_SEC",
-        "30",
-        "idle keep-alive connections are closed after this",
-    ),
-    var(
-        "GORGE_WEBHOOK_OUTBOUND_DENY",
-        "Phorge's security.outbound-blacklist",
-        "comma-separated CIDRs never called",
-    ),
-    var(
-        "GORGE_WEBHOOK_OUTBOUND_ALLOW",
-        "",
-        "comma-separated CIDRs allowed despite the deny list",
-    ),
-    var(
-        "GORGE_WEBHOOK_CA_FILE",
-        "",
-        "PEM file of extra trusted roots for receivers",
-    ),
-    var(
-        "GORGE_WEBHOOK_REQUEST_ID_HEADER",
-        "",
-        "header carrying the request PHID (stable across retries); empty = off",
-    ),
-    var(
-        "GORGE_WEBHOOK_EVENT_STREAMS",
-        "16",
-        "live /api/webhook/events streams open at once (1..1024)",
-    ),
+/// The daemon's own variables, by where `--help` lists them.
+const OWN_FIRST: &[SettingInfo] = &[LISTEN.info(), SERVICE_TOKEN.info()];
+const OWN_AFTER_WINDOWS: &[SettingInfo] =
+    &[SHUTDOWN_GRACE.info(), LOG_LEVEL.info(), LOG_FORMAT.info()];
+const OWN_LAST: &[SettingInfo] = &[EVENT_STREAMS.info()];
+
+/// Every variable the daemon reads, as groups in `--help` order; see
+/// [`variables`].
+pub const REGISTRY: &[&[SettingInfo]] = &[
+    OWN_FIRST,
+    mysql::VARIABLES,
+    local_config::VARIABLES,
+    windows::VARIABLES,
+    OWN_AFTER_WINDOWS,
+    transport::VARIABLES,
+    OWN_LAST,
 ];
 
-/// A setting that cannot be used; the message starts with its variable.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{variable}: {reason}")]
-pub struct ConfigError {
-    /// The variable.
-    pub variable: String,
-    /// What is wrong, with what is allowed.
-    pub reason: String,
+/// Every variable the daemon reads, in `--help` order.
+pub fn variables() -> impl Iterator<Item = &'static SettingInfo> {
+    REGISTRY.iter().flat_map(|group| group.iter())
 }
 
-fn invalid(variable: &str, reason: impl Into<String>) -> ConfigError {
-    ConfigError {
-        variable: variable.to_owned(),
-        reason: reason.into(),
-    }
+/// The variables only the daemon reads ([`DaemonConfig`] beyond its
+/// [`DeliveryConfig`]).
+pub fn own_variables() -> impl Iterator<Item = &'static SettingInfo> {
+    [OWN_FIRST, OWN_AFTER_WINDOWS, OWN_LAST]
+        .into_iter()
+        .flat_map(|group| group.iter())
 }
 
 /// How log lines are written.
@@ -230,6 +124,39 @@ pub enum LogFormat {
     Text,
     /// One JSON object per line.
     Json,
+}
+
+/// What delivering needs, and `webhook-admin` validates as the daemon
+/// does: the windows, the database, the transport and Phorge's local
+/// config.
+#[derive(Debug, Clone)]
+pub struct DeliveryConfig {
+    /// The delivery windows.
+    pub windows: Windows,
+    /// Where Phorge's herald database is.
+    pub mysql: MysqlConfig,
+    /// How receivers are called.
+    pub transport: TransportConfig,
+    /// Phorge's `conf/local/local.json`, where `bin/config set` keeps
+    /// `phabricator.silent`; `None` = not read.
+    pub local_config: Option<LocalConfig>,
+}
+
+impl DeliveryConfig {
+    /// Parses and validates the delivery settings, windows first (the
+    /// database's default pool follows the concurrency).
+    pub fn from_lookup(get: Lookup<'_>) -> Result<Self, SettingError> {
+        let windows = Settings::from_lookup(get).and_then(Windows::try_new)?;
+        let mysql = MysqlConfig::from_lookup(get, windows.max_concurrent())?;
+        let transport = TransportConfig::from_env_with(get)?;
+        let local_config = LocalConfig::from_lookup(get)?;
+        Ok(Self {
+            windows,
+            mysql,
+            transport,
+            local_config,
+        })
+    }
 }
 
 /// Everything the daemon runs with, validated.
@@ -258,94 +185,27 @@ pub struct DaemonConfig {
     pub local_config: Option<LocalConfig>,
 }
 
-/// Reads variables through `get`, with every default applied.
-struct Reader<'a> {
-    get: &'a dyn Fn(&str) -> Option<String>,
-}
-
-impl Reader<'_> {
-    fn text(&self, name: &str, default: &str) -> String {
-        (self.get)(name).unwrap_or_else(|| default.to_owned())
-    }
-
-    fn number<T: std::str::FromStr>(&self, name: &str, default: T) -> Result<T, ConfigError> {
-        match (self.get)(name) {
-            None => Ok(default),
-            Some(raw) => raw
-                .trim()
-                .parse()
-                .map_err(|_| invalid(name, format!("is not a whole number ({})", withheld(&raw)))),
-        }
-    }
-}
-
 impl DaemonConfig {
-    /// Parses and validates every setting.
-    pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let read = Reader { get };
-        let windows = Settings::from_lookup(get)
-            .and_then(Windows::try_new)
-            .map_err(|e| invalid(e.setting.env_name(), e.reason))?;
-        let mysql =
-            MysqlConfig::from_lookup(get, windows.max_concurrent()).map_err(|e| match e {
-                MysqlError::InvalidConfig { setting, reason } => invalid(setting, reason),
-                other => invalid("GORGE_WEBHOOK_MYSQL_HOST", other.to_string()),
-            })?;
-        let listen = parse_listen(&read.text("GORGE_LISTEN_ADDR", ":8160"))
-            .map_err(|reason| invalid("GORGE_LISTEN_ADDR", reason))?;
-        let raw_filter = read.text("GORGE_LOG_LEVEL", "info");
-        let log_filter = trim_directives(&raw_filter);
-        // The parser's own message quotes the directive, so it is left out.
-        EnvFilter::try_new(&log_filter).map_err(|_| {
-            invalid(
-                "GORGE_LOG_LEVEL",
-                format!(
-                    "is not a level or tracing filter ({})",
-                    withheld(&raw_filter)
-                ),
-            )
-        })?;
-        let log_format = match read.text("GORGE_LOG_FORMAT", "text").trim() {
-            "text" | "" => LogFormat::Text,
-            "json" => LogFormat::Json,
-            other => {
-                return Err(invalid(
-                    "GORGE_LOG_FORMAT",
-                    format!("is not text or json ({})", withheld(other)),
-                ))
-            }
-        };
-        let grace: u64 = read.number("GORGE_WEBHOOK_SHUTDOWN_GRACE_SEC", 30)?;
-        if !(1..=3_600).contains(&grace) {
-            return Err(invalid(
-                "GORGE_WEBHOOK_SHUTDOWN_GRACE_SEC",
-                "must be between 1 and 3600".to_owned(),
-            ));
-        }
-        let event_streams: usize =
-            read.number("GORGE_WEBHOOK_EVENT_STREAMS", crate::live::DEFAULT_STREAMS)?;
-        if !(1..=1_024).contains(&event_streams) {
-            return Err(invalid(
-                "GORGE_WEBHOOK_EVENT_STREAMS",
-                "must be between 1 and 1024".to_owned(),
-            ));
-        }
-        let transport = TransportConfig::from_env_with(|name| (read.get)(name))
-            .map_err(|e| invalid(e.setting.env_name(), e.reason))?;
-        let local_config = LocalConfig::from_lookup(get).map_err(|e| match e {
-            LocalConfigError::InvalidSetting { reason } => invalid(LOCAL_CONFIG, reason),
-            other => invalid(LOCAL_CONFIG, other.to_string()),
-        })?;
+    /// Parses and validates every setting: the delivery settings first
+    /// (so the first error is the one `webhook-admin` reports too), then
+    /// the daemon's own.
+    pub fn from_lookup(get: Lookup<'_>) -> Result<Self, SettingError> {
+        let DeliveryConfig {
+            windows,
+            mysql,
+            transport,
+            local_config,
+        } = DeliveryConfig::from_lookup(get)?;
         Ok(Self {
-            listen,
-            service_token: read.text("GORGE_SERVICE_TOKEN", ""),
+            listen: LISTEN.read(get)?,
+            log_filter: LOG_LEVEL.read(get)?,
+            log_format: LOG_FORMAT.read(get)?,
+            shutdown_grace: SHUTDOWN_GRACE.read(get)?,
+            event_streams: EVENT_STREAMS.read(get)?,
+            service_token: SERVICE_TOKEN.read(get)?,
             mysql,
             windows,
             transport,
-            log_filter,
-            log_format,
-            shutdown_grace: Duration::from_secs(grace),
-            event_streams,
             local_config,
         })
     }
@@ -362,6 +222,14 @@ fn trim_directives(filter: &str) -> String {
         .filter(|directive| !directive.is_empty())
         .collect::<Vec<_>>()
         .join(",")
+}
+
+fn parse_log_filter(raw: &str) -> Result<String, String> {
+    let filter = trim_directives(raw);
+    // The parser's own message quotes the directive, so it is left out.
+    EnvFilter::try_new(&filter)
+        .map_err(|_| format!("is not a level or tracing filter ({})", withheld(raw)))?;
+    Ok(filter)
 }
 
 /// `:8160` (all interfaces, as Go reads it), `host:port` or `[v6]:port`.
@@ -395,8 +263,8 @@ pub fn help() -> String {
          Configuration comes from the environment (same names as the Go gorge-webhook):\n\n",
         env!("CARGO_PKG_VERSION")
     );
-    let width = VARIABLES.iter().map(|v| v.name.len()).max().unwrap_or(0);
-    for v in VARIABLES {
+    let width = variables().map(|v| v.name.len()).max().unwrap_or(0);
+    for v in variables() {
         let default = if v.default.is_empty() {
             "(empty)"
         } else {
@@ -413,14 +281,10 @@ pub fn help() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
+    use webhook_core::setting::table;
 
-    fn parse(pairs: &[(&str, &str)]) -> Result<DaemonConfig, ConfigError> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
-        DaemonConfig::from_lookup(&|name| map.get(name).cloned())
+    fn parse(pairs: &[(&str, &str)]) -> Result<DaemonConfig, SettingError> {
+        DaemonConfig::from_lookup(&table(pairs))
     }
 
     #[test]
@@ -525,7 +389,7 @@ mod tests {
         ];
         let mut refused = 0;
         for secret in secrets {
-            for v in VARIABLES {
+            for v in variables() {
                 for extra in [None, Some(("GORGE_WEBHOOK_MYSQL_TLS", "true"))] {
                     let mut pairs = vec![(v.name, secret)];
                     pairs.extend(extra);
@@ -558,9 +422,21 @@ mod tests {
     }
 
     #[test]
+    fn the_registry_names_each_variable_once_and_every_default_parses() {
+        let mut names: Vec<&str> = variables().map(|v| v.name).collect();
+        let count = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), count, "a variable is listed twice");
+        // Unset, every variable reads as its default (and the defaults are
+        // valid together).
+        parse(&[]).expect("defaults are valid");
+    }
+
+    #[test]
     fn help_lists_every_variable_with_its_default() {
         let text = help();
-        for v in VARIABLES {
+        for v in variables() {
             assert!(text.contains(v.name), "{}", v.name);
         }
         assert!(text.contains("default: 8"));

@@ -33,7 +33,8 @@ use webhook_transport_hyper::{HyperTransport, TransportConfig};
 use crate::api::{Api, Readiness, ServiceToken};
 use crate::app::log_windows;
 use crate::clock::SystemClock;
-use crate::live::{EventHub, DEFAULT_STREAMS};
+use crate::config::EVENT_STREAMS;
+use crate::live::EventHub;
 use crate::server;
 
 /// `println!` panics when stdout is closed (e.g. piped into `head`); the
@@ -228,7 +229,7 @@ pub async fn run(listen: Option<SocketAddr>) -> Result<(), String> {
         ..TransportConfig::default()
     })
     .map_err(|e| e.to_string())?;
-    let events = Arc::new(EventHub::new(DEFAULT_STREAMS));
+    let events = Arc::new(EventHub::new(EVENT_STREAMS.default_value()));
     let dispatcher = Arc::new(
         Dispatcher::new(Arc::new(store.clone()), Arc::new(transport), clock, windows)
             .with_objects(Arc::new(store.clone()))

@@ -23,9 +23,6 @@ use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 use webhook_core::{Event, EventSink};
 
-/// Streams open at once when `GORGE_WEBHOOK_EVENT_STREAMS` is not set.
-pub const DEFAULT_STREAMS: usize = 16;
-
 /// How many events a stream may fall behind before it loses the oldest.
 pub const BUFFER: usize = 1024;
 

@@ -1,6 +1,8 @@
 //! `GET /metrics`: the dispatcher's counters and the queue depth in the
 //! Prometheus text format, encoded by `prometheus-client` from a snapshot
-//! taken per scrape. Nothing here carries a URI, key, host or SQL.
+//! taken per scrape, and the list of names it exposes ([`exposed_names`],
+//! which the docs check reads). Nothing here carries a URI, key, host or
+//! SQL.
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -8,9 +10,10 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use webhook_core::hold::Source;
+use webhook_core::hold::{Reading, Sight, Source};
 use webhook_core::metrics::LATENCY_BUCKETS;
 use webhook_core::{MetricsSnapshot, QueueStats};
+use webhook_store_mysql::PhpDeliveryTasks;
 
 use crate::handoff::HandOffStatus;
 
@@ -290,10 +293,45 @@ pub fn render(scrape: Scrape) -> Result<String, std::fmt::Error> {
     Ok(out)
 }
 
+/// Every name `/metrics` can expose: each family as its `# TYPE` line
+/// names it, and each sample's name (a counter's `_total`, a histogram's
+/// `_bucket`, `_sum` and `_count`), read from a scrape with every part
+/// present (the queue, the hand-off, the unreadable-row count).
+pub fn exposed_names() -> Vec<String> {
+    let text = render(Scrape {
+        dispatcher: MetricsSnapshot {
+            latency_buckets: vec![0; LATENCY_BUCKETS.len()],
+            ..MetricsSnapshot::default()
+        },
+        queue: Some(QueueStats::default()),
+        handoff: Some(HandOffStatus {
+            silent_mode: Sight {
+                local_config: Reading::NotSet,
+                database: Reading::Off,
+            },
+            php_tasks: Some(PhpDeliveryTasks::default()),
+        }),
+        rows_unreadable: Some(0),
+    })
+    // Encoding into a String cannot fail; an empty list fails its users.
+    .unwrap_or_default();
+    let mut names: Vec<String> = text
+        .lines()
+        .filter_map(|line| match line.strip_prefix("# TYPE ") {
+            Some(family) => family.split(' ').next(),
+            None if line.starts_with('#') => None,
+            None => line.split(['{', ' ']).next(),
+        })
+        .map(str::to_owned)
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use webhook_core::hold::{Reading, Sight};
 
     #[test]
     fn renders_counters_queue_and_histogram() {
@@ -393,6 +431,29 @@ mod tests {
                 "gorge_webhook_silent_mode_visible{source=\"local_config\"} 1",
                 "gorge_webhook_silent_mode_visible{source=\"database\"} 0",
             ]
+        );
+    }
+
+    #[test]
+    fn exposed_names_hold_every_family_and_sample_name() {
+        let names = exposed_names();
+        for family in [
+            "gorge_webhook_deliveries",
+            "gorge_webhook_deliveries_total",
+            "gorge_webhook_rows_unreadable_total",
+            "gorge_webhook_queue_rows",
+            "gorge_webhook_silent_mode_visible",
+            "gorge_webhook_php_delivery_tasks",
+            "gorge_webhook_delivery_duration_seconds",
+            "gorge_webhook_delivery_duration_seconds_bucket",
+            "gorge_webhook_delivery_duration_seconds_sum",
+            "gorge_webhook_delivery_duration_seconds_count",
+        ] {
+            assert!(names.iter().any(|n| n == family), "{family}: {names:?}");
+        }
+        assert!(
+            names.iter().all(|n| n.starts_with("gorge_webhook_")),
+            "{names:?}"
         );
     }
 }

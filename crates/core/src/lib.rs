@@ -28,6 +28,7 @@ pub mod outcome;
 pub mod payload;
 mod phpjson;
 pub mod properties;
+pub mod setting;
 pub mod store;
 pub mod transport;
 pub mod triage;
@@ -49,7 +50,8 @@ pub use outcome::{
 };
 pub use payload::{sign, verify, Payload};
 pub use properties::{ErrorCode, ErrorType, Properties, PropertiesError};
+pub use setting::{withheld, Lookup, Setting, SettingError, SettingInfo};
 pub use store::{CandidateQuery, Claim, HookLock, QueueStats, Store, StoreError, Written};
 pub use transport::{OutboundRequest, Resolution, Target, Transport};
 pub use triage::{triage, triage_looked_up, HookLookup, Triage};
-pub use windows::{withheld, ConfigError, Cutoffs, Setting, Settings, WindowWarning, Windows};
+pub use windows::{Cutoffs, Settings, WindowWarning, Windows};

@@ -1,5 +1,6 @@
-//! Settings of the delivery loop and the three time windows derived from
-//! them: the claim lease, the retry backoff and the hook circuit breaker.
+//! Settings of the delivery loop (their `GORGE_WEBHOOK_*` variables,
+//! declared once here) and the three time windows derived from them: the
+//! claim lease, the retry backoff and the hook circuit breaker.
 //!
 //! Everything here takes `now` as an argument; nothing reads a clock.
 
@@ -8,71 +9,83 @@ use std::time::Duration;
 
 use crate::breaker::Breaker;
 use crate::model::{LastResult, RequestRow, UnixTime};
+use crate::setting::{
+    milliseconds, seconds, whole_number, Lookup, Setting, SettingError, SettingInfo,
+};
 
-/// A tunable, named by the environment variable operators set. Errors and
-/// warnings name settings this way so a message points at what to fix.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Setting {
-    /// `GORGE_WEBHOOK_POLL_INTERVAL_MS`
-    PollInterval,
-    /// `GORGE_WEBHOOK_DELIVERY_TIMEOUT`
-    DeliveryTimeout,
-    /// `GORGE_WEBHOOK_MAX_CONCURRENT`
-    MaxConcurrent,
-    /// `GORGE_WEBHOOK_ERROR_BACKOFF_SEC`
-    BreakerWindow,
-    /// `GORGE_WEBHOOK_ERROR_THRESHOLD`
-    BreakerThreshold,
-    /// `GORGE_WEBHOOK_RETRY_BACKOFF_SEC`
-    RetryBackoff,
-    /// `GORGE_WEBHOOK_CLAIM_LEASE_SEC`
-    ClaimLease,
-    /// `GORGE_WEBHOOK_BATCH_SIZE`
-    BatchSize,
-}
+/// `GORGE_WEBHOOK_POLL_INTERVAL_MS`
+pub const POLL_INTERVAL: Setting<Duration> = Setting::new(
+    "GORGE_WEBHOOK_POLL_INTERVAL_MS",
+    "1000",
+    "idle poll spacing (a full batch is followed at once)",
+    milliseconds,
+);
+/// `GORGE_WEBHOOK_DELIVERY_TIMEOUT`
+pub const DELIVERY_TIMEOUT: Setting<Duration> = Setting::new(
+    "GORGE_WEBHOOK_DELIVERY_TIMEOUT",
+    "15",
+    "seconds for one whole HTTP exchange",
+    seconds,
+);
+/// `GORGE_WEBHOOK_MAX_CONCURRENT`
+pub const MAX_CONCURRENT: Setting<usize> = Setting::new(
+    "GORGE_WEBHOOK_MAX_CONCURRENT",
+    "8",
+    "deliveries in flight at once, across hooks",
+    size,
+);
+/// `GORGE_WEBHOOK_ERROR_BACKOFF_SEC`
+pub const BREAKER_WINDOW: Setting<u64> = Setting::new(
+    "GORGE_WEBHOOK_ERROR_BACKOFF_SEC",
+    "300",
+    "breaker window in seconds",
+    whole_number,
+);
+/// `GORGE_WEBHOOK_ERROR_THRESHOLD`
+pub const BREAKER_THRESHOLD: Setting<u64> = Setting::new(
+    "GORGE_WEBHOOK_ERROR_THRESHOLD",
+    "10",
+    "failed rows in the window that open a hook's breaker",
+    whole_number,
+);
+/// `GORGE_WEBHOOK_RETRY_BACKOFF_SEC`
+pub const RETRY_BACKOFF: Setting<u64> = Setting::new(
+    "GORGE_WEBHOOK_RETRY_BACKOFF_SEC",
+    "60",
+    "seconds after a failed attempt before a retry",
+    whole_number,
+);
+/// `GORGE_WEBHOOK_CLAIM_LEASE_SEC`
+pub const CLAIM_LEASE: Setting<u64> = Setting::new(
+    "GORGE_WEBHOOK_CLAIM_LEASE_SEC",
+    "30",
+    "claim lease in seconds (raised to delivery timeout + 2)",
+    whole_number,
+);
+/// `GORGE_WEBHOOK_BATCH_SIZE`
+pub const BATCH_SIZE: Setting<usize> = Setting::new(
+    "GORGE_WEBHOOK_BATCH_SIZE",
+    "0",
+    "candidate rows kept ready; 0 = 8 x MAX_CONCURRENT (32..1024)",
+    size,
+);
 
-impl Setting {
-    /// The environment variable that sets it.
-    pub fn env_name(self) -> &'static str {
-        match self {
-            Self::PollInterval => "GORGE_WEBHOOK_POLL_INTERVAL_MS",
-            Self::DeliveryTimeout => "GORGE_WEBHOOK_DELIVERY_TIMEOUT",
-            Self::MaxConcurrent => "GORGE_WEBHOOK_MAX_CONCURRENT",
-            Self::BreakerWindow => "GORGE_WEBHOOK_ERROR_BACKOFF_SEC",
-            Self::BreakerThreshold => "GORGE_WEBHOOK_ERROR_THRESHOLD",
-            Self::RetryBackoff => "GORGE_WEBHOOK_RETRY_BACKOFF_SEC",
-            Self::ClaimLease => "GORGE_WEBHOOK_CLAIM_LEASE_SEC",
-            Self::BatchSize => "GORGE_WEBHOOK_BATCH_SIZE",
-        }
-    }
-}
+/// The delivery loop's variables, in `--help` order.
+pub const VARIABLES: &[SettingInfo] = &[
+    POLL_INTERVAL.info(),
+    DELIVERY_TIMEOUT.info(),
+    MAX_CONCURRENT.info(),
+    BREAKER_WINDOW.info(),
+    BREAKER_THRESHOLD.info(),
+    RETRY_BACKOFF.info(),
+    CLAIM_LEASE.info(),
+    BATCH_SIZE.info(),
+];
 
-impl fmt::Display for Setting {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.env_name())
-    }
-}
-
-/// How an error about a setting describes the value it was given: by its
-/// length only. A password pasted into the wrong variable would otherwise
-/// be printed at startup, into logs and the service manager's journal, so
-/// no setting's text (nor a number parsed from it) is ever echoed.
-pub fn withheld(raw: &str) -> String {
-    match raw.chars().count() {
-        0 => "the value is empty".to_owned(),
-        1 => "1 character, not shown".to_owned(),
-        n => format!("{n} characters, not shown"),
-    }
-}
-
-/// A setting outside its allowed range.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{setting}: {reason}")]
-pub struct ConfigError {
-    /// Which setting.
-    pub setting: Setting,
-    /// What is wrong with it, with the allowed range.
-    pub reason: String,
+/// A count: a whole number that must also fit in memory sizes.
+fn size(raw: &str) -> Result<usize, String> {
+    let n: u64 = whole_number(raw)?;
+    usize::try_from(n).map_err(|_| "is too large".to_owned())
 }
 
 /// The raw settings, as configured (SPEC §9 defaults).
@@ -97,58 +110,28 @@ pub struct Settings {
 }
 
 impl Default for Settings {
+    /// Every variable unset.
     fn default() -> Self {
-        Self {
-            poll_interval: Duration::from_millis(1000),
-            delivery_timeout: Duration::from_secs(15),
-            max_concurrent: 8,
-            breaker_window_secs: 300,
-            breaker_threshold: 10,
-            retry_backoff_secs: 60,
-            claim_lease_secs: 30,
-            batch_size: 0,
-        }
+        Self::from_lookup(&|_| None)
+            .unwrap_or_else(|err| panic!("a declared default does not parse: {err}"))
     }
 }
 
 impl Settings {
-    /// Reads every setting by its variable name through `get` (the
-    /// environment, for the binaries), with SPEC §9's defaults. Unparseable
-    /// numbers are errors naming the variable; ranges are checked by
+    /// Reads every setting by its variable through `get` (the environment,
+    /// for the binaries), with SPEC §9's defaults. Unparseable numbers are
+    /// errors naming the variable; ranges are checked by
     /// [`Windows::try_new`].
-    pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let d = Self::default();
-        let number = |setting: Setting, default: u64| -> Result<u64, ConfigError> {
-            match get(setting.env_name()) {
-                None => Ok(default),
-                Some(raw) => raw.trim().parse().map_err(|_| ConfigError {
-                    setting,
-                    reason: format!("is not a whole number ({})", withheld(&raw)),
-                }),
-            }
-        };
-        let size = |setting: Setting, default: usize| -> Result<usize, ConfigError> {
-            let n = number(setting, default as u64)?;
-            usize::try_from(n).map_err(|_| ConfigError {
-                setting,
-                reason: "is too large".to_owned(),
-            })
-        };
+    pub fn from_lookup(get: Lookup<'_>) -> Result<Self, SettingError> {
         Ok(Self {
-            poll_interval: Duration::from_millis(number(
-                Setting::PollInterval,
-                millis(d.poll_interval),
-            )?),
-            delivery_timeout: Duration::from_secs(number(
-                Setting::DeliveryTimeout,
-                d.delivery_timeout.as_secs(),
-            )?),
-            max_concurrent: size(Setting::MaxConcurrent, d.max_concurrent)?,
-            breaker_window_secs: number(Setting::BreakerWindow, d.breaker_window_secs)?,
-            breaker_threshold: number(Setting::BreakerThreshold, d.breaker_threshold)?,
-            retry_backoff_secs: number(Setting::RetryBackoff, d.retry_backoff_secs)?,
-            claim_lease_secs: number(Setting::ClaimLease, d.claim_lease_secs)?,
-            batch_size: size(Setting::BatchSize, d.batch_size)?,
+            poll_interval: POLL_INTERVAL.read(get)?,
+            delivery_timeout: DELIVERY_TIMEOUT.read(get)?,
+            max_concurrent: MAX_CONCURRENT.read(get)?,
+            breaker_window_secs: BREAKER_WINDOW.read(get)?,
+            breaker_threshold: BREAKER_THRESHOLD.read(get)?,
+            retry_backoff_secs: RETRY_BACKOFF.read(get)?,
+            claim_lease_secs: CLAIM_LEASE.read(get)?,
+            batch_size: BATCH_SIZE.read(get)?,
         })
     }
 }
@@ -183,15 +166,14 @@ impl fmt::Display for WindowWarning {
                 f,
                 "{} = {configured}s is shorter than a delivery can take; using {effective}s \
                  ({} + 2s) so a claim outlives its delivery",
-                Setting::ClaimLease,
-                Setting::DeliveryTimeout
+                CLAIM_LEASE.name, DELIVERY_TIMEOUT.name
             ),
             Self::BackoffBelowLease { backoff, lease } => write!(
                 f,
                 "{} = {backoff}s has no effect below the claim lease: failed rows are retried \
                  every {lease}s (the effective lease), because a failed attempt's write-back \
                  refreshes dateModified as well as lastRequestEpoch",
-                Setting::RetryBackoff
+                RETRY_BACKOFF.name
             ),
         }
     }
@@ -236,69 +218,57 @@ const LEASE_MARGIN_SECS: u64 = 2;
 
 impl Windows {
     /// Validates `settings`; the error names the offending variable.
-    pub fn try_new(settings: Settings) -> Result<Self, ConfigError> {
+    pub fn try_new(settings: Settings) -> Result<Self, SettingError> {
         check_range(
-            Setting::PollInterval,
+            POLL_INTERVAL.name,
             millis(settings.poll_interval),
             10,
             3_600_000,
             "ms",
         )?;
         check_range(
-            Setting::DeliveryTimeout,
+            DELIVERY_TIMEOUT.name,
             settings.delivery_timeout.as_secs(),
             1,
             600,
             "s",
         )?;
         if settings.delivery_timeout.subsec_nanos() != 0 {
-            return Err(ConfigError {
-                setting: Setting::DeliveryTimeout,
-                reason: "must be a whole number of seconds".into(),
-            });
+            return Err(SettingError::new(
+                DELIVERY_TIMEOUT.name,
+                "must be a whole number of seconds",
+            ));
         }
         check_range(
-            Setting::MaxConcurrent,
+            MAX_CONCURRENT.name,
             settings.max_concurrent as u64,
             1,
             1024,
             "",
         )?;
         check_range(
-            Setting::BreakerWindow,
+            BREAKER_WINDOW.name,
             settings.breaker_window_secs,
             1,
             86_400,
             "s",
         )?;
         check_range(
-            Setting::BreakerThreshold,
+            BREAKER_THRESHOLD.name,
             settings.breaker_threshold,
             1,
             1_000_000,
             "",
         )?;
         check_range(
-            Setting::RetryBackoff,
+            RETRY_BACKOFF.name,
             settings.retry_backoff_secs,
             0,
             86_400,
             "s",
         )?;
-        check_range(
-            Setting::ClaimLease,
-            settings.claim_lease_secs,
-            1,
-            86_400,
-            "s",
-        )?;
-        check_range(
-            Setting::BatchSize,
-            settings.batch_size as u64,
-            0,
-            10_000,
-            "",
-        )?;
+        check_range(CLAIM_LEASE.name, settings.claim_lease_secs, 1, 86_400, "s")?;
+        check_range(BATCH_SIZE.name, settings.batch_size as u64, 0, 10_000, "")?;
         let lease_secs = settings
             .claim_lease_secs
             .max(settings.delivery_timeout.as_secs() + LEASE_MARGIN_SECS);
@@ -409,19 +379,19 @@ fn millis(d: Duration) -> u64 {
 }
 
 fn check_range(
-    setting: Setting,
+    variable: &'static str,
     value: u64,
     min: u64,
     max: u64,
     unit: &str,
-) -> Result<(), ConfigError> {
+) -> Result<(), SettingError> {
     if (min..=max).contains(&value) {
         Ok(())
     } else {
-        Err(ConfigError {
-            setting,
-            reason: format!("must be between {min}{unit} and {max}{unit}"),
-        })
+        Err(SettingError::new(
+            variable,
+            format!("must be between {min}{unit} and {max}{unit}"),
+        ))
     }
 }
 
@@ -526,7 +496,7 @@ mod tests {
         assert_eq!(settings.claim_lease_secs, 30);
         let bad = |name: &str| (name == "GORGE_WEBHOOK_RETRY_BACKOFF_SEC").then(|| "-1".to_owned());
         let err = Settings::from_lookup(&bad).expect_err("negative");
-        assert_eq!(err.setting, Setting::RetryBackoff);
+        assert_eq!(err.variable, RETRY_BACKOFF.name);
         assert!(Settings::from_lookup(&|_| None).is_ok_and(|s| s == Settings::default()));
     }
 

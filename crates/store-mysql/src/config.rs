@@ -1,39 +1,135 @@
-//! Connection settings and their validation, and the `mysql_async` options
-//! built from them. [`MysqlConfig::from_lookup`] reads the `GORGE_WEBHOOK_*`
-//! variables through a lookup function the binary supplies; nothing here
-//! touches the process environment or the network.
+//! Connection settings — their `GORGE_WEBHOOK_MYSQL_*` and
+//! `GORGE_WEBHOOK_NAMESPACE` variables, declared once here — their
+//! validation, and the `mysql_async` options built from them.
+//! [`MysqlConfig::from_lookup`] reads the variables through a lookup
+//! function the binary supplies; nothing here touches the process
+//! environment or the network.
 
 use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
+
+use webhook_core::setting::{
+    milliseconds, text, whole_number, Lookup, Setting, SettingError, SettingInfo,
+};
 use webhook_core::withheld;
 
 use mysql_async::{OptsBuilder, PoolConstraints, PoolOpts, SslOpts};
 
 use crate::error::MysqlError;
 
-/// Pool size when none is configured.
+/// Pool size of a [`MysqlConfig::default`] (the variables' default derives
+/// it from the concurrency instead).
 pub const DEFAULT_POOL_MAX: usize = 16;
 
-/// How long to wait for a connection (TCP connect, handshake, or a free
-/// pool slot) before calling the database unavailable.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// `GORGE_WEBHOOK_MYSQL_HOST`
+pub const HOST: Setting<String> = Setting::new(
+    "GORGE_WEBHOOK_MYSQL_HOST",
+    "127.0.0.1",
+    "MySQL/MariaDB host",
+    text,
+);
+/// `GORGE_WEBHOOK_MYSQL_PORT`
+pub const PORT: Setting<u16> = Setting::new(
+    "GORGE_WEBHOOK_MYSQL_PORT",
+    "3306",
+    "MySQL/MariaDB port",
+    |raw| {
+        let port: u64 = whole_number(raw)?;
+        u16::try_from(port).map_err(|_| "is not a port number".to_owned())
+    },
+);
+/// `GORGE_WEBHOOK_MYSQL_USER`
+pub const USER: Setting<String> =
+    Setting::new("GORGE_WEBHOOK_MYSQL_USER", "phorge", "MySQL user", text);
+/// `GORGE_WEBHOOK_MYSQL_PASS`
+pub const PASS: Setting<String> =
+    Setting::new("GORGE_WEBHOOK_MYSQL_PASS", "", "MySQL password", text).secret();
+/// `GORGE_WEBHOOK_MYSQL_TLS`
+pub const TLS: Setting<bool> = Setting::new(
+    "GORGE_WEBHOOK_MYSQL_TLS",
+    "false",
+    "require TLS to the database (rustls)",
+    |raw| match raw.trim() {
+        "" | "0" | "false" | "no" | "off" => Ok(false),
+        "1" | "true" | "yes" | "on" => Ok(true),
+        other => Err(format!("is not true or false ({})", withheld(other))),
+    },
+);
+/// `GORGE_WEBHOOK_MYSQL_TLS_CA`: empty = the built-in web roots.
+pub const TLS_CA: Setting<Option<PathBuf>> = Setting::new(
+    "GORGE_WEBHOOK_MYSQL_TLS_CA",
+    "",
+    "PEM file of CAs for the database's certificate",
+    |raw| Ok((!raw.is_empty()).then(|| PathBuf::from(raw))),
+);
+/// `GORGE_WEBHOOK_MYSQL_POOL_MAX`: 0 = derived from the concurrency.
+pub const POOL_MAX: Setting<u64> = Setting::new(
+    "GORGE_WEBHOOK_MYSQL_POOL_MAX",
+    "0",
+    "database connections at most; 0 = 2 x MAX_CONCURRENT + 4",
+    whole_number,
+);
+/// `GORGE_WEBHOOK_MYSQL_CONNECT_TIMEOUT_MS`: how long to wait for a
+/// connection (TCP connect, handshake, or a free pool slot) before calling
+/// the database unavailable.
+pub const CONNECT_TIMEOUT: Setting<Duration> = Setting::new(
+    "GORGE_WEBHOOK_MYSQL_CONNECT_TIMEOUT_MS",
+    "5000",
+    "bound on getting a database connection (TCP, TLS, handshake, pool slot)",
+    milliseconds,
+);
+/// `GORGE_WEBHOOK_MYSQL_STATEMENT_TIMEOUT_MS`: how long one statement may
+/// take before its connection is abandoned and the database called
+/// unavailable (`crate::session`). Far above what any of the daemon's
+/// statements takes on a healthy server (the candidate query reads its
+/// batch through `key_status` in milliseconds even with millions of
+/// retained rows; docs/operations.md), and below the claim lease, so a
+/// write-back that met a frozen connection is retried on a fresh one while
+/// its claim still holds.
+pub const STATEMENT_TIMEOUT: Setting<Duration> = Setting::new(
+    "GORGE_WEBHOOK_MYSQL_STATEMENT_TIMEOUT_MS",
+    "10000",
+    "bound on one database statement; then its connection is abandoned",
+    milliseconds,
+);
+/// `GORGE_WEBHOOK_MYSQL_KEEPALIVE_SEC`: TCP keepalive on database sockets,
+/// the idle time before the first probe; 0 = off. It keeps NAT and
+/// load-balancer entries from expiring under an idle connection, and lets
+/// the kernel find a dead peer in the end; it cannot see a path that still
+/// acknowledges but forwards nothing, which is what the statement timeout
+/// is for.
+pub const KEEPALIVE: Setting<Option<Duration>> = Setting::new(
+    "GORGE_WEBHOOK_MYSQL_KEEPALIVE_SEC",
+    "30",
+    "TCP keepalive idle time on database sockets; 0 = off",
+    |raw| match whole_number(raw)? {
+        0 => Ok(None),
+        secs => Ok(Some(Duration::from_secs(secs))),
+    },
+);
+/// `GORGE_WEBHOOK_NAMESPACE`
+pub const NAMESPACE: Setting<String> = Setting::new(
+    "GORGE_WEBHOOK_NAMESPACE",
+    "phorge",
+    "Phorge storage namespace; the database is {namespace}_herald",
+    text,
+);
 
-/// How long one statement may take before its connection is abandoned and
-/// the database called unavailable (`crate::session`). Far above what any
-/// of the daemon's statements takes on a healthy server (the candidate
-/// query reads its batch through `key_status` in milliseconds even with
-/// millions of retained rows; docs/operations.md), and below the claim
-/// lease, so a write-back that met a frozen connection is retried on a
-/// fresh one while its claim still holds.
-pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// TCP keepalive on database sockets: idle time before the first probe.
-/// It keeps NAT and load-balancer entries from expiring under an idle
-/// connection, and lets the kernel find a dead peer in the end; it cannot
-/// see a path that still acknowledges but forwards nothing, which is what
-/// the statement timeout is for.
-pub const DEFAULT_TCP_KEEPALIVE: Duration = Duration::from_secs(30);
+/// The database's variables, in `--help` order.
+pub const VARIABLES: &[SettingInfo] = &[
+    HOST.info(),
+    PORT.info(),
+    USER.info(),
+    PASS.info(),
+    TLS.info(),
+    TLS_CA.info(),
+    POOL_MAX.info(),
+    CONNECT_TIMEOUT.info(),
+    STATEMENT_TIMEOUT.info(),
+    KEEPALIVE.info(),
+    NAMESPACE.info(),
+];
 
 /// The longest statement timeout accepted.
 const MAX_STATEMENT_TIMEOUT: Duration = Duration::from_secs(3_600);
@@ -68,11 +164,11 @@ pub struct MysqlConfig {
     /// A PEM file of CA certificates to trust instead of the built-in
     /// web roots (only with `tls`).
     pub tls_ca_file: Option<PathBuf>,
-    /// See [`DEFAULT_CONNECT_TIMEOUT`].
+    /// See [`CONNECT_TIMEOUT`].
     pub connect_timeout: Duration,
-    /// See [`DEFAULT_STATEMENT_TIMEOUT`].
+    /// See [`STATEMENT_TIMEOUT`].
     pub statement_timeout: Duration,
-    /// See [`DEFAULT_TCP_KEEPALIVE`]; `None` = off.
+    /// See [`KEEPALIVE`]; `None` = off.
     pub tcp_keepalive: Option<Duration>,
 }
 
@@ -81,17 +177,17 @@ impl Default for MysqlConfig {
     /// `phorge`, no TLS.
     fn default() -> Self {
         Self {
-            host: "127.0.0.1".to_owned(),
-            port: 3306,
-            user: "phorge".to_owned(),
-            password: String::new(),
-            namespace: "phorge".to_owned(),
+            host: HOST.default_value(),
+            port: PORT.default_value(),
+            user: USER.default_value(),
+            password: PASS.default_value(),
+            namespace: NAMESPACE.default_value(),
             pool_max: DEFAULT_POOL_MAX,
-            tls: false,
-            tls_ca_file: None,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            statement_timeout: DEFAULT_STATEMENT_TIMEOUT,
-            tcp_keepalive: Some(DEFAULT_TCP_KEEPALIVE),
+            tls: TLS.default_value(),
+            tls_ca_file: TLS_CA.default_value(),
+            connect_timeout: CONNECT_TIMEOUT.default_value(),
+            statement_timeout: STATEMENT_TIMEOUT.default_value(),
+            tcp_keepalive: KEEPALIVE.default_value(),
         }
     }
 }
@@ -130,90 +226,46 @@ impl MysqlConfig {
 
     /// Reads the `GORGE_WEBHOOK_MYSQL_*` and `GORGE_WEBHOOK_NAMESPACE`
     /// variables through `get` (SPEC §9 defaults) and validates them; an
-    /// error's `setting` is the variable's name. `max_concurrent` sizes the
-    /// default pool: every delivery holds a hook lock on its own connection,
-    /// and polls and write-backs need more besides.
-    pub fn from_lookup(
-        get: &dyn Fn(&str) -> Option<String>,
-        max_concurrent: usize,
-    ) -> Result<Self, MysqlError> {
-        let text = |name: &str, default: &str| get(name).unwrap_or_else(|| default.to_owned());
-        let number = |name: &'static str, default: u64| -> Result<u64, MysqlError> {
-            match get(name) {
-                None => Ok(default),
-                Some(raw) => raw.trim().parse().map_err(|_| MysqlError::InvalidConfig {
-                    setting: name,
-                    reason: format!("is not a whole number ({})", withheld(&raw)),
-                }),
-            }
-        };
-        let tls = match get("GORGE_WEBHOOK_MYSQL_TLS").as_deref().map(str::trim) {
-            None | Some("" | "0" | "false" | "no" | "off") => false,
-            Some("1" | "true" | "yes" | "on") => true,
-            Some(other) => {
-                return Err(MysqlError::InvalidConfig {
-                    setting: "GORGE_WEBHOOK_MYSQL_TLS",
-                    reason: format!("is not true or false ({})", withheld(other)),
-                })
-            }
-        };
-        let port = number("GORGE_WEBHOOK_MYSQL_PORT", 3306)?;
-        let port = u16::try_from(port).map_err(|_| MysqlError::InvalidConfig {
-            setting: "GORGE_WEBHOOK_MYSQL_PORT",
-            reason: "is not a port number".to_owned(),
-        })?;
-        let pool_max = match number("GORGE_WEBHOOK_MYSQL_POOL_MAX", 0)? {
+    /// error names the variable. `max_concurrent` sizes the default pool:
+    /// every delivery holds a hook lock on its own connection, and polls
+    /// and write-backs need more besides.
+    pub fn from_lookup(get: Lookup<'_>, max_concurrent: usize) -> Result<Self, SettingError> {
+        let tls = TLS.read(get)?;
+        let port = PORT.read(get)?;
+        let pool_max = match POOL_MAX.read(get)? {
             0 => max_concurrent * 2 + 4,
             n => usize::try_from(n).unwrap_or(usize::MAX),
         };
         if pool_max <= max_concurrent {
-            return Err(MysqlError::InvalidConfig {
-                setting: "GORGE_WEBHOOK_MYSQL_POOL_MAX",
-                reason: format!(
+            return Err(SettingError::new(
+                POOL_MAX.name,
+                format!(
                     "must exceed GORGE_WEBHOOK_MAX_CONCURRENT ({max_concurrent}): every delivery \
                      holds a hook lock on its own connection"
                 ),
-            });
+            ));
         }
-        let millis = |name: &'static str, default: Duration| -> Result<Duration, MysqlError> {
-            let default = u64::try_from(default.as_millis()).unwrap_or(u64::MAX);
-            number(name, default).map(Duration::from_millis)
-        };
-        let connect_timeout = millis(
-            "GORGE_WEBHOOK_MYSQL_CONNECT_TIMEOUT_MS",
-            DEFAULT_CONNECT_TIMEOUT,
-        )?;
-        let statement_timeout = millis(
-            "GORGE_WEBHOOK_MYSQL_STATEMENT_TIMEOUT_MS",
-            DEFAULT_STATEMENT_TIMEOUT,
-        )?;
-        let tcp_keepalive = match number(
-            "GORGE_WEBHOOK_MYSQL_KEEPALIVE_SEC",
-            DEFAULT_TCP_KEEPALIVE.as_secs(),
-        )? {
-            0 => None,
-            secs => Some(Duration::from_secs(secs)),
-        };
-        let ca = text("GORGE_WEBHOOK_MYSQL_TLS_CA", "");
+        let connect_timeout = CONNECT_TIMEOUT.read(get)?;
+        let statement_timeout = STATEMENT_TIMEOUT.read(get)?;
+        let tcp_keepalive = KEEPALIVE.read(get)?;
         let config = Self {
-            host: text("GORGE_WEBHOOK_MYSQL_HOST", "127.0.0.1"),
+            host: HOST.read(get)?,
             port,
-            user: text("GORGE_WEBHOOK_MYSQL_USER", "phorge"),
-            password: text("GORGE_WEBHOOK_MYSQL_PASS", ""),
-            namespace: text("GORGE_WEBHOOK_NAMESPACE", "phorge"),
+            user: USER.read(get)?,
+            password: PASS.read(get)?,
+            namespace: NAMESPACE.read(get)?,
             pool_max,
             tls,
-            tls_ca_file: (!ca.is_empty()).then(|| PathBuf::from(ca)),
+            tls_ca_file: TLS_CA.read(get)?,
             connect_timeout,
             statement_timeout,
             tcp_keepalive,
         };
         config.validate().map_err(|err| match err {
-            MysqlError::InvalidConfig { setting, reason } => MysqlError::InvalidConfig {
-                setting: env_name(setting),
-                reason,
-            },
-            other => other,
+            MysqlError::InvalidConfig { setting, reason } => {
+                SettingError::new(variable_of(setting), reason)
+            }
+            other => SettingError::new(HOST.name, other.to_string()),
         })?;
         Ok(config)
     }
@@ -328,17 +380,17 @@ impl MysqlConfig {
 }
 
 /// The variable that sets a [`MysqlConfig`] field.
-fn env_name(field: &'static str) -> &'static str {
+fn variable_of(field: &'static str) -> &'static str {
     match field {
-        "host" => "GORGE_WEBHOOK_MYSQL_HOST",
-        "port" => "GORGE_WEBHOOK_MYSQL_PORT",
-        "user" => "GORGE_WEBHOOK_MYSQL_USER",
-        "namespace" => "GORGE_WEBHOOK_NAMESPACE",
-        "pool_max" => "GORGE_WEBHOOK_MYSQL_POOL_MAX",
-        "tls_ca_file" => "GORGE_WEBHOOK_MYSQL_TLS_CA",
-        "connect_timeout" => "GORGE_WEBHOOK_MYSQL_CONNECT_TIMEOUT_MS",
-        "statement_timeout" => "GORGE_WEBHOOK_MYSQL_STATEMENT_TIMEOUT_MS",
-        "tcp_keepalive" => "GORGE_WEBHOOK_MYSQL_KEEPALIVE_SEC",
+        "host" => HOST.name,
+        "port" => PORT.name,
+        "user" => USER.name,
+        "namespace" => NAMESPACE.name,
+        "pool_max" => POOL_MAX.name,
+        "tls_ca_file" => TLS_CA.name,
+        "connect_timeout" => CONNECT_TIMEOUT.name,
+        "statement_timeout" => STATEMENT_TIMEOUT.name,
+        "tcp_keepalive" => KEEPALIVE.name,
         other => other,
     }
 }
@@ -373,6 +425,7 @@ fn check_namespace(namespace: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use webhook_core::setting::table;
 
     fn setting(config: &MysqlConfig) -> Option<&'static str> {
         match config.validate() {
@@ -500,25 +553,18 @@ mod tests {
 
     #[test]
     fn timeouts_are_read_and_bad_ones_named() {
-        let read = |pairs: &[(&str, &str)]| {
-            let pairs: Vec<(String, String)> = pairs
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect();
-            MysqlConfig::from_lookup(
-                &|name| {
-                    pairs
-                        .iter()
-                        .find(|(k, _)| k == name)
-                        .map(|(_, v)| v.clone())
-                },
-                8,
-            )
-        };
+        let read = |pairs: &[(&str, &str)]| MysqlConfig::from_lookup(&table(pairs), 8);
         let defaults = read(&[]).expect("defaults");
-        assert_eq!(defaults.connect_timeout, DEFAULT_CONNECT_TIMEOUT);
-        assert_eq!(defaults.statement_timeout, DEFAULT_STATEMENT_TIMEOUT);
-        assert_eq!(defaults.tcp_keepalive, Some(DEFAULT_TCP_KEEPALIVE));
+        assert_eq!(defaults.connect_timeout, Duration::from_secs(5));
+        assert_eq!(defaults.statement_timeout, Duration::from_secs(10));
+        assert_eq!(defaults.tcp_keepalive, Some(Duration::from_secs(30)));
+        assert_eq!(
+            defaults,
+            MysqlConfig {
+                pool_max: 20,
+                ..MysqlConfig::default()
+            }
+        );
         let set = read(&[
             ("GORGE_WEBHOOK_MYSQL_CONNECT_TIMEOUT_MS", "1500"),
             ("GORGE_WEBHOOK_MYSQL_STATEMENT_TIMEOUT_MS", "2500"),
@@ -536,9 +582,7 @@ mod tests {
             ("GORGE_WEBHOOK_MYSQL_KEEPALIVE_SEC", "-1"),
         ] {
             match read(&[(name, value)]) {
-                Err(MysqlError::InvalidConfig { setting, .. }) => {
-                    assert_eq!(setting, name, "{name}={value}");
-                }
+                Err(err) => assert_eq!(err.variable, name, "{name}={value}"),
                 other => panic!("{name}={value}: {other:?}"),
             }
         }
@@ -574,7 +618,7 @@ mod tests {
         assert_eq!(opts.pool_opts().constraints().min(), 0);
         assert!(!opts.pool_opts().reset_connection());
         assert!(opts.ssl_opts().is_none());
-        assert_eq!(opts.tcp_keepalive(), Some(DEFAULT_TCP_KEEPALIVE));
+        assert_eq!(opts.tcp_keepalive(), Some(Duration::from_secs(30)));
         let empty = mysql_async::Opts::from(MysqlConfig::default().opts());
         assert_eq!(empty.pass(), None);
     }

@@ -46,7 +46,7 @@
 
 mod batch;
 mod candidates;
-mod config;
+pub mod config;
 mod connector;
 mod error;
 mod handoff;
@@ -63,10 +63,7 @@ pub mod sql;
 mod store;
 
 pub use candidates::{INLINE_PROPERTIES_MAX, POLL_BYTES_MAX};
-pub use config::{
-    MysqlConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_MAX, DEFAULT_STATEMENT_TIMEOUT,
-    DEFAULT_TCP_KEEPALIVE,
-};
+pub use config::{MysqlConfig, DEFAULT_POOL_MAX};
 pub use error::{MysqlError, NotReady};
 pub use handoff::PhpDeliveryTasks;
 pub use local_config::{LocalConfig, LocalConfigError};

@@ -19,10 +19,21 @@ use async_trait::async_trait;
 use serde_json::Value;
 use tokio::io::AsyncReadExt;
 use webhook_core::hold::php_truthy;
+use webhook_core::setting::{Lookup, Setting, SettingError, SettingInfo};
 use webhook_core::{ConfigUnreadable, PhorgeConfig};
 
-/// The variable naming Phorge's `conf/local/local.json`.
-pub const VARIABLE: &str = "GORGE_PHORGE_LOCAL_CONFIG";
+/// The variable naming Phorge's `conf/local/local.json`: unset or empty is
+/// `None`; anything else must be an absolute path (the file itself is only
+/// read later, and a missing one is reported then, not refused here).
+pub const LOCAL_CONFIG: Setting<Option<LocalConfig>> = Setting::new(
+    "GORGE_PHORGE_LOCAL_CONFIG",
+    "",
+    "Phorge's conf/local/local.json, read for phabricator.silent; empty = not read",
+    parse_path,
+);
+
+/// The hand-off's variables, in `--help` order.
+pub const VARIABLES: &[SettingInfo] = &[LOCAL_CONFIG.info()];
 
 /// The key this crate looks for.
 pub const SILENT_KEY: &str = "phabricator.silent";
@@ -36,15 +47,9 @@ pub const MAX_BYTES: u64 = 1 << 20;
 /// object; a second read this much later sees the finished file.
 const TORN_READ_PAUSE: Duration = Duration::from_millis(50);
 
-/// Why the setting or the file cannot be used.
+/// Why the file cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum LocalConfigError {
-    /// `GORGE_PHORGE_LOCAL_CONFIG` is not a usable path.
-    #[error("{VARIABLE}: {reason}")]
-    InvalidSetting {
-        /// What is wrong, with what is expected.
-        reason: String,
-    },
     /// The file does not exist.
     #[error(
         "{} does not exist (Phorge writes it at its first `bin/config set`; \
@@ -79,27 +84,25 @@ pub struct LocalConfig {
     path: PathBuf,
 }
 
+fn parse_path(raw: &str) -> Result<Option<LocalConfig>, String> {
+    if raw.is_empty() {
+        return Ok(None);
+    }
+    let path = PathBuf::from(raw);
+    if !path.is_absolute() {
+        return Err(format!(
+            "is not an absolute path ({}); name Phorge's conf/local/local.json, \
+             e.g. /srv/phorge/conf/local/local.json",
+            webhook_core::withheld(raw)
+        ));
+    }
+    Ok(Some(LocalConfig { path }))
+}
+
 impl LocalConfig {
-    /// Reads [`VARIABLE`] through `get`: unset or empty is `None`; anything
-    /// else must be an absolute path (the file itself is only read later,
-    /// and a missing one is reported then, not refused here).
-    pub fn from_lookup(
-        get: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Option<Self>, LocalConfigError> {
-        let Some(raw) = get(VARIABLE).filter(|raw| !raw.is_empty()) else {
-            return Ok(None);
-        };
-        let path = PathBuf::from(&raw);
-        if !path.is_absolute() {
-            return Err(LocalConfigError::InvalidSetting {
-                reason: format!(
-                    "is not an absolute path ({}); name Phorge's conf/local/local.json, \
-                     e.g. /srv/phorge/conf/local/local.json",
-                    webhook_core::withheld(&raw)
-                ),
-            });
-        }
-        Ok(Some(Self { path }))
+    /// Reads [`LOCAL_CONFIG`] through `get`.
+    pub fn from_lookup(get: Lookup<'_>) -> Result<Option<Self>, SettingError> {
+        LOCAL_CONFIG.read(get)
     }
 
     /// The file's path.
@@ -171,27 +174,23 @@ impl PhorgeConfig for LocalConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
+    use webhook_core::setting::table;
 
-    fn lookup(pairs: &[(&str, &str)]) -> Result<Option<LocalConfig>, LocalConfigError> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
-        LocalConfig::from_lookup(&|name| map.get(name).cloned())
+    fn lookup(pairs: &[(&str, &str)]) -> Result<Option<LocalConfig>, SettingError> {
+        LocalConfig::from_lookup(&table(pairs))
     }
 
     #[test]
     fn the_setting_is_optional_and_must_be_absolute() {
         assert_eq!(lookup(&[]).expect("unset"), None);
-        assert_eq!(lookup(&[(VARIABLE, "")]).expect("empty"), None);
-        let set = lookup(&[(VARIABLE, "/srv/phorge/conf/local/local.json")])
+        assert_eq!(lookup(&[(LOCAL_CONFIG.name, "")]).expect("empty"), None);
+        let set = lookup(&[(LOCAL_CONFIG.name, "/srv/phorge/conf/local/local.json")])
             .expect("absolute")
             .expect("set");
         assert_eq!(set.path(), Path::new("/srv/phorge/conf/local/local.json"));
         for bad in ["conf/local/local.json", " /srv/x.json", "local.json"] {
-            let err = lookup(&[(VARIABLE, bad)]).expect_err(bad);
-            assert!(err.to_string().starts_with(VARIABLE), "{err}");
+            let err = lookup(&[(LOCAL_CONFIG.name, bad)]).expect_err(bad);
+            assert!(err.to_string().starts_with(LOCAL_CONFIG.name), "{err}");
         }
     }
 

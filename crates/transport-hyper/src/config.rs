@@ -1,5 +1,5 @@
-//! The transport's settings: their defaults, their environment variables,
-//! and the validation that turns them into what [`crate::HyperTransport`]
+//! The transport's settings: their environment variables (declared once
+//! here, with their defaults), and the validation that turns them into what [`crate::HyperTransport`]
 //! runs with. Every error names the setting (by its variable) so a message
 //! points at what to fix.
 //!
@@ -15,82 +15,112 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 use rustls::RootCertStore;
 
+use webhook_core::setting::{text, Lookup, Setting, SettingError, SettingInfo};
+
 use crate::policy::phorge_deny_list;
 
 /// Phorge's signature header (newer Phorge sends
 /// `X-Phorge-Webhook-Signature` instead; configure both to serve either).
 pub const DEFAULT_SIGNATURE_HEADER: &str = "X-Phabricator-Webhook-Signature";
 
-/// A transport setting, named by the environment variable that sets it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TransportSetting {
-    /// `GORGE_WEBHOOK_SIGNATURE_HEADERS`: comma-separated header names.
-    SignatureHeaders,
-    /// `GORGE_WEBHOOK_USER_AGENT`
-    UserAgent,
-    /// `GORGE_WEBHOOK_MAX_REDIRECTS`: 0 = never follow.
-    MaxRedirects,
-    /// `GORGE_WEBHOOK_CONNECT_TIMEOUT_MS`
-    ConnectTimeout,
-    /// `GORGE_WEBHOOK_RESOLVE_TIMEOUT_MS`
-    ResolveTimeout,
-    /// `GORGE_WEBHOOK_RESPONSE_BODY_LIMIT`: bytes.
-    ResponseBodyLimit,
-    /// `GORGE_WEBHOOK_POOL_IDLE_SEC`
-    PoolIdleTimeout,
-    /// `GORGE_WEBHOOK_OUTBOUND_DENY`: comma-separated CIDRs.
-    OutboundDeny,
-    /// `GORGE_WEBHOOK_OUTBOUND_ALLOW`: comma-separated CIDRs.
-    OutboundAllow,
-    /// `GORGE_WEBHOOK_CA_FILE`: PEM file of extra trusted roots.
-    ExtraRootCertificates,
-    /// `GORGE_WEBHOOK_REQUEST_ID_HEADER`: empty = off.
-    RequestIdHeader,
-}
+/// `GORGE_WEBHOOK_SIGNATURE_HEADERS`: comma-separated header names.
+pub const SIGNATURE_HEADERS: Setting<Vec<String>> = Setting::new(
+    "GORGE_WEBHOOK_SIGNATURE_HEADERS",
+    DEFAULT_SIGNATURE_HEADER,
+    "comma-separated signature header names",
+    |raw| Ok(parse_list(raw)),
+);
+/// `GORGE_WEBHOOK_USER_AGENT`
+pub const USER_AGENT: Setting<String> = Setting::new(
+    "GORGE_WEBHOOK_USER_AGENT",
+    "gorge-webhook/<version>",
+    "User-Agent sent to receivers",
+    text,
+)
+.computed(|| format!("gorge-webhook/{}", env!("CARGO_PKG_VERSION")));
+/// `GORGE_WEBHOOK_MAX_REDIRECTS`: 0 = never follow.
+pub const MAX_REDIRECTS: Setting<u32> = Setting::new(
+    "GORGE_WEBHOOK_MAX_REDIRECTS",
+    "20",
+    "redirects followed; 0 = never",
+    non_negative,
+);
+/// `GORGE_WEBHOOK_CONNECT_TIMEOUT_MS`
+pub const CONNECT_TIMEOUT: Setting<Duration> = Setting::new(
+    "GORGE_WEBHOOK_CONNECT_TIMEOUT_MS",
+    "5000",
+    "bound on one new connection",
+    |raw| non_negative(raw).map(Duration::from_millis),
+);
+/// `GORGE_WEBHOOK_RESOLVE_TIMEOUT_MS`
+pub const RESOLVE_TIMEOUT: Setting<Duration> = Setting::new(
+    "GORGE_WEBHOOK_RESOLVE_TIMEOUT_MS",
+    "10000",
+    "bound on resolving a hook's host",
+    |raw| non_negative(raw).map(Duration::from_millis),
+);
+/// `GORGE_WEBHOOK_RESPONSE_BODY_LIMIT`: bytes.
+pub const RESPONSE_BODY_LIMIT: Setting<usize> = Setting::new(
+    "GORGE_WEBHOOK_RESPONSE_BODY_LIMIT",
+    "65536",
+    "response bytes read, then discarded",
+    non_negative,
+);
+/// `GORGE_WEBHOOK_POOL_IDLE_SEC`
+pub const POOL_IDLE: Setting<Duration> = Setting::new(
+    "GORGE_WEBHOOK_POOL_IDLE_SEC",
+    "30",
+    "idle keep-alive connections are closed after this",
+    |raw| non_negative(raw).map(Duration::from_secs),
+);
+/// `GORGE_WEBHOOK_OUTBOUND_DENY`: comma-separated CIDRs.
+pub const OUTBOUND_DENY: Setting<Vec<IpNet>> = Setting::new(
+    "GORGE_WEBHOOK_OUTBOUND_DENY",
+    "Phorge's security.outbound-blacklist",
+    "comma-separated CIDRs never called",
+    parse_cidr_list,
+)
+.computed(phorge_deny_list);
+/// `GORGE_WEBHOOK_OUTBOUND_ALLOW`: comma-separated CIDRs.
+pub const OUTBOUND_ALLOW: Setting<Vec<IpNet>> = Setting::new(
+    "GORGE_WEBHOOK_OUTBOUND_ALLOW",
+    "",
+    "comma-separated CIDRs allowed despite the deny list",
+    parse_cidr_list,
+);
+/// `GORGE_WEBHOOK_CA_FILE`: PEM file of extra trusted roots, read when the
+/// variable is read.
+pub const CA_FILE: Setting<Vec<u8>> = Setting::new(
+    "GORGE_WEBHOOK_CA_FILE",
+    "",
+    "PEM file of extra trusted roots for receivers",
+    read_pem_file,
+);
+/// `GORGE_WEBHOOK_REQUEST_ID_HEADER`: empty = off.
+pub const REQUEST_ID_HEADER: Setting<Option<String>> = Setting::new(
+    "GORGE_WEBHOOK_REQUEST_ID_HEADER",
+    "",
+    "header carrying the request PHID (stable across retries); empty = off",
+    |raw| {
+        let name = raw.trim();
+        Ok((!name.is_empty()).then(|| name.to_owned()))
+    },
+);
 
-impl TransportSetting {
-    /// The environment variable that sets it.
-    pub fn env_name(self) -> &'static str {
-        match self {
-            Self::SignatureHeaders => "GORGE_WEBHOOK_SIGNATURE_HEADERS",
-            Self::UserAgent => "GORGE_WEBHOOK_USER_AGENT",
-            Self::MaxRedirects => "GORGE_WEBHOOK_MAX_REDIRECTS",
-            Self::ConnectTimeout => "GORGE_WEBHOOK_CONNECT_TIMEOUT_MS",
-            Self::ResolveTimeout => "GORGE_WEBHOOK_RESOLVE_TIMEOUT_MS",
-            Self::ResponseBodyLimit => "GORGE_WEBHOOK_RESPONSE_BODY_LIMIT",
-            Self::PoolIdleTimeout => "GORGE_WEBHOOK_POOL_IDLE_SEC",
-            Self::OutboundDeny => "GORGE_WEBHOOK_OUTBOUND_DENY",
-            Self::OutboundAllow => "GORGE_WEBHOOK_OUTBOUND_ALLOW",
-            Self::ExtraRootCertificates => "GORGE_WEBHOOK_CA_FILE",
-            Self::RequestIdHeader => "GORGE_WEBHOOK_REQUEST_ID_HEADER",
-        }
-    }
-}
-
-impl fmt::Display for TransportSetting {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.env_name())
-    }
-}
-
-/// A transport setting that cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{setting}: {reason}")]
-pub struct TransportConfigError {
-    /// Which setting.
-    pub setting: TransportSetting,
-    /// What is wrong with it.
-    pub reason: String,
-}
-
-impl TransportConfigError {
-    fn new(setting: TransportSetting, reason: impl Into<String>) -> Self {
-        Self {
-            setting,
-            reason: reason.into(),
-        }
-    }
-}
+/// The transport's variables, in `--help` order.
+pub const VARIABLES: &[SettingInfo] = &[
+    SIGNATURE_HEADERS.info(),
+    USER_AGENT.info(),
+    MAX_REDIRECTS.info(),
+    CONNECT_TIMEOUT.info(),
+    RESOLVE_TIMEOUT.info(),
+    RESPONSE_BODY_LIMIT.info(),
+    POOL_IDLE.info(),
+    OUTBOUND_DENY.info(),
+    OUTBOUND_ALLOW.info(),
+    CA_FILE.info(),
+    REQUEST_ID_HEADER.info(),
+];
 
 /// How the transport talks to receivers. `Default` gives Phorge's
 /// behaviour; [`crate::HyperTransport::new`] validates it.
@@ -129,20 +159,10 @@ pub struct TransportConfig {
 }
 
 impl Default for TransportConfig {
+    /// Every variable unset (not validated; see [`Self::from_env_with`]).
     fn default() -> Self {
-        Self {
-            signature_headers: vec![DEFAULT_SIGNATURE_HEADER.to_owned()],
-            user_agent: format!("gorge-webhook/{}", env!("CARGO_PKG_VERSION")),
-            max_redirects: 20,
-            connect_timeout: Duration::from_secs(5),
-            resolve_timeout: Duration::from_secs(10),
-            response_body_limit: 64 * 1024,
-            pool_idle_timeout: Duration::from_secs(30),
-            outbound_deny: phorge_deny_list(),
-            outbound_allow: Vec::new(),
-            extra_root_certificates_pem: Vec::new(),
-            request_id_header: None,
-        }
+        Self::read(&|_| None)
+            .unwrap_or_else(|err| panic!("a declared default does not parse: {err}"))
     }
 }
 
@@ -170,111 +190,71 @@ impl fmt::Debug for TransportConfig {
 
 impl TransportConfig {
     /// Defaults, overridden by the variables `get` knows (see
-    /// [`TransportSetting::env_name`]), then checked as a whole, as
+    /// [`VARIABLES`]), then checked as a whole, as
     /// [`crate::HyperTransport::new`] checks them. `GORGE_WEBHOOK_CA_FILE`
     /// is a path and is read here. Pass `|name| std::env::var(name).ok()` for the
     /// process environment.
-    pub fn from_env_with(
-        get: impl Fn(&str) -> Option<String>,
-    ) -> Result<Self, TransportConfigError> {
-        use TransportSetting as S;
-        let mut config = Self::default();
-        let value = |setting: S| get(setting.env_name());
-        if let Some(text) = value(S::SignatureHeaders) {
-            config.signature_headers = parse_list(&text);
-        }
-        if let Some(text) = value(S::UserAgent) {
-            config.user_agent = text;
-        }
-        if let Some(text) = value(S::MaxRedirects) {
-            config.max_redirects = parse_number(S::MaxRedirects, &text)?;
-        }
-        if let Some(text) = value(S::ConnectTimeout) {
-            config.connect_timeout = Duration::from_millis(parse_number(S::ConnectTimeout, &text)?);
-        }
-        if let Some(text) = value(S::ResolveTimeout) {
-            config.resolve_timeout = Duration::from_millis(parse_number(S::ResolveTimeout, &text)?);
-        }
-        if let Some(text) = value(S::ResponseBodyLimit) {
-            config.response_body_limit = parse_number(S::ResponseBodyLimit, &text)?;
-        }
-        if let Some(text) = value(S::PoolIdleTimeout) {
-            config.pool_idle_timeout =
-                Duration::from_secs(parse_number(S::PoolIdleTimeout, &text)?);
-        }
-        if let Some(text) = value(S::OutboundDeny) {
-            config.outbound_deny = parse_cidr_list(S::OutboundDeny, &text)?;
-        }
-        if let Some(text) = value(S::OutboundAllow) {
-            config.outbound_allow = parse_cidr_list(S::OutboundAllow, &text)?;
-        }
-        if let Some(path) = value(S::ExtraRootCertificates).filter(|p| !p.trim().is_empty()) {
-            config.extra_root_certificates_pem = std::fs::read(path.trim()).map_err(|err| {
-                TransportConfigError::new(
-                    S::ExtraRootCertificates,
-                    format!(
-                        "the file it names cannot be read: {err} ({})",
-                        webhook_core::withheld(&path)
-                    ),
-                )
-            })?;
-        }
-        if let Some(text) = value(S::RequestIdHeader) {
-            let name = text.trim();
-            config.request_id_header = (!name.is_empty()).then(|| name.to_owned());
-        }
+    pub fn from_env_with(get: impl Fn(&str) -> Option<String>) -> Result<Self, SettingError> {
+        let config = Self::read(&get)?;
         // Refused here, where the variables are read, so a bad setting stops
         // startup as a setting error and not later as a failed transport.
         config.validate()?;
         Ok(config)
     }
 
+    /// Every variable through `get`, parsed but not checked as a whole.
+    fn read(get: Lookup<'_>) -> Result<Self, SettingError> {
+        Ok(Self {
+            signature_headers: SIGNATURE_HEADERS.read(get)?,
+            user_agent: USER_AGENT.read(get)?,
+            max_redirects: MAX_REDIRECTS.read(get)?,
+            connect_timeout: CONNECT_TIMEOUT.read(get)?,
+            resolve_timeout: RESOLVE_TIMEOUT.read(get)?,
+            response_body_limit: RESPONSE_BODY_LIMIT.read(get)?,
+            pool_idle_timeout: POOL_IDLE.read(get)?,
+            outbound_deny: OUTBOUND_DENY.read(get)?,
+            outbound_allow: OUTBOUND_ALLOW.read(get)?,
+            extra_root_certificates_pem: CA_FILE.read(get)?,
+            request_id_header: REQUEST_ID_HEADER.read(get)?,
+        })
+    }
+
     /// Checks every setting and prepares what the transport runs with.
-    pub(crate) fn validate(&self) -> Result<Validated, TransportConfigError> {
-        use TransportSetting as S;
+    pub(crate) fn validate(&self) -> Result<Validated, SettingError> {
         if self.signature_headers.is_empty() {
-            return Err(TransportConfigError::new(
-                S::SignatureHeaders,
+            return Err(SettingError::new(
+                SIGNATURE_HEADERS.name,
                 "at least one header name is required",
             ));
         }
         let mut signature_headers: Vec<HeaderName> = Vec::new();
         for name in &self.signature_headers {
-            let header = header_name(S::SignatureHeaders, name)?;
+            let header = header_name(SIGNATURE_HEADERS.name, name)?;
             if signature_headers.contains(&header) {
-                return Err(TransportConfigError::new(
-                    S::SignatureHeaders,
+                return Err(SettingError::new(
+                    SIGNATURE_HEADERS.name,
                     format!("{name:?} is listed twice"),
                 ));
             }
             signature_headers.push(header);
         }
         let user_agent = HeaderValue::from_str(&self.user_agent)
-            .map_err(|_| TransportConfigError::new(S::UserAgent, "not a valid header value"))?;
+            .map_err(|_| SettingError::new(USER_AGENT.name, "not a valid header value"))?;
         if self.connect_timeout.is_zero() {
-            return Err(TransportConfigError::new(
-                S::ConnectTimeout,
-                "must be above 0",
-            ));
+            return Err(SettingError::new(CONNECT_TIMEOUT.name, "must be above 0"));
         }
         if self.resolve_timeout.is_zero() {
-            return Err(TransportConfigError::new(
-                S::ResolveTimeout,
-                "must be above 0",
-            ));
+            return Err(SettingError::new(RESOLVE_TIMEOUT.name, "must be above 0"));
         }
         if self.pool_idle_timeout.is_zero() {
-            return Err(TransportConfigError::new(
-                S::PoolIdleTimeout,
-                "must be above 0",
-            ));
+            return Err(SettingError::new(POOL_IDLE.name, "must be above 0"));
         }
         let request_id_header = match &self.request_id_header {
             Some(name) => {
-                let header = header_name(S::RequestIdHeader, name)?;
+                let header = header_name(REQUEST_ID_HEADER.name, name)?;
                 if signature_headers.contains(&header) {
-                    return Err(TransportConfigError::new(
-                        S::RequestIdHeader,
+                    return Err(SettingError::new(
+                        REQUEST_ID_HEADER.name,
                         format!("{name:?} is also a signature header"),
                     ));
                 }
@@ -285,8 +265,8 @@ impl TransportConfig {
         let mut extra_roots = RootCertStore::empty();
         for cert in parse_certificates(&self.extra_root_certificates_pem)? {
             extra_roots.add(cert).map_err(|err| {
-                TransportConfigError::new(
-                    S::ExtraRootCertificates,
+                SettingError::new(
+                    CA_FILE.name,
                     format!("certificate not usable as a root: {err}"),
                 )
             })?;
@@ -322,10 +302,10 @@ const RESERVED_HEADERS: &[HeaderName] = &[
     http::header::CONNECTION,
 ];
 
-fn header_name(setting: TransportSetting, name: &str) -> Result<HeaderName, TransportConfigError> {
+fn header_name(variable: &'static str, name: &str) -> Result<HeaderName, SettingError> {
     let header = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
-        TransportConfigError::new(
-            setting,
+        SettingError::new(
+            variable,
             format!(
                 "is not a valid header name ({})",
                 webhook_core::withheld(name)
@@ -333,8 +313,8 @@ fn header_name(setting: TransportSetting, name: &str) -> Result<HeaderName, Tran
         )
     })?;
     if RESERVED_HEADERS.contains(&header) {
-        return Err(TransportConfigError::new(
-            setting,
+        return Err(SettingError::new(
+            variable,
             format!(
                 "names a header the transport sets itself ({})",
                 webhook_core::withheld(name)
@@ -344,21 +324,16 @@ fn header_name(setting: TransportSetting, name: &str) -> Result<HeaderName, Tran
     Ok(header)
 }
 
-fn parse_certificates(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, TransportConfigError> {
+fn parse_certificates(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, SettingError> {
     if pem.iter().all(u8::is_ascii_whitespace) {
         return Ok(Vec::new());
     }
     let certs = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|err| {
-            TransportConfigError::new(
-                TransportSetting::ExtraRootCertificates,
-                format!("not PEM certificates: {err}"),
-            )
-        })?;
+        .map_err(|err| SettingError::new(CA_FILE.name, format!("not PEM certificates: {err}")))?;
     if certs.is_empty() {
-        return Err(TransportConfigError::new(
-            TransportSetting::ExtraRootCertificates,
+        return Err(SettingError::new(
+            CA_FILE.name,
             "no CERTIFICATE block found",
         ));
     }
@@ -376,11 +351,9 @@ pub fn parse_list(text: &str) -> Vec<String> {
 
 /// Parses a comma-separated CIDR list such as
 /// `GORGE_WEBHOOK_OUTBOUND_ALLOW="127.0.0.1/32, ::1/128"`. A bare address
-/// counts as a single-address network.
-pub fn parse_cidr_list(
-    setting: TransportSetting,
-    text: &str,
-) -> Result<Vec<IpNet>, TransportConfigError> {
+/// counts as a single-address network. The error is the reason, without
+/// the variable (see [`OUTBOUND_ALLOW`], [`OUTBOUND_DENY`]).
+pub fn parse_cidr_list(text: &str) -> Result<Vec<IpNet>, String> {
     parse_list(text)
         .into_iter()
         .map(|item| {
@@ -388,29 +361,32 @@ pub fn parse_cidr_list(
                 .or_else(|_| item.parse::<std::net::IpAddr>().map(IpNet::from))
                 .map(|net| net.trunc())
                 .map_err(|_| {
-                    TransportConfigError::new(
-                        setting,
-                        format!(
-                            "holds an item that is not a CIDR network ({})",
-                            webhook_core::withheld(&item)
-                        ),
+                    format!(
+                        "holds an item that is not a CIDR network ({})",
+                        webhook_core::withheld(&item)
                     )
                 })
         })
         .collect()
 }
 
-fn parse_number<T: std::str::FromStr>(
-    setting: TransportSetting,
-    text: &str,
-) -> Result<T, TransportConfigError> {
+fn non_negative<T: std::str::FromStr>(text: &str) -> Result<T, String> {
     text.trim().parse().map_err(|_| {
-        TransportConfigError::new(
-            setting,
-            format!(
-                "is not a non-negative integer ({})",
-                webhook_core::withheld(text)
-            ),
+        format!(
+            "is not a non-negative integer ({})",
+            webhook_core::withheld(text)
+        )
+    })
+}
+
+fn read_pem_file(path: &str) -> Result<Vec<u8>, String> {
+    if path.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    std::fs::read(path.trim()).map_err(|err| {
+        format!(
+            "the file it names cannot be read: {err} ({})",
+            webhook_core::withheld(path)
         )
     })
 }
@@ -418,15 +394,7 @@ fn parse_number<T: std::str::FromStr>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
-
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
-        move |name| map.get(name).cloned()
-    }
+    use webhook_core::setting::table as env;
 
     #[test]
     fn defaults_are_phorges() {
@@ -444,11 +412,7 @@ mod tests {
 
     #[test]
     fn cidr_lists_parse_and_name_the_setting() {
-        let nets = parse_cidr_list(
-            TransportSetting::OutboundAllow,
-            " 127.0.0.1/32, ::1 ,10.0.0.9/8,",
-        )
-        .expect("parses");
+        let nets = parse_cidr_list(" 127.0.0.1/32, ::1 ,10.0.0.9/8,").expect("parses");
         assert_eq!(
             nets,
             vec![
@@ -457,13 +421,11 @@ mod tests {
                 "10.0.0.0/8".parse().expect("net"),
             ]
         );
-        assert_eq!(
-            parse_cidr_list(TransportSetting::OutboundAllow, "").expect("empty"),
-            vec![]
-        );
-        let err = parse_cidr_list(TransportSetting::OutboundAllow, "127.0.0.1/33")
+        assert_eq!(parse_cidr_list("").expect("empty"), vec![]);
+        let err = OUTBOUND_ALLOW
+            .parse_text("127.0.0.1/33")
             .expect_err("bad prefix");
-        assert_eq!(err.setting, TransportSetting::OutboundAllow);
+        assert_eq!(err.variable, OUTBOUND_ALLOW.name);
         assert!(
             err.to_string()
                 .starts_with("GORGE_WEBHOOK_OUTBOUND_ALLOW: "),
@@ -511,83 +473,82 @@ mod tests {
         ] {
             let err = TransportConfig::from_env_with(env(&[(name, value)]))
                 .expect_err("must be rejected");
-            assert_eq!(err.setting.env_name(), name);
+            assert_eq!(err.variable, name);
         }
     }
 
     #[test]
     fn validation_rejects_unusable_settings() {
-        use TransportSetting as S;
-        let cases: Vec<(TransportConfig, S)> = vec![
+        let cases: Vec<(TransportConfig, &str)> = vec![
             (
                 TransportConfig {
                     signature_headers: vec![],
                     ..TransportConfig::default()
                 },
-                S::SignatureHeaders,
+                SIGNATURE_HEADERS.name,
             ),
             (
                 TransportConfig {
                     signature_headers: vec!["Bad Header".into()],
                     ..TransportConfig::default()
                 },
-                S::SignatureHeaders,
+                SIGNATURE_HEADERS.name,
             ),
             (
                 TransportConfig {
                     signature_headers: vec!["X-A".into(), "x-a".into()],
                     ..TransportConfig::default()
                 },
-                S::SignatureHeaders,
+                SIGNATURE_HEADERS.name,
             ),
             (
                 TransportConfig {
                     signature_headers: vec!["Content-Type".into()],
                     ..TransportConfig::default()
                 },
-                S::SignatureHeaders,
+                SIGNATURE_HEADERS.name,
             ),
             (
                 TransportConfig {
                     user_agent: "bad\nagent".into(),
                     ..TransportConfig::default()
                 },
-                S::UserAgent,
+                USER_AGENT.name,
             ),
             (
                 TransportConfig {
                     connect_timeout: Duration::ZERO,
                     ..TransportConfig::default()
                 },
-                S::ConnectTimeout,
+                CONNECT_TIMEOUT.name,
             ),
             (
                 TransportConfig {
                     resolve_timeout: Duration::ZERO,
                     ..TransportConfig::default()
                 },
-                S::ResolveTimeout,
+                RESOLVE_TIMEOUT.name,
             ),
             (
                 TransportConfig {
                     pool_idle_timeout: Duration::ZERO,
                     ..TransportConfig::default()
                 },
-                S::PoolIdleTimeout,
+                POOL_IDLE.name,
             ),
             (
                 TransportConfig {
                     request_id_header: Some("X-Phabricator-Webhook-Signature".into()),
                     ..TransportConfig::default()
                 },
-                S::RequestIdHeader,
+                REQUEST_ID_HEADER.name,
             ),
             (
                 TransportConfig {
                     extra_root_certificates_pem: b"not pem at all".to_vec(),
                     ..TransportConfig::default()
                 },
-                S::ExtraRootCertificates,
+                CA_FILE.name,
             ),
             (
                 TransportConfig {
@@ -595,12 +556,12 @@ mod tests {
                         b"-----BEGIN CERTIFICATE-----\n!!!!\n-----END CERTIFICATE-----\n".to_vec(),
                     ..TransportConfig::default()
                 },
-                S::ExtraRootCertificates,
+                CA_FILE.name,
             ),
         ];
         for (config, setting) in cases {
             let err = config.validate().expect_err("must be rejected");
-            assert_eq!(err.setting, setting, "{err}");
+            assert_eq!(err.variable, setting, "{err}");
         }
     }
 }

@@ -67,17 +67,14 @@
 
 mod auth;
 mod classify;
-mod config;
+pub mod config;
 mod connector;
 mod lookup;
 mod policy;
 mod transport;
 mod uri;
 
-pub use config::{
-    parse_cidr_list, parse_list, TransportConfig, TransportConfigError, TransportSetting,
-    DEFAULT_SIGNATURE_HEADER,
-};
+pub use config::{parse_cidr_list, parse_list, TransportConfig, DEFAULT_SIGNATURE_HEADER};
 pub use lookup::{LookupError, NameLookup, SystemLookup};
 pub use policy::{phorge_deny_list, OutboundPolicy, PHORGE_DENY_LIST};
 pub use transport::HyperTransport;

@@ -21,12 +21,13 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tracing::debug;
 use webhook_core::{
-    DeliveryResult, OutboundRequest, Resolution, Target, Transport, TransportFailure, UriRefusal,
+    DeliveryResult, OutboundRequest, Resolution, SettingError, Target, Transport, TransportFailure,
+    UriRefusal,
 };
 
 use crate::auth::BasicAuth;
 use crate::classify::{classify, Stage};
-use crate::config::{TransportConfig, TransportConfigError, TransportSetting};
+use crate::config::{TransportConfig, CA_FILE};
 use crate::connector::{
     resolve_checked, ConnectionUsage, GuardedConnector, HopError, TcpConnector,
 };
@@ -129,7 +130,7 @@ pub(crate) fn encode_location(raw: &[u8]) -> String {
 impl HyperTransport {
     /// Validates `config` and builds the client, resolving names with the
     /// system resolver (`getaddrinfo`).
-    pub fn new(config: TransportConfig) -> Result<Self, TransportConfigError> {
+    pub fn new(config: TransportConfig) -> Result<Self, SettingError> {
         Self::with_lookup(config, Arc::new(SystemLookup))
     }
 
@@ -137,7 +138,7 @@ impl HyperTransport {
     pub fn with_lookup(
         config: TransportConfig,
         lookup: Arc<dyn NameLookup>,
-    ) -> Result<Self, TransportConfigError> {
+    ) -> Result<Self, SettingError> {
         let valid = config.validate()?;
         let policy = Arc::new(OutboundPolicy::new(
             config.outbound_deny.clone(),
@@ -149,10 +150,7 @@ impl HyperTransport {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let tls = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(|err| TransportConfigError {
-                setting: TransportSetting::ExtraRootCertificates,
-                reason: format!("TLS setup failed: {err}"),
-            })?
+            .map_err(|err| SettingError::new(CA_FILE.name, format!("TLS setup failed: {err}")))?
             .with_root_certificates(roots)
             .with_no_client_auth();
 

@@ -36,7 +36,7 @@ async fn defaults_are_listed_with_their_source_and_no_warnings() {
     assert_eq!(text.status, 0);
     assert!(
         text.stdout
-            .contains("GORGE_WEBHOOK_CLAIM_LEASE_SEC      default  30 s"),
+            .contains("GORGE_WEBHOOK_CLAIM_LEASE_SEC             default  30 s"),
         "{}",
         text.stdout
     );
@@ -97,7 +97,7 @@ async fn misleading_settings_are_warned_about_by_variable() {
     assert!(text.stdout.contains("warnings (1):"), "{}", text.stdout);
     assert!(
         text.stdout
-            .contains("GORGE_WEBHOOK_RETRY_BACKOFF_SEC    env      10 s"),
+            .contains("GORGE_WEBHOOK_RETRY_BACKOFF_SEC           env      10 s"),
         "{}",
         text.stdout
     );
@@ -117,7 +117,7 @@ async fn secrets_are_reported_as_set_but_never_shown() {
     assert!(!out.stdout.contains("0xdeadbeef") && !out.stdout.contains("0xfeedface"));
     assert!(
         out.stdout
-            .contains("GORGE_WEBHOOK_MYSQL_PASS           env      (set, not shown)"),
+            .contains("GORGE_WEBHOOK_MYSQL_PASS                  env      (set, not shown)"),
         "{}",
         out.stdout
     );

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 
 use webhook_core::{DeliveryResult, Resolution, Target, Transport, TransportFailure, UriRefusal};
-use webhook_transport_hyper::{parse_cidr_list, TransportConfig, TransportSetting};
+use webhook_transport_hyper::{parse_cidr_list, TransportConfig};
 
 use crate::support::*;
 
@@ -196,8 +196,7 @@ async fn localhost_through_the_system_resolver() {
         "localhost must be denied by default"
     );
     let allowed = transport(TransportConfig {
-        outbound_allow: parse_cidr_list(TransportSetting::OutboundAllow, "127.0.0.0/8,::1/128")
-            .expect("allow"),
+        outbound_allow: parse_cidr_list("127.0.0.0/8,::1/128").expect("allow"),
         ..TransportConfig::default()
     });
     match allowed.resolve(&uri).await {

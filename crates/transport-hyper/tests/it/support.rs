@@ -28,7 +28,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use webhook_core::{sign, DeliveryResult, OutboundRequest, Target, Transport};
 use webhook_transport_hyper::{
-    parse_cidr_list, HyperTransport, LookupError, NameLookup, TransportConfig, TransportSetting,
+    parse_cidr_list, HyperTransport, LookupError, NameLookup, TransportConfig,
 };
 
 /// The hook's HMAC key (32 characters of a-z2-7, as Phorge makes them).
@@ -393,8 +393,7 @@ impl NameLookup for TableLookup {
 /// Default settings plus an allow list for the loopback test servers.
 pub fn local_config() -> TransportConfig {
     TransportConfig {
-        outbound_allow: parse_cidr_list(TransportSetting::OutboundAllow, "127.0.0.1/32")
-            .expect("allow"),
+        outbound_allow: parse_cidr_list("127.0.0.1/32").expect("allow"),
         ..TransportConfig::default()
     }
 }

@@ -1,0 +1,116 @@
+//! The process around the daemon: the environment as the settings' lookup,
+//! logging, the runtime, and exit codes — 0 after a clean shutdown, 1 when
+//! it could not run (e.g. the listen address is taken), 2 for a bad
+//! setting. `main.rs` only picks one of these from the command line.
+
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use tracing_subscriber::EnvFilter;
+
+use crate::config::{DaemonConfig, LogFormat};
+use crate::{app, demo};
+
+/// How long the runtime may take to drop its remaining tasks at exit.
+const RUNTIME_SHUTDOWN_BOUND: Duration = Duration::from_secs(1);
+
+/// Reads the settings from the environment and runs the daemon until it
+/// is shut down.
+pub fn run_daemon() -> ExitCode {
+    let config = match DaemonConfig::from_lookup(&env_lookup) {
+        Ok(config) => config,
+        Err(err) => {
+            eprintln!("webhook-daemon: bad setting {err}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(&config);
+    // One thread: the daemon mostly waits on sockets, and on a
+    // multi-thread runtime the wake-ups between workers cost about a
+    // quarter of its CPU per delivery (docs/performance.md).
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            tracing::error!(event = "runtime_failed", error = %err);
+            return ExitCode::FAILURE;
+        }
+    };
+    let outcome = runtime.block_on(app::run(config));
+    // Whatever is still running (a delivery abandoned after the grace, a
+    // name lookup on the blocking pool) is dropped, not waited for: the
+    // process exits in bounded time whatever the database or a receiver
+    // does.
+    runtime.shutdown_timeout(RUNTIME_SHUTDOWN_BOUND);
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            tracing::error!(event = "startup_failed", error = %err);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `webhook-daemon demo [--listen ADDR]`, given the arguments after
+/// `demo`.
+pub fn run_demo(args: impl Iterator<Item = String>) -> ExitCode {
+    match demo::parse_args(args) {
+        Ok(listen) => demo_main(listen),
+        Err(message) => {
+            eprintln!("webhook-daemon demo: {message}; see --help");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// The self-contained demo, logging the dispatcher's events as it goes and
+/// serving them on `listen` (or a free loopback port).
+fn demo_main(listen: Option<SocketAddr>) -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::new("webhook_core=info,webhook_daemon=info"))
+        .with_ansi(std::io::stdout().is_terminal())
+        .with_target(false)
+        .with_timer(tracing_subscriber::fmt::time::uptime())
+        .with_writer(std::io::stdout)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("webhook-daemon demo: cannot start the runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(demo::run(listen)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("webhook-daemon demo: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Environment values that are not UTF-8 are passed on lossily, so a bad
+/// number still fails with the variable's name.
+pub fn env_lookup(name: &str) -> Option<String> {
+    std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
+}
+
+fn init_logging(config: &DaemonConfig) {
+    // Validated in `DaemonConfig`; `info` is only a fallback.
+    let filter = EnvFilter::try_new(&config.log_filter).unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    match config.log_format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
