@@ -13,6 +13,10 @@ use tracing_subscriber::EnvFilter;
 use crate::config::{DaemonConfig, LogFormat};
 use crate::{app, demo};
 
+/// The target the start-up failure lines had when they were written from the binary's
+/// `main.rs`; operators' filters and log searches may name it.
+const LOG_TARGET: &str = "webhook_daemon";
+
 /// How long the runtime may take to drop its remaining tasks at exit.
 const RUNTIME_SHUTDOWN_BOUND: Duration = Duration::from_secs(1);
 
@@ -36,7 +40,7 @@ pub fn run_daemon() -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(err) => {
-            tracing::error!(event = "runtime_failed", error = %err);
+            tracing::error!(target: LOG_TARGET, event = "runtime_failed", error = %err);
             return ExitCode::FAILURE;
         }
     };
@@ -49,7 +53,7 @@ pub fn run_daemon() -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            tracing::error!(event = "startup_failed", error = %err);
+            tracing::error!(target: LOG_TARGET, event = "startup_failed", error = %err);
             ExitCode::FAILURE
         }
     }

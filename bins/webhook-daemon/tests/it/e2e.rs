@@ -458,6 +458,14 @@ async fn a_taken_listen_address_exits_non_zero() {
         "{}",
         daemon.log()
     );
+    // The line's target is the one it had when `main.rs` wrote it.
+    assert!(
+        daemon
+            .stderr()
+            .contains(r#"webhook_daemon: event="startup_failed""#),
+        "{}",
+        daemon.log()
+    );
     drop(taken);
 }
 

@@ -1,0 +1,157 @@
+//! The windows' unit tests: settings read and refused, effective lease and
+//! retry spacing, cutoffs, the claim-ahead budget and the warnings.
+
+use super::*;
+
+#[test]
+fn defaults_are_valid_and_match_the_spec() {
+    let windows = Windows::try_new(Settings::default()).expect("defaults valid");
+    assert_eq!(windows.lease_secs(), 30);
+    assert_eq!(windows.effective_retry_spacing_secs(), 60);
+    assert_eq!(windows.breaker().threshold, 10);
+    assert_eq!(windows.breaker().window_secs, 300);
+    assert!(windows.warnings().is_empty());
+}
+
+#[test]
+fn lease_is_raised_to_cover_a_delivery() {
+    let windows = Windows::try_new(Settings {
+        claim_lease_secs: 5,
+        delivery_timeout: Duration::from_secs(15),
+        ..Settings::default()
+    })
+    .expect("valid");
+    assert_eq!(windows.lease_secs(), 17);
+    assert!(windows.warnings().contains(&WindowWarning::LeaseRaised {
+        configured: 5,
+        effective: 17
+    }));
+}
+
+#[test]
+fn rows_claimed_ahead_get_half_the_lease_left_after_timeout_and_margin() {
+    let budget = |lease: u64, timeout: u64| {
+        Windows::try_new(Settings {
+            claim_lease_secs: lease,
+            delivery_timeout: Duration::from_secs(timeout),
+            ..Settings::default()
+        })
+        .expect("valid")
+        .claim_ahead_budget()
+    };
+    assert_eq!(budget(30, 15), Duration::from_millis(6_500));
+    assert_eq!(budget(5, 15), Duration::ZERO, "lease raised to 17 s");
+    assert_eq!(budget(18, 15), Duration::from_millis(500));
+    assert_eq!(budget(300, 15), Duration::from_millis(141_500));
+}
+
+#[test]
+fn backoff_below_lease_is_reported_with_the_real_spacing() {
+    let windows = Windows::try_new(Settings {
+        retry_backoff_secs: 10,
+        ..Settings::default()
+    })
+    .expect("valid");
+    assert_eq!(windows.effective_retry_spacing_secs(), 30);
+    let warnings = windows.warnings();
+    assert_eq!(
+        warnings,
+        vec![WindowWarning::BackoffBelowLease {
+            backoff: 10,
+            lease: 30
+        }]
+    );
+    assert!(warnings[0]
+        .to_string()
+        .contains("GORGE_WEBHOOK_RETRY_BACKOFF_SEC = 10s has no effect"));
+}
+
+#[test]
+fn cutoffs_come_from_one_reading() {
+    let windows = Windows::try_new(Settings::default()).expect("valid");
+    let cutoffs = windows.cutoffs(1_000);
+    assert_eq!(cutoffs.now, 1_000);
+    assert_eq!(cutoffs.lease_cutoff, 970);
+    assert_eq!(cutoffs.retry_cutoff, 940);
+    let early = windows.cutoffs(5);
+    assert_eq!((early.lease_cutoff, early.retry_cutoff), (0, 0));
+}
+
+#[test]
+fn breaker_opens_at_the_threshold() {
+    let breaker = Windows::try_new(Settings::default())
+        .expect("valid")
+        .breaker();
+    assert!(!breaker.is_open(9));
+    assert!(breaker.is_open(10));
+    assert_eq!(breaker.since(1_000), 700);
+}
+
+#[test]
+fn settings_are_read_by_variable_name() {
+    let get = |name: &str| match name {
+        "GORGE_WEBHOOK_POLL_INTERVAL_MS" => Some("250".to_owned()),
+        "GORGE_WEBHOOK_MAX_CONCURRENT" => Some(" 4 ".to_owned()),
+        _ => None,
+    };
+    let settings = Settings::from_lookup(&get).expect("valid");
+    assert_eq!(settings.poll_interval, Duration::from_millis(250));
+    assert_eq!(settings.max_concurrent, 4);
+    assert_eq!(settings.claim_lease_secs, 30);
+    let bad = |name: &str| (name == "GORGE_WEBHOOK_RETRY_BACKOFF_SEC").then(|| "-1".to_owned());
+    let err = Settings::from_lookup(&bad).expect_err("negative");
+    assert_eq!(err.variable, RETRY_BACKOFF.name);
+    assert!(Settings::from_lookup(&|_| None).is_ok_and(|s| s == Settings::default()));
+}
+
+#[test]
+fn bad_values_name_the_variable() {
+    let cases = [
+        (
+            Settings {
+                max_concurrent: 0,
+                ..Settings::default()
+            },
+            "GORGE_WEBHOOK_MAX_CONCURRENT",
+        ),
+        (
+            Settings {
+                poll_interval: Duration::ZERO,
+                ..Settings::default()
+            },
+            "GORGE_WEBHOOK_POLL_INTERVAL_MS",
+        ),
+        (
+            Settings {
+                delivery_timeout: Duration::ZERO,
+                ..Settings::default()
+            },
+            "GORGE_WEBHOOK_DELIVERY_TIMEOUT",
+        ),
+        (
+            Settings {
+                breaker_threshold: 0,
+                ..Settings::default()
+            },
+            "GORGE_WEBHOOK_ERROR_THRESHOLD",
+        ),
+        (
+            Settings {
+                breaker_window_secs: 0,
+                ..Settings::default()
+            },
+            "GORGE_WEBHOOK_ERROR_BACKOFF_SEC",
+        ),
+        (
+            Settings {
+                claim_lease_secs: 0,
+                ..Settings::default()
+            },
+            "GORGE_WEBHOOK_CLAIM_LEASE_SEC",
+        ),
+    ];
+    for (settings, name) in cases {
+        let err = Windows::try_new(settings).expect_err(name);
+        assert!(err.to_string().starts_with(name), "{err}");
+    }
+}
