@@ -415,14 +415,7 @@ struct Explained<'a> {
 
 impl Explained<'_> {
     fn to_json(&self) -> Value {
-        let Explained {
-            row,
-            hook,
-            explanation: e,
-            payload,
-            signature,
-            headers,
-        } = *self;
+        let (row, e) = (self.row, self.explanation);
         json!({
             "now": e.now,
             "request": {
@@ -437,30 +430,23 @@ impl Explained<'_> {
                 "dateModified": row.date_modified,
                 "defect": row.defect,
             },
-            "hook": hook.map(|h| json!({"phid": h.phid, "name": h.name, "status": h.status})),
+            "hook": self.hook.map(|h| json!({"phid": h.phid, "name": h.name, "status": h.status})),
             "verdict": e.verdict.to_json(e.now),
             "also": e.also.iter().map(|v| v.to_json(e.now)).collect::<Vec<_>>(),
             "notes": e.notes,
-            "payload": payload.as_ref().ok()
+            "payload": self.payload.as_ref().ok()
                 .map(|p| String::from_utf8_lossy(p.as_bytes()).into_owned()),
-            "payloadBytes": payload.as_ref().ok().map(|p| p.as_bytes().len()),
-            "noPayloadReason": payload.as_ref().err(),
-            "signature": signature,
-            "signatureHeaders": headers,
+            "payloadBytes": self.payload.as_ref().ok().map(|p| p.as_bytes().len()),
+            "noPayloadReason": self.payload.as_ref().err(),
+            "signature": self.signature,
+            "signatureHeaders": self.headers,
         })
     }
 
     fn to_text(&self) -> String {
-        let Explained {
-            row,
-            hook,
-            explanation: e,
-            payload,
-            signature,
-            headers,
-        } = *self;
+        let (row, e) = (self.row, self.explanation);
         let mut out = format!("request {}  {}\n", row.id, row.phid);
-        let hook_line = match hook {
+        let hook_line = match self.hook {
             Some(h) => format!("{} {:?} ({})", h.phid, h.name, h.status),
             None => format!("{} (no such hook)", row.webhook_phid),
         };
@@ -490,7 +476,7 @@ impl Explained<'_> {
         for note in &e.notes {
             out.push_str(&format!("note: {note}\n"));
         }
-        match payload {
+        match self.payload {
             Ok(body) => {
                 out.push_str(&format!(
                     "\npayload ({} bytes, as `webhook-admin payload {}` prints it):\n{}",
@@ -498,9 +484,9 @@ impl Explained<'_> {
                     row.id,
                     String::from_utf8_lossy(body.as_bytes())
                 ));
-                match signature {
+                match self.signature {
                     Some(sig) => {
-                        for header in headers {
+                        for header in self.headers {
                             out.push_str(&format!("{header}: {sig}\n"));
                         }
                     }
