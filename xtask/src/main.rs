@@ -8,7 +8,7 @@
 //! - `contract-test`: the diagnostics API's fixtures (`contracts/`) against
 //!   the real daemon binary; `cargo test --workspace` (and so `ci`) runs
 //!   them as well.
-//! - `bench`: the backlog benchmark (`bins/webhook-daemon/benches/backlog.rs`)
+//! - `bench`: the backlog benchmark (`bins/webhook-daemon/benches/backlog/main.rs`)
 //!   against the local MariaDB; its last stdout line is one JSON object.
 //! - `deny`: cargo-deny's bans, licenses and sources checks (`deny.toml`),
 //!   installing cargo-deny when it is missing.

@@ -28,23 +28,14 @@ use webhook_test_support::daemon_process::free_port;
 use webhook_test_support::mariadb::PhorgeSide;
 use webhook_test_support::{with_db, Receiver, Reply, TestDb};
 
-#[path = "backlog/args.rs"]
 mod args;
-#[path = "backlog/baseline.rs"]
 mod baseline;
-#[path = "backlog/candidates.rs"]
 mod candidates;
-#[path = "backlog/daemon.rs"]
 mod daemon;
-#[path = "backlog/phases.rs"]
 mod phases;
-#[path = "backlog/report.rs"]
 mod report;
-#[path = "backlog/sampling.rs"]
 mod sampling;
-#[path = "backlog/seed.rs"]
 mod seed;
-#[path = "backlog/soak.rs"]
 mod soak;
 
 use args::{daemon_settings, parse_args, Args};
