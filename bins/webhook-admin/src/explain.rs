@@ -454,7 +454,8 @@ fn processing(windows: &Windows, now: UnixTime, facts: &Facts<'_>) -> Verdict {
                 error: error.to_string(),
             }
         }
-        // (Never unavailable: the caller looked the hook up beforehand.)
+        // A lookup gathered beforehand is never `Unavailable`: a database
+        // error stopped the command before it got here.
         Triage::HookMissing { .. } | Triage::HookUnavailable => {
             return Verdict::HookMissing {
                 hook_phid: row.webhook_phid.clone(),

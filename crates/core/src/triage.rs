@@ -3,13 +3,11 @@
 //! unparseable `properties`, then the hook (missing, `disabled`). The
 //! dispatcher acts on the answer; `webhook-admin explain` reports it.
 //!
-//! Pure: the hook comes in through a lookup that is only asked for once
-//! the row itself passed, so a row failed on its own never costs a hook
-//! lookup. The URI check needs the transport and stays in the dispatcher.
+//! Pure: the row's own checks and the hook's are two plain functions;
+//! [`triage`] asks its hook lookup only once the row itself passed, so a
+//! row failed on its own never costs a hook lookup. The URI check needs the transport and stays in the dispatcher.
 
-use std::future::{ready, Future};
-
-use futures::FutureExt;
+use std::future::Future;
 
 use crate::model::{Hook, RequestRow};
 use crate::outcome::HookError;
@@ -87,25 +85,62 @@ impl Triage<'_> {
     }
 }
 
+impl<'r> Triage<'r> {
+    /// The hook error and the properties to write back with it, for a row
+    /// that fails without an HTTP attempt; `None` for `Ready` and
+    /// `HookUnavailable`.
+    pub fn into_failure(self) -> Option<(HookError, Properties)> {
+        let error = self.hook_error()?;
+        match self {
+            Self::InvalidRow { properties, .. }
+            | Self::InvalidProperties { properties, .. }
+            | Self::HookMissing { properties }
+            | Self::HookDisabled { properties, .. } => Some((error, properties)),
+            Self::Ready { .. } | Self::HookUnavailable => None,
+        }
+    }
+}
+
 /// SPEC §5's checks on `row`, in order; `look_up_hook` is called only once
 /// the row and its properties passed.
 pub async fn triage<'r, F>(row: &'r RequestRow, look_up_hook: impl FnOnce() -> F) -> Triage<'r>
 where
     F: Future<Output = HookLookup>,
 {
+    match check_row(row) {
+        Ok(properties) => judge_hook(properties, look_up_hook().await),
+        Err(failed) => *failed,
+    }
+}
+
+/// [`triage`] with the hook already looked up (for a caller that gathered
+/// its facts beforehand, as `webhook-admin explain` does).
+pub fn triage_looked_up(row: &RequestRow, hook: HookLookup) -> Triage<'_> {
+    match check_row(row) {
+        Ok(properties) => judge_hook(properties, hook),
+        Err(failed) => *failed,
+    }
+}
+
+/// The checks on the row itself: its parsed properties, or the answer
+/// that fails it before its hook is looked at.
+fn check_row(row: &RequestRow) -> Result<Properties, Box<Triage<'_>>> {
     if let Some(defect) = &row.defect {
         let properties = Properties::parse(&row.properties)
             .unwrap_or_else(|_| Properties::preserving_unparseable(&row.properties));
-        return Triage::InvalidRow { defect, properties };
+        return Err(Box::new(Triage::InvalidRow { defect, properties }));
     }
-    let properties = match Properties::parse(&row.properties) {
-        Ok(properties) => properties,
-        Err(error) => {
-            let properties = Properties::preserving_unparseable(&row.properties);
-            return Triage::InvalidProperties { error, properties };
-        }
-    };
-    match look_up_hook().await {
+    Properties::parse(&row.properties).map_err(|error| {
+        Box::new(Triage::InvalidProperties {
+            error,
+            properties: Properties::preserving_unparseable(&row.properties),
+        })
+    })
+}
+
+/// The checks on the hook of a row that passed its own.
+fn judge_hook<'r>(properties: Properties, hook: HookLookup) -> Triage<'r> {
+    match hook {
         HookLookup::Found(hook) if hook.is_disabled() => Triage::HookDisabled { properties, hook },
         HookLookup::Found(hook) => Triage::Ready { properties, hook },
         HookLookup::Missing => Triage::HookMissing { properties },
@@ -113,18 +148,12 @@ where
     }
 }
 
-/// [`triage`] with the hook already looked up (for a caller that gathered
-/// its facts beforehand, as `webhook-admin explain` does).
-pub fn triage_looked_up(row: &RequestRow, hook: HookLookup) -> Triage<'_> {
-    triage(row, || ready(hook))
-        .now_or_never()
-        // Not reachable: nothing in `triage` waits but the lookup, and this
-        // one is ready.
-        .unwrap_or(Triage::HookUnavailable)
-}
-
 #[cfg(test)]
 mod tests {
+    use std::future::ready;
+
+    use futures::FutureExt;
+
     use super::*;
     use crate::model::{LastResult, RequestStatus};
 

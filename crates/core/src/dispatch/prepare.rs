@@ -75,34 +75,14 @@ impl Dispatcher {
     pub(super) async fn prepare(&self, run: &mut HookRun, row: &RequestRow) -> Result<Ready, Step> {
         let (properties, hook) = match triage(row, || self.hook_for(run, row)).await {
             Triage::Ready { properties, hook } => (properties, hook),
-            Triage::InvalidRow { defect, properties } => {
-                warn!(target: LOG_TARGET, event = "row_invalid", request_id = row.id, hook = %row.webhook_phid,
-                      defect = %defect, "failed without delivery");
-                self.fail_hook(row, &properties, HookError::InvalidRow, None)
-                    .await;
-                return Err(Step::Next);
-            }
-            Triage::InvalidProperties { error, properties } => {
-                warn!(target: LOG_TARGET, event = "properties_invalid", request = %row.phid, hook = %row.webhook_phid,
-                      error = %error, original = %truncated(&row.properties),
-                      "kept under gorgeOriginalProperties");
-                self.fail_hook(row, &properties, HookError::InvalidProperties, None)
-                    .await;
-                return Err(Step::Next);
-            }
-            Triage::HookMissing { properties } => {
-                warn!(target: LOG_TARGET, event = "hook_missing", request = %row.phid, hook = %row.webhook_phid);
-                self.fail_hook(row, &properties, HookError::NotFound, None)
-                    .await;
-                return Err(Step::Next);
-            }
-            Triage::HookDisabled { properties, hook } => {
-                debug!(target: LOG_TARGET, event = "hook_disabled", request = %row.phid, hook = %hook.phid);
-                self.fail_hook(row, &properties, HookError::Disabled, None)
-                    .await;
-                return Err(Step::Next);
-            }
             Triage::HookUnavailable => return Err(Step::StopRun),
+            failed => {
+                note_failed_triage(row, &failed);
+                if let Some((error, properties)) = failed.into_failure() {
+                    self.fail_hook(row, &properties, error, None).await;
+                }
+                return Err(Step::Next);
+            }
         };
         let target = match self.transport.resolve(&hook.uri).await {
             Resolution::Ready(target) => Ok(target),
@@ -224,4 +204,26 @@ impl Dispatcher {
 /// A hook row as a lookup's answer.
 fn found(hook: Option<Hook>) -> HookLookup {
     hook.map_or(HookLookup::Missing, HookLookup::Found)
+}
+
+/// The log line of a row failed by [`triage`] before its URI is resolved.
+fn note_failed_triage(row: &RequestRow, failed: &Triage<'_>) {
+    match failed {
+        Triage::InvalidRow { defect, .. } => {
+            warn!(target: LOG_TARGET, event = "row_invalid", request_id = row.id, hook = %row.webhook_phid,
+                  defect = %defect, "failed without delivery");
+        }
+        Triage::InvalidProperties { error, .. } => {
+            warn!(target: LOG_TARGET, event = "properties_invalid", request = %row.phid, hook = %row.webhook_phid,
+                  error = %error, original = %truncated(&row.properties),
+                  "kept under gorgeOriginalProperties");
+        }
+        Triage::HookMissing { .. } => {
+            warn!(target: LOG_TARGET, event = "hook_missing", request = %row.phid, hook = %row.webhook_phid);
+        }
+        Triage::HookDisabled { hook, .. } => {
+            debug!(target: LOG_TARGET, event = "hook_disabled", request = %row.phid, hook = %hook.phid);
+        }
+        Triage::Ready { .. } | Triage::HookUnavailable => {}
+    }
 }
