@@ -407,6 +407,12 @@ mod tests {
         assert_eq!(config.outbound_deny.len(), 29);
         assert!(config.outbound_allow.is_empty());
         assert_eq!(config.request_id_header, None);
+        // Pinned as numbers: each is written once, as its variable's
+        // default text.
+        assert_eq!(config.connect_timeout, Duration::from_millis(5000));
+        assert_eq!(config.resolve_timeout, Duration::from_millis(10_000));
+        assert_eq!(config.response_body_limit, 65_536);
+        assert_eq!(config.pool_idle_timeout, Duration::from_secs(30));
         assert!(config.validate().is_ok());
     }
 

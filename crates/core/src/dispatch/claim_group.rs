@@ -4,9 +4,9 @@
 //! Waiting for a commit before every POST would make a fast hook's run as
 //! slow as the database's commit latency; so when a hook's recent groups
 //! were delivered quickly and without failure, the claim of a row takes the
-//! run's next rows along. The pace doubles after a quick, clean group,
-//! halves after a slow one, and drops back to one after a failed attempt,
-//! a lost claim or an unsent row, up to [`CLAIM_AHEAD_MAX`] ([`next_pace`]).
+//! run's next rows along. The pace doubles after a quick, clean group (up
+//! to [`CLAIM_AHEAD_MAX`]), halves after a slow one, and drops back to one
+//! after a failed attempt, a lost claim or an unsent row ([`next_pace`]).
 //! Each row is still sent one at a time, in id order, under the hook lock,
 //! after the breaker check — but only within
 //! [`Windows::claim_ahead_budget`] of the claim, so its POST ends with at

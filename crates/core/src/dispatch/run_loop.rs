@@ -57,7 +57,9 @@ enum Wake {
 impl Dispatcher {
     /// Delivers until `shutdown` completes, then stops claiming, lets the
     /// deliveries already claimed finish and write their results, and
-    /// returns.
+    /// returns. What it learns of each hook's pace lives as long as this
+    /// call (the daemon makes one per process): a later call starts every
+    /// hook at one row per claim.
     pub async fn run(&self, shutdown: impl Future<Output = ()> + Send) {
         let stop = AtomicBool::new(false);
         let mut shutdown = pin!(shutdown.fuse());
