@@ -34,7 +34,7 @@ impl Db {
         let mut mysql = config.mysql.clone();
         mysql.pool_max = POOL_MAX;
         let reader = MysqlReader::new(&mysql).map_err(|err| AdminError::Setting {
-            variable: "GORGE_WEBHOOK_MYSQL_HOST".to_owned(),
+            variable: webhook_store_mysql::config::HOST.name.to_owned(),
             reason: err.to_string(),
         })?;
         Ok(Self {
