@@ -8,17 +8,10 @@ use crate::model::{LastResult, RequestStatus};
 use crate::outcome::ResultWrite;
 use crate::store::{Claim, Written};
 
-use super::{candidate_ids, query, request, TestBed, HOOK};
+use super::{candidate_ids, claimed_ahead_of_the_clock, query, request, TestBed, HOOK};
 
 pub(super) async fn same_second_claim_still_changes_the_version(bed: &dyn TestBed) {
-    // A version ahead of the server clock: only `+ 1` can move it.
-    let now = bed.now().await;
-    let ahead = now + 1_000;
-    let id = bed.insert_request(&request(HOOK, ahead, ahead)).await;
-    assert_eq!(
-        bed.store().claim(id, ahead).await.expect("claim"),
-        Claim::Won(ahead + 1)
-    );
+    let (id, ahead) = claimed_ahead_of_the_clock(bed).await;
     let row = bed.row(id).await;
     assert_eq!(row.date_modified, ahead + 1);
     assert!(!row.is_fresh(), "a claimed row must not look fresh again");
@@ -26,6 +19,7 @@ pub(super) async fn same_second_claim_still_changes_the_version(bed: &dyn TestBe
         bed.store().claim(id, ahead).await.expect("claim"),
         Claim::Lost
     );
+    let now = bed.now().await;
     assert!(candidate_ids(bed, &query(now, 30, 60)).await.is_empty());
 }
 

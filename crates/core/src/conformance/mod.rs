@@ -23,7 +23,7 @@ mod write_back;
 use crate::memory_store::NewRequest;
 use crate::model::{Hook, RequestRow, UnixTime};
 use crate::objects::PhorgeObjects;
-use crate::store::{CandidateQuery, Store};
+use crate::store::{CandidateQuery, Claim, Store};
 use crate::windows::Cutoffs;
 
 /// What a case needs besides the `Store` under test: seeding and reading
@@ -117,6 +117,19 @@ fn request(hook_phid: &str, created: UnixTime, modified: UnixTime) -> NewRequest
         date_modified: Some(modified),
         ..NewRequest::queued(hook_phid, r#"{"retry":"forever"}"#)
     }
+}
+
+/// A row whose version is 1,000 s ahead of the server's clock, claimed:
+/// its id and that version (the claim moved it to `ahead + 1`, which only
+/// the `+ 1` can do).
+async fn claimed_ahead_of_the_clock(bed: &dyn TestBed) -> (u64, UnixTime) {
+    let ahead = bed.now().await + 1_000;
+    let id = bed.insert_request(&request(HOOK, ahead, ahead)).await;
+    assert_eq!(
+        bed.store().claim(id, ahead).await.expect("claim"),
+        Claim::Won(ahead + 1)
+    );
+    (id, ahead)
 }
 
 fn query(now: UnixTime, lease: u64, backoff: u64) -> CandidateQuery {

@@ -5,9 +5,9 @@
 use crate::memory_store::NewRequest;
 use crate::model::{LastResult, RequestStatus};
 use crate::outcome::ResultWrite;
-use crate::store::{Claim, Written};
+use crate::store::Written;
 
-use super::{request, TestBed, HOOK};
+use super::{claimed_ahead_of_the_clock, request, TestBed, HOOK};
 
 pub(super) async fn write_result_sets_every_column(bed: &dyn TestBed) {
     let now = bed.now().await;
@@ -49,13 +49,7 @@ pub(super) async fn write_result_sets_every_column(bed: &dyn TestBed) {
 }
 
 pub(super) async fn write_in_the_claim_second_still_advances_the_version(bed: &dyn TestBed) {
-    let now = bed.now().await;
-    let ahead = now + 1_000;
-    let id = bed.insert_request(&request(HOOK, ahead, ahead)).await;
-    assert_eq!(
-        bed.store().claim(id, ahead).await.expect("claim"),
-        Claim::Won(ahead + 1)
-    );
+    let (id, ahead) = claimed_ahead_of_the_clock(bed).await;
     let write = ResultWrite {
         id,
         expected_version: ahead + 1,
