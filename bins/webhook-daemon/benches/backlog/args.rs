@@ -40,7 +40,15 @@ pub(crate) const USAGE: &str = "usage: cargo xtask bench [options]
   --slow-hook-ms MS   one extra hook answering 200 after MS ms, with
   --slow-hook-rows N  N rows queued for it before the daemon starts (default 40)
   Soak rows carry retry=forever (Phorge's default for rule-triggered
-  requests), so a failing hook's rows are retried for ever.";
+  requests), so a failing hook's rows are retried for ever.
+
+  scenario mode (issue 19; replaces the default run):
+  --scenarios         10000 rows over 1000 hooks answering after 100 ms, once per
+                      M below; then the idle poll on the stock schema (no
+                      key_status) against the indexed one, with --retained rows
+                      (default 1000000 in this mode)
+  --scenario-m LIST   the MAX_CONCURRENT values, comma-separated; `default` is
+                      the daemon's own (default \"default,512\")";
 
 /// The parsed command line.
 #[derive(Debug, Clone)]
@@ -57,6 +65,8 @@ pub(crate) struct Args {
     pub(crate) extra_env: Vec<(String, String)>,
     pub(crate) daemon_bin: Option<PathBuf>,
     pub(crate) soak: Option<soak::SoakArgs>,
+    /// `--scenarios`: the `MAX_CONCURRENT` values (`None` = the daemon's).
+    pub(crate) scenarios: Option<Vec<Option<usize>>>,
 }
 
 pub(crate) fn parse_args() -> Result<Args, String> {
@@ -73,7 +83,10 @@ pub(crate) fn parse_args() -> Result<Args, String> {
         extra_env: Vec::new(),
         daemon_bin: None,
         soak: None,
+        scenarios: None,
     };
+    let mut scenario_m = "default,512".to_owned();
+    let mut retained_given = false;
     let mut soak = soak::SoakArgs::default();
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -103,7 +116,12 @@ pub(crate) fn parse_args() -> Result<Args, String> {
             "--hooks" => args.hooks = number(value()?)? as usize,
             "--latency-ms" => args.latency_ms = number(value()?)?,
             "--max-concurrent" => args.max_concurrent = Some(number(value()?)? as usize),
-            "--retained" => args.retained = number(value()?)?,
+            "--retained" => {
+                args.retained = number(value()?)?;
+                retained_given = true;
+            }
+            "--scenarios" => args.scenarios = Some(Vec::new()),
+            "--scenario-m" => scenario_m = value()?,
             "--timed" => args.timed = number(value()?)? as usize,
             "--busy-rate" => args.busy_rate = Some(number(value()?)? as f64),
             "--idle-secs" => args.idle_secs = number(value()?)?,
@@ -133,11 +151,33 @@ pub(crate) fn parse_args() -> Result<Args, String> {
     if args.idle_secs == 0 || args.idle_secs > 600 {
         return Err("--idle-secs must be between 1 and 600".to_owned());
     }
+    if let Some(list) = args.scenarios.as_mut() {
+        *list = parse_scenario_m(&scenario_m)?;
+        if !retained_given {
+            args.retained = 1_000_000;
+        }
+    }
     if soak.secs > 0 {
         soak.check()?;
         args.soak = Some(soak);
     }
     Ok(args)
+}
+
+/// `default,512` → the daemon's own `MAX_CONCURRENT`, then 512.
+fn parse_scenario_m(list: &str) -> Result<Vec<Option<usize>>, String> {
+    list.split(',')
+        .map(str::trim)
+        .map(|m| match m {
+            "default" => Ok(None),
+            n => match n.parse::<usize>() {
+                Ok(n) if n > 0 => Ok(Some(n)),
+                _ => Err(format!(
+                    "--scenario-m: {n:?} is neither `default` nor a count"
+                )),
+            },
+        })
+        .collect()
 }
 
 /// Daemon settings shared by the bench and the daemon: the variables the

@@ -7,7 +7,8 @@
 //! It reports drain throughput, enqueue→receipt latency (idle and busy),
 //! peak RSS, database statements per delivery, idle CPU, and — with
 //! `--retained R` — how the candidate query behaves with R retained `sent`
-//! rows. The last stdout line is one JSON object; the exit code is non-zero
+//! rows; `--scenarios` runs issue 19's scenarios instead (`scenarios.rs`).
+//! The last stdout line is one JSON object; the exit code is non-zero
 //! unless every row ended `sent` and was received exactly once.
 //!
 //! It owns nothing but measurement: it never changes the daemon's settings
@@ -32,10 +33,13 @@ mod args;
 mod baseline;
 mod candidates;
 mod daemon;
+mod idle_poll;
 mod phases;
 mod report;
 mod sampling;
+mod scenarios;
 mod seed;
+mod sessions;
 mod soak;
 
 use args::{daemon_settings, parse_args, Args};
@@ -57,13 +61,19 @@ fn main() {
         .expect("bench: tokio runtime");
     let slot: Arc<Mutex<Option<Outcome>>> = Arc::new(Mutex::new(None));
     let out = Arc::clone(&slot);
-    runtime.block_on(with_db(move |db| async move {
-        let outcome = match args.soak.clone() {
-            Some(soak) => soak::run_soak(db, args, soak).await,
-            None => run(db, args).await,
-        };
-        *out.lock().expect("outcome slot") = Some(outcome);
-    }));
+    match args.scenarios.clone() {
+        Some(list) => {
+            let outcome = runtime.block_on(scenarios::run(args, list));
+            *out.lock().expect("outcome slot") = Some(outcome);
+        }
+        None => runtime.block_on(with_db(move |db| async move {
+            let outcome = match args.soak.clone() {
+                Some(soak) => soak::run_soak(db, args, soak).await,
+                None => run(db, args).await,
+            };
+            *out.lock().expect("outcome slot") = Some(outcome);
+        })),
+    }
     let outcome = slot.lock().expect("outcome slot").take();
     match outcome {
         Some(outcome) => {

@@ -110,6 +110,7 @@ impl Report<'_> {
             "poll_interval_ms": self.poll_ms(),
             "deliveries_per_sec": round(self.drain.per_sec, 1),
             "baseline_pairs_per_sec": round(self.base.pairs_per_sec, 1),
+            "baseline_pool": self.base.pool.sized,
             "ratio": round(self.ratio(), 3),
             "drain_complete": self.drain.complete,
             "delivered": self.drain.delivered,
@@ -258,6 +259,7 @@ impl Report<'_> {
             "baseline claim+result pairs/s",
             format!("{:.0}  ({:.2} s)", self.base.pairs_per_sec, self.base.secs),
         );
+        line(t, "baseline pool", self.base.pool.describe());
         line(t, "ratio", format!("{:.3}", self.ratio()));
         line(
             t,
