@@ -17,6 +17,7 @@ pub mod clock;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 pub mod dispatch;
+mod error_chain;
 pub mod events;
 pub mod hold;
 pub mod lock_name;
@@ -38,6 +39,7 @@ pub mod windows;
 pub use breaker::Breaker;
 pub use clock::{Clock, ManualClock};
 pub use dispatch::Dispatcher;
+pub use error_chain::error_chain;
 pub use events::{Event, EventKind, EventSink};
 pub use hold::{ConfigUnreadable, PhorgeConfig, SilentMode};
 pub use lock_name::hook_lock_name;

@@ -11,7 +11,6 @@
 //! task, a failed release) the pool's reset frees every named lock of that
 //! session — or, if the pool is gone, closing the socket does.
 
-use std::error::Error as _;
 use std::fmt;
 
 use async_trait::async_trait;
@@ -158,7 +157,7 @@ impl Drop for MysqlHookLock {
                         tracing::warn!(
                             event = "hook_lock_release_failed",
                             lock = %name,
-                            error = %error_chain(&err),
+                            error = %webhook_core::error_chain(&err),
                             "releasing a dropped hook lock failed; the connection reset frees it"
                         );
                     }
@@ -169,15 +168,4 @@ impl Drop for MysqlHookLock {
             Err(_) => drop(conn),
         }
     }
-}
-
-fn error_chain(err: &StoreError) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -260,7 +260,7 @@ impl HyperTransport {
                         Err(err) => {
                             let result = classify(&err, Stage::Body);
                             debug!(event = "response_body_failed", request = %request.request_phid,
-                                   status = status.as_u16(), result = ?result, error = %chain(&err));
+                                   status = status.as_u16(), result = ?result, error = %webhook_core::error_chain(&err));
                             result
                         }
                     };
@@ -332,7 +332,7 @@ impl HyperTransport {
                         )
                     );
                     debug!(event = "request_failed", request = %request.request_phid,
-                           result = ?result, reused_connection = stale, error = %chain(&err));
+                           result = ?result, reused_connection = stale, error = %webhook_core::error_chain(&err));
                     if retryable && stale && !retried {
                         retried = true;
                         continue;
@@ -359,18 +359,6 @@ async fn drain(mut body: Incoming, limit: usize) -> Result<(), hyper::Error> {
         }
     }
     Ok(())
-}
-
-/// An error and its causes on one line, for debug logs.
-fn chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[async_trait]

@@ -32,17 +32,6 @@ fn through(proxy: &FaultProxy, namespace: &str) -> MysqlStore {
     .expect("valid config")
 }
 
-fn chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
 #[tokio::test]
 async fn a_statement_on_a_frozen_connection_fails_within_the_timeout_and_the_next_one_runs() {
     with_db(|db| async move {
@@ -59,11 +48,8 @@ async fn a_statement_on_a_frozen_connection_fails_within_the_timeout_and_the_nex
         let took = started.elapsed();
         let err = outcome.expect_err("a frozen connection cannot answer");
         assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
-        assert!(
-            chain(&err).contains("did not finish within"),
-            "{}",
-            chain(&err)
-        );
+        let text = webhook_core::error_chain(&err);
+        assert!(text.contains("did not finish within"), "{text}");
         assert!(took >= STATEMENT_TIMEOUT, "{took:?}");
         assert!(took < STATEMENT_TIMEOUT + SLACK, "{took:?}");
         assert_eq!(store.pool_replacements(), 1);
