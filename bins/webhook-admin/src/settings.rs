@@ -207,10 +207,8 @@ fn shown_values(
             mysql::POOL_MAX.name,
             m.pool_max.to_string(),
             // Unset or 0 both mean "derive it".
-            match get(mysql::POOL_MAX.name).as_deref().map(str::trim) {
-                None | Some("0") => Some("derived: 2 x MAX_CONCURRENT + 4".to_owned()),
-                Some(_) => None,
-            },
+            matches!(mysql::POOL_MAX.read(get), Ok(0))
+                .then(|| "derived: 2 x MAX_CONCURRENT + 4".to_owned()),
         ),
         (mysql::CONNECT_TIMEOUT.name, ms(m.connect_timeout), None),
         (mysql::STATEMENT_TIMEOUT.name, ms(m.statement_timeout), None),
