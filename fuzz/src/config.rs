@@ -210,7 +210,7 @@ pub fn run(data: &[u8]) {
                 config.service_token,
                 map.get("GORGE_SERVICE_TOKEN").cloned().unwrap_or_default()
             );
-            assert_eq!(Ok(&config.windows), windows.as_ref());
+            assert_eq!(Ok(&config.delivery.windows), windows.as_ref());
         }
         Err(err) => {
             assert_names_a_set_variable(err.variable, &err.to_string(), &map);

@@ -93,15 +93,15 @@ pub fn log_windows(windows: &Windows) {
 /// is still stuck: `main` does not wait for it.
 pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
     let signals = ShutdownSignals::install();
-    let store = Arc::new(MysqlStore::new(&config.mysql)?);
+    let store = Arc::new(MysqlStore::new(&config.delivery.mysql)?);
     let api_store = Arc::new(MysqlStore::new(&MysqlConfig {
         pool_max: API_POOL,
-        ..config.mysql.clone()
+        ..config.delivery.mysql.clone()
     })?);
-    let transport = Arc::new(HyperTransport::new(config.transport.clone())?);
-    log_windows(&config.windows);
+    let transport = Arc::new(HyperTransport::new(config.delivery.transport.clone())?);
+    log_windows(&config.delivery.windows);
     let mut silent_mode = SilentMode::new(Arc::clone(&store) as Arc<dyn PhorgeConfig>);
-    match &config.local_config {
+    match &config.delivery.local_config {
         Some(local_config) => {
             silent_mode = silent_mode.with_local_config(Arc::new(local_config.clone()));
         }
@@ -121,7 +121,7 @@ pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
             Arc::clone(&store) as Arc<dyn Store>,
             transport,
             Arc::new(SystemClock::new()),
-            config.windows.clone(),
+            config.delivery.windows.clone(),
         )
         .with_silent_mode(silent_mode)
         .with_objects(Arc::clone(&store) as Arc<dyn PhorgeObjects>)
@@ -133,7 +133,7 @@ pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
             addr: config.listen,
             source,
         })?;
-    let local_config = config.local_config.as_ref().map_or_else(
+    let local_config = config.delivery.local_config.as_ref().map_or_else(
         || "(not set)".to_owned(),
         |c| c.path().display().to_string(),
     );

@@ -162,16 +162,12 @@ impl DeliveryConfig {
 /// Everything the daemon runs with, validated.
 #[derive(Debug, Clone)]
 pub struct DaemonConfig {
+    /// What delivering needs: windows, database, transport, local config.
+    pub delivery: DeliveryConfig,
     /// Diagnostics listen address.
     pub listen: SocketAddr,
     /// Token for `/api` and `/metrics`; empty = auth off.
     pub service_token: String,
-    /// Where Phorge's herald database is.
-    pub mysql: MysqlConfig,
-    /// The delivery windows.
-    pub windows: Windows,
-    /// How receivers are called.
-    pub transport: TransportConfig,
     /// A validated tracing filter.
     pub log_filter: String,
     /// Log line format.
@@ -180,9 +176,6 @@ pub struct DaemonConfig {
     pub shutdown_grace: Duration,
     /// `/api/webhook/events` streams open at once at most.
     pub event_streams: usize,
-    /// Phorge's `conf/local/local.json`, where `bin/config set` keeps
-    /// `phabricator.silent`; `None` = not read.
-    pub local_config: Option<LocalConfig>,
 }
 
 impl DaemonConfig {
@@ -190,23 +183,14 @@ impl DaemonConfig {
     /// (so the first error is the one `webhook-admin` reports too), then
     /// the daemon's own.
     pub fn from_lookup(get: Lookup<'_>) -> Result<Self, SettingError> {
-        let DeliveryConfig {
-            windows,
-            mysql,
-            transport,
-            local_config,
-        } = DeliveryConfig::from_lookup(get)?;
         Ok(Self {
+            delivery: DeliveryConfig::from_lookup(get)?,
             listen: LISTEN.read(get)?,
             log_filter: LOG_LEVEL.read(get)?,
             log_format: LOG_FORMAT.read(get)?,
             shutdown_grace: SHUTDOWN_GRACE.read(get)?,
             event_streams: EVENT_STREAMS.read(get)?,
             service_token: SERVICE_TOKEN.read(get)?,
-            mysql,
-            windows,
-            transport,
-            local_config,
         })
     }
 }
@@ -293,16 +277,16 @@ mod tests {
         assert_eq!(config.listen.port(), 8160);
         assert!(config.listen.ip().is_unspecified());
         assert_eq!(config.service_token, "");
-        assert_eq!(config.mysql.host, "127.0.0.1");
-        assert_eq!(config.mysql.port, 3306);
-        assert_eq!(config.mysql.user, "phorge");
-        assert_eq!(config.mysql.database(), "phorge_herald");
-        assert_eq!(config.mysql.pool_max, 20);
-        assert_eq!(config.windows.settings(), &Settings::default());
+        assert_eq!(config.delivery.mysql.host, "127.0.0.1");
+        assert_eq!(config.delivery.mysql.port, 3306);
+        assert_eq!(config.delivery.mysql.user, "phorge");
+        assert_eq!(config.delivery.mysql.database(), "phorge_herald");
+        assert_eq!(config.delivery.mysql.pool_max, 20);
+        assert_eq!(config.delivery.windows.settings(), &Settings::default());
         assert_eq!(config.log_format, LogFormat::Text);
         assert_eq!(config.shutdown_grace, Duration::from_secs(30));
         assert_eq!(config.event_streams, 16);
-        assert_eq!(config.local_config, None);
+        assert_eq!(config.delivery.local_config, None);
     }
 
     #[test]
@@ -323,14 +307,21 @@ mod tests {
         ])
         .expect("valid");
         assert_eq!(
-            config.local_config.as_ref().map(|c| c.path().to_owned()),
+            config
+                .delivery
+                .local_config
+                .as_ref()
+                .map(|c| c.path().to_owned()),
             Some("/srv/phorge/conf/local/local.json".into())
         );
         assert_eq!(config.event_streams, 3);
         assert_eq!(config.listen, "127.0.0.1:9000".parse().expect("addr"));
-        assert_eq!(config.mysql.database(), "phabricator_herald");
-        assert_eq!(config.windows.max_concurrent(), 4);
-        assert_eq!(config.windows.poll_interval(), Duration::from_millis(250));
+        assert_eq!(config.delivery.mysql.database(), "phabricator_herald");
+        assert_eq!(config.delivery.windows.max_concurrent(), 4);
+        assert_eq!(
+            config.delivery.windows.poll_interval(),
+            Duration::from_millis(250)
+        );
         assert_eq!(config.log_format, LogFormat::Json);
     }
 
