@@ -46,7 +46,8 @@ fn main() -> ExitCode {
 }
 
 /// The process environment, as every `GORGE_*` lookup reads it. A value
-/// that is not UTF-8 reads as unset, as the daemon reads it.
+/// that is not UTF-8 reads as unset here, while the daemon reads it lossily
+/// (`webhook_daemon::launch::env_lookup`).
 fn env_lookup(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
