@@ -5,7 +5,8 @@
 //! ([`receiver`], its per-object [`receipts`]), Phorge's
 //! `conf/local/local.json` in a temporary directory ([`local_config`]), a
 //! fault-injecting TCP proxy for database outages ([`fault_proxy`]), and
-//! the daemon binary run as a child process ([`daemon_process`]) with a raw
+//! the daemon binary run as a child process ([`daemon_process`]), its
+//! database sessions as the server lists them ([`process_sessions`]), a raw
 //! HTTP/1.1 client for its diagnostics listener ([`raw_http`]) and a reader
 //! of its `/metrics` text ([`metrics_text`]).
 //!
@@ -19,6 +20,7 @@ pub mod fault_proxy;
 pub mod local_config;
 pub mod mariadb;
 pub mod metrics_text;
+pub mod process_sessions;
 pub mod raw_http;
 pub mod receipts;
 pub mod receiver;

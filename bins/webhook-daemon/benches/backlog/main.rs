@@ -39,7 +39,6 @@ mod report;
 mod sampling;
 mod scenarios;
 mod seed;
-mod sessions;
 mod soak;
 
 use args::{daemon_settings, parse_args, Args};

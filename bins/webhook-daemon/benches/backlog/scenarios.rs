@@ -19,8 +19,8 @@ use webhook_test_support::{with_db, DaemonProcess, Receiver, Reply, TestDb};
 use crate::args::{daemon_settings, Args};
 use crate::report::{round, source_version};
 use crate::sampling::vm_kib;
-use crate::sessions::daemon_sessions;
 use crate::{daemon, free_listen_addr, idle_poll, seed, Outcome};
+use webhook_test_support::process_sessions::session_ids;
 
 const ROWS: usize = 10_000;
 const HOOKS: usize = 1_000;
@@ -229,7 +229,13 @@ async fn watch_drain(
     let mut reported = Instant::now();
     let mut peak = 0;
     loop {
-        peak = peak.max(daemon_sessions(sampler, daemon.pid(), PORT).await);
+        let sessions = session_ids(sampler, daemon.pid(), PORT)
+            .await
+            .unwrap_or_else(|e| {
+                eprintln!("bench: PROCESSLIST: {e}");
+                Vec::new()
+            });
+        peak = peak.max(sessions.len());
         let got = receiver.distinct_objects();
         if got >= ROWS as u64 {
             return peak;

@@ -5,12 +5,12 @@
 //! at once, and a success once stored is never undone.
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
+use webhook_test_support::process_sessions::session_ids;
 use webhook_test_support::{with_db, Receiver, Recorded, Reply, TestDb};
 
 use crate::daemon::Daemon;
@@ -23,44 +23,22 @@ use crate::support::{
 
 const KEY: &str = "sessionskeyaaaaaaaaaaaaaaaaaaaaa";
 
-/// The local ports of `pid`'s TCP connections to MariaDB (`ss -tnp`).
-fn database_ports_of(pid: u32) -> Vec<String> {
-    let out = Command::new("ss")
-        .args(["-Htnp", "dport = :3306"])
-        .output()
-        .expect("run ss");
-    let marker = format!("pid={pid},");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|line| line.contains(&marker))
-        .filter_map(|line| line.split_whitespace().nth(3))
-        .filter_map(|local| local.rsplit(':').next())
-        .map(str::to_owned)
-        .collect()
-}
-
 /// `KILL`s the database sessions of one process, found by their client
 /// ports: the server frees their named locks, as when a cut connection or
 /// a failover ends them.
 async fn kill_sessions_of(db: &TestDb, pid: u32) -> usize {
     let mut conn = db.conn().await;
+    let ids = session_ids(&mut conn, pid, 3306)
+        .await
+        .expect("processlist");
     let mut killed = 0;
-    for port in database_ports_of(pid) {
-        let ids: Vec<u64> = conn
-            .exec(
-                "SELECT ID FROM information_schema.PROCESSLIST WHERE HOST LIKE ?",
-                (format!("%:{port}"),),
-            )
+    for id in ids {
+        if conn
+            .query_drop(format!("KILL CONNECTION {id}"))
             .await
-            .expect("processlist");
-        for id in ids {
-            if conn
-                .query_drop(format!("KILL CONNECTION {id}"))
-                .await
-                .is_ok()
-            {
-                killed += 1;
-            }
+            .is_ok()
+        {
+            killed += 1;
         }
     }
     killed

@@ -1,10 +1,10 @@
-//! The daemon's database sessions as the server sees them: the rows of
+//! One process's database sessions as the server sees them: the rows of
 //! `information_schema.PROCESSLIST` whose `HOST` (`127.0.0.1:<port>`) is
-//! one of the daemon's own TCP client ports to the server. The ports come
-//! from the daemon's socket inodes (`/proc/<pid>/fd`) matched against
-//! `/proc/net/tcp{,6}`, so neither the bench's sessions (which share the
-//! bench database) nor another client's are counted. Read-only: it never
-//! changes a server setting.
+//! one of that process's own TCP client ports to the server. The ports
+//! come from its socket inodes (`/proc/<pid>/fd`) matched against
+//! `/proc/net/tcp{,6}`, so no other client's sessions (the test's own, on
+//! the same database) are counted. The e2e tests kill a daemon's sessions
+//! by them; the bench counts them.
 
 use std::collections::HashSet;
 
@@ -12,7 +12,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 
 /// The local ports of `pid`'s TCP connections to `server_port`.
-pub(crate) fn client_ports(pid: u32, server_port: u16) -> HashSet<u16> {
+pub fn client_ports(pid: u32, server_port: u16) -> HashSet<u16> {
     let inodes: HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .into_iter()
         .flatten()
@@ -50,26 +50,27 @@ fn socket_line(line: &str, server_port: u16, inodes: &HashSet<String>) -> Option
     (port(remote)? == server_port && inodes.contains(*inode)).then_some(port(local)?)
 }
 
-/// How many of the server's sessions belong to `pid`.
-pub(crate) async fn daemon_sessions(conn: &mut Conn, pid: u32, server_port: u16) -> usize {
+/// The server's session ids of `pid`'s connections to `server_port`.
+pub async fn session_ids(
+    conn: &mut Conn,
+    pid: u32,
+    server_port: u16,
+) -> Result<Vec<u64>, mysql_async::Error> {
     let ports = client_ports(pid, server_port);
     if ports.is_empty() {
-        return 0;
+        return Ok(Vec::new());
     }
-    let hosts: Vec<Option<String>> = conn
-        .query("SELECT HOST FROM information_schema.PROCESSLIST")
-        .await
-        .unwrap_or_else(|e| {
-            eprintln!("bench: PROCESSLIST: {e}");
-            Vec::new()
-        });
-    hosts
+    let sessions: Vec<(u64, Option<String>)> = conn
+        .query("SELECT ID, HOST FROM information_schema.PROCESSLIST")
+        .await?;
+    Ok(sessions
         .into_iter()
-        .flatten()
-        .filter_map(|host| {
-            host.rsplit_once(':')
+        .filter(|(_, host)| {
+            host.as_deref()
+                .and_then(|host| host.rsplit_once(':'))
                 .and_then(|(_, port)| port.parse::<u16>().ok())
+                .is_some_and(|port| ports.contains(&port))
         })
-        .filter(|port| ports.contains(port))
-        .count()
+        .map(|(id, _)| id)
+        .collect())
 }
