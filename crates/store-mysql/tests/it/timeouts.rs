@@ -8,10 +8,10 @@
 use std::time::{Duration, Instant};
 
 use webhook_core::{HookLock, Store, StoreError};
-use webhook_store_mysql::{MysqlConfig, MysqlStore};
+use webhook_store_mysql::{MysqlConfig, MysqlHookLock, MysqlStore};
 use webhook_test_support::FaultProxy;
 
-use crate::fixture::{config, with_db};
+use crate::fixture::{config, with_db, TestDb};
 
 const STATEMENT_TIMEOUT: Duration = Duration::from_secs(1);
 /// What a bounded call may take beyond its bound on a loaded machine.
@@ -30,6 +30,26 @@ fn through(proxy: &FaultProxy, namespace: &str) -> MysqlStore {
         ..config(namespace)
     })
     .expect("valid config")
+}
+
+/// Takes `hook`'s lock through `store`: the lock and its name.
+async fn lock_through(store: &MysqlStore, hook: &str) -> (MysqlHookLock, String) {
+    let lock = store
+        .try_lock_hook(hook)
+        .await
+        .expect("lock")
+        .expect("free");
+    let name = lock.name().to_owned();
+    (lock, name)
+}
+
+/// Waits until no session holds the lock `name`, failing after `within`.
+async fn wait_until_freed(db: &TestDb, name: &str, within: Duration, holder: &str) {
+    let until = Instant::now() + within;
+    while db.lock_holder(name).await.is_some() {
+        assert!(Instant::now() < until, "{holder} still holds {name}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test]
@@ -77,12 +97,7 @@ async fn a_hook_lock_on_a_frozen_session_is_released_in_time_and_freed_on_the_se
     with_db(|db| async move {
         let proxy = FaultProxy::to_mariadb().await;
         let store = through(&proxy, &db.namespace);
-        let lock = store
-            .try_lock_hook(HOOK)
-            .await
-            .expect("lock")
-            .expect("free");
-        let name = lock.name().to_owned();
+        let (lock, name) = lock_through(&store, HOOK).await;
         assert_eq!(db.lock_holder(&name).await, Some(lock.connection_id()));
 
         proxy.freeze();
@@ -102,14 +117,7 @@ async fn a_hook_lock_on_a_frozen_session_is_released_in_time_and_freed_on_the_se
         // The server still sees the frozen session holding the lock until
         // it is killed; without that the hook stays locked for the
         // server's wait_timeout (8 hours by default).
-        let until = Instant::now() + Duration::from_secs(10);
-        while db.lock_holder(&name).await.is_some() {
-            assert!(
-                Instant::now() < until,
-                "the frozen session still holds {name}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_until_freed(&db, &name, Duration::from_secs(10), "the frozen session").await;
         let again = store
             .try_lock_hook(HOOK)
             .await
@@ -127,12 +135,7 @@ async fn a_hook_lock_abandoned_during_a_blackhole_is_freed_once_the_server_is_ba
     with_db(|db| async move {
         let proxy = FaultProxy::to_mariadb().await;
         let store = through(&proxy, &db.namespace);
-        let lock = store
-            .try_lock_hook(HOOK)
-            .await
-            .expect("lock")
-            .expect("free");
-        let name = lock.name().to_owned();
+        let (lock, name) = lock_through(&store, HOOK).await;
 
         // Nothing gets through: the release times out and the first try to
         // kill its session finds no connection.
@@ -149,14 +152,7 @@ async fn a_hook_lock_abandoned_during_a_blackhole_is_freed_once_the_server_is_ba
         // New connections work again (the frozen one stays frozen, and the
         // server never hears that its client is gone).
         proxy.forward();
-        let until = Instant::now() + Duration::from_secs(40);
-        while db.lock_holder(&name).await.is_some() {
-            assert!(
-                Instant::now() < until,
-                "the abandoned session still holds {name}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        wait_until_freed(&db, &name, Duration::from_secs(40), "the abandoned session").await;
         store.disconnect().await.expect("close");
     })
     .await;
