@@ -189,15 +189,11 @@ pub fn run(data: &[u8]) {
     let Ok(map) = arbitrary_variables(&mut u) else {
         return;
     };
-    let fallback_concurrency = u.int_in_range(1..=1024).unwrap_or(8);
     let get = |name: &str| map.get(name).cloned();
 
     // The order the daemon reads them in; the first failure is its error.
     let windows = check_windows(&get, &map);
-    let max_concurrent = windows
-        .as_ref()
-        .map_or(fallback_concurrency, Windows::max_concurrent);
-    let mysql = check_mysql(&get, &map, max_concurrent);
+    let mysql = check_mysql(&get, &map);
     let transport = check_transport(&get, &map);
 
     match DaemonConfig::from_lookup(&get) {
@@ -309,12 +305,12 @@ fn check_windows(
 fn check_mysql(
     get: &dyn Fn(&str) -> Option<String>,
     map: &HashMap<String, String>,
-    max_concurrent: usize,
 ) -> std::result::Result<MysqlConfig, &'static str> {
-    match MysqlConfig::from_lookup(get, max_concurrent) {
+    match MysqlConfig::from_lookup(get) {
         Ok(config) => {
             assert!(config.validate().is_ok(), "{config:?}");
-            assert!(config.pool_max > max_concurrent);
+            assert!(config.pool_max >= 1, "{config:?}");
+            assert!((1..=64).contains(&config.lock_sessions), "{config:?}");
             assert_eq!(
                 config.database(),
                 format!(

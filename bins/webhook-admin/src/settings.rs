@@ -206,9 +206,15 @@ fn shown_values(
         (
             mysql::POOL_MAX.name,
             m.pool_max.to_string(),
-            // Unset or 0 both mean "derive it".
-            matches!(mysql::POOL_MAX.read(get), Ok(0))
-                .then(|| "derived: 2 x MAX_CONCURRENT + 4".to_owned()),
+            matches!(mysql::POOL_MAX.read(get), Ok(0)).then(|| "0 means the default".to_owned()),
+        ),
+        (
+            mysql::LOCK_SESSIONS.name,
+            m.lock_sessions.to_string(),
+            Some(format!(
+                "at most {} database sessions in all",
+                m.pool_max + m.lock_sessions
+            )),
         ),
         (mysql::CONNECT_TIMEOUT.name, ms(m.connect_timeout), None),
         (mysql::STATEMENT_TIMEOUT.name, ms(m.statement_timeout), None),

@@ -143,11 +143,10 @@ pub struct DeliveryConfig {
 }
 
 impl DeliveryConfig {
-    /// Parses and validates the delivery settings, windows first (the
-    /// database's default pool follows the concurrency).
+    /// Parses and validates the delivery settings, windows first.
     pub fn from_lookup(get: Lookup<'_>) -> Result<Self, SettingError> {
         let windows = Settings::from_lookup(get).and_then(Windows::try_new)?;
-        let mysql = MysqlConfig::from_lookup(get, windows.max_concurrent())?;
+        let mysql = MysqlConfig::from_lookup(get)?;
         let transport = TransportConfig::from_env_with(get)?;
         let local_config = LocalConfig::from_lookup(get)?;
         Ok(Self {
@@ -281,7 +280,8 @@ mod tests {
         assert_eq!(config.delivery.mysql.port, 3306);
         assert_eq!(config.delivery.mysql.user, "phorge");
         assert_eq!(config.delivery.mysql.database(), "phorge_herald");
-        assert_eq!(config.delivery.mysql.pool_max, 20);
+        assert_eq!(config.delivery.mysql.pool_max, 16);
+        assert_eq!(config.delivery.mysql.lock_sessions, 4);
         assert_eq!(config.delivery.windows.settings(), &Settings::default());
         assert_eq!(config.log_format, LogFormat::Text);
         assert_eq!(config.shutdown_grace, Duration::from_secs(30));
@@ -342,7 +342,9 @@ mod tests {
             ("GORGE_WEBHOOK_RETRY_BACKOFF_SEC", "1.5"),
             ("GORGE_WEBHOOK_CLAIM_LEASE_SEC", "0"),
             ("GORGE_WEBHOOK_NAMESPACE", ""),
-            ("GORGE_WEBHOOK_MYSQL_POOL_MAX", "3"),
+            ("GORGE_WEBHOOK_MYSQL_POOL_MAX", "many"),
+            ("GORGE_WEBHOOK_MYSQL_LOCK_SESSIONS", "0"),
+            ("GORGE_WEBHOOK_MYSQL_LOCK_SESSIONS", "65"),
             ("GORGE_WEBHOOK_MYSQL_TLS", "maybe"),
             ("GORGE_WEBHOOK_MYSQL_CONNECT_TIMEOUT_MS", "0"),
             ("GORGE_WEBHOOK_MYSQL_STATEMENT_TIMEOUT_MS", "0"),

@@ -31,9 +31,8 @@ use crate::sql::{self, Literal};
 /// Most calls in one transaction.
 const MAX_BATCH: usize = 64;
 /// Batches on the server at once, each on a pooled connection borrowed for
-/// the batch. Hook locks pin at most `max_concurrent` connections and the
-/// pool is larger than that, so a worker always gets one in the end; the
-/// default pool (`2 × max_concurrent + 4`) has room for all four at once.
+/// the batch (hook locks pin none: they live on the lock sessions, outside
+/// the pool), so the default pool has room for all four at once.
 const WORKERS: usize = 4;
 
 /// One per-row write.

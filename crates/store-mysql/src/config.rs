@@ -18,9 +18,16 @@ use mysql_async::{OptsBuilder, PoolConstraints, PoolOpts, SslOpts};
 
 use crate::error::MysqlError;
 
-/// Pool size of a [`MysqlConfig::default`] (the variables' default derives
-/// it from the concurrency instead).
+/// Pooled connections of a [`MysqlConfig::default`], as [`POOL_MAX`]'s
+/// default.
 pub const DEFAULT_POOL_MAX: usize = 16;
+
+/// Lock sessions of a [`MysqlConfig::default`], as [`LOCK_SESSIONS`]'s
+/// default.
+pub const DEFAULT_LOCK_SESSIONS: usize = 4;
+
+/// The most lock sessions accepted.
+const MAX_LOCK_SESSIONS: usize = 64;
 
 /// `GORGE_WEBHOOK_MYSQL_HOST`
 pub const HOST: Setting<String> = Setting::new(
@@ -63,11 +70,24 @@ pub const TLS_CA: Setting<Option<PathBuf>> = Setting::new(
     "PEM file of CAs for the database's certificate",
     |raw| Ok((!raw.is_empty()).then(|| PathBuf::from(raw))),
 );
-/// `GORGE_WEBHOOK_MYSQL_POOL_MAX`: 0 = derived from the concurrency.
+/// `GORGE_WEBHOOK_MYSQL_POOL_MAX`: the pooled connections the statements
+/// run on (polls, group commits, lookups), sized by what they need, not
+/// by the concurrency: a held hook lock pins no pooled connection
+/// (`crate::lock`). 0 means the default (it once meant a size derived
+/// from `GORGE_WEBHOOK_MAX_CONCURRENT`).
 pub const POOL_MAX: Setting<u64> = Setting::new(
     "GORGE_WEBHOOK_MYSQL_POOL_MAX",
-    "0",
-    "database connections at most; 0 = 2 x MAX_CONCURRENT + 4",
+    "16",
+    "pooled database connections for statements at most; 0 = 16",
+    whole_number,
+);
+/// `GORGE_WEBHOOK_MYSQL_LOCK_SESSIONS`: the sessions, besides the pool,
+/// that take, hold and free the hooks' named locks, each holding many
+/// (`crate::lock`); each opens only when first needed.
+pub const LOCK_SESSIONS: Setting<u64> = Setting::new(
+    "GORGE_WEBHOOK_MYSQL_LOCK_SESSIONS",
+    "4",
+    "database sessions holding the hook locks, many each (besides the pool)",
     whole_number,
 );
 /// `GORGE_WEBHOOK_MYSQL_CONNECT_TIMEOUT_MS`: how long to wait for a
@@ -125,6 +145,7 @@ pub const VARIABLES: &[SettingInfo] = &[
     TLS.info(),
     TLS_CA.info(),
     POOL_MAX.info(),
+    LOCK_SESSIONS.info(),
     CONNECT_TIMEOUT.info(),
     STATEMENT_TIMEOUT.info(),
     KEEPALIVE.info(),
@@ -156,9 +177,11 @@ pub struct MysqlConfig {
     /// Phorge's `storage.default-namespace`; the database is
     /// `{namespace}_herald` and the hook lock names derive from it.
     pub namespace: String,
-    /// Most connections open at once. Every held hook lock pins one, so
-    /// this must exceed the number of concurrent deliveries.
+    /// Most pooled connections open at once (the statements').
     pub pool_max: usize,
+    /// Sessions holding the hook locks, each holding many, besides the
+    /// pool: at most `pool_max + lock_sessions` connections in all.
+    pub lock_sessions: usize,
     /// Require TLS to the server.
     pub tls: bool,
     /// A PEM file of CA certificates to trust instead of the built-in
@@ -183,6 +206,7 @@ impl Default for MysqlConfig {
             password: PASS.default_value(),
             namespace: NAMESPACE.default_value(),
             pool_max: DEFAULT_POOL_MAX,
+            lock_sessions: DEFAULT_LOCK_SESSIONS,
             tls: TLS.default_value(),
             tls_ca_file: TLS_CA.default_value(),
             connect_timeout: CONNECT_TIMEOUT.default_value(),
@@ -209,6 +233,7 @@ impl fmt::Debug for MysqlConfig {
             )
             .field("namespace", &self.namespace)
             .field("pool_max", &self.pool_max)
+            .field("lock_sessions", &self.lock_sessions)
             .field("tls", &self.tls)
             .field("tls_ca_file", &self.tls_ca_file)
             .field("connect_timeout", &self.connect_timeout)
@@ -226,25 +251,15 @@ impl MysqlConfig {
 
     /// Reads the `GORGE_WEBHOOK_MYSQL_*` and `GORGE_WEBHOOK_NAMESPACE`
     /// variables through `get` (SPEC §9 defaults) and validates them; an
-    /// error names the variable. `max_concurrent` sizes the default pool:
-    /// every delivery holds a hook lock on its own connection, and polls
-    /// and write-backs need more besides.
-    pub fn from_lookup(get: Lookup<'_>, max_concurrent: usize) -> Result<Self, SettingError> {
+    /// error names the variable.
+    pub fn from_lookup(get: Lookup<'_>) -> Result<Self, SettingError> {
         let tls = TLS.read(get)?;
         let port = PORT.read(get)?;
         let pool_max = match POOL_MAX.read(get)? {
-            0 => max_concurrent * 2 + 4,
+            0 => DEFAULT_POOL_MAX,
             n => usize::try_from(n).unwrap_or(usize::MAX),
         };
-        if pool_max <= max_concurrent {
-            return Err(SettingError::new(
-                POOL_MAX.name,
-                format!(
-                    "must exceed GORGE_WEBHOOK_MAX_CONCURRENT ({max_concurrent}): every delivery \
-                     holds a hook lock on its own connection"
-                ),
-            ));
-        }
+        let lock_sessions = usize::try_from(LOCK_SESSIONS.read(get)?).unwrap_or(usize::MAX);
         let connect_timeout = CONNECT_TIMEOUT.read(get)?;
         let statement_timeout = STATEMENT_TIMEOUT.read(get)?;
         let tcp_keepalive = KEEPALIVE.read(get)?;
@@ -255,6 +270,7 @@ impl MysqlConfig {
             password: PASS.read(get)?,
             namespace: NAMESPACE.read(get)?,
             pool_max,
+            lock_sessions,
             tls,
             tls_ca_file: TLS_CA.read(get)?,
             connect_timeout,
@@ -286,6 +302,9 @@ impl MysqlConfig {
         }
         if let Err(reason) = check_namespace(&self.namespace) {
             return invalid("namespace", reason);
+        }
+        if self.lock_sessions == 0 || self.lock_sessions > MAX_LOCK_SESSIONS {
+            return invalid("lock_sessions", format!("must be 1 to {MAX_LOCK_SESSIONS}"));
         }
         if self.pool_max == 0 {
             return invalid("pool_max", "must be at least 1".to_owned());
@@ -347,10 +366,10 @@ impl MysqlConfig {
         let pool = PoolOpts::default()
             .with_constraints(constraints)
             .with_inactive_connection_ttl(IDLE_CONNECTION_TTL)
-            // We keep no session state but hook locks, and those are
-            // released explicitly (or by a per-connection reset that
-            // `MysqlHookLock` turns on); resetting every connection on
-            // return would also empty its prepared statement cache.
+            // Pooled connections keep no session state (hook locks live
+            // on the lock sessions, outside the pool: `crate::lock`), and
+            // resetting every connection on return would also empty its
+            // prepared statement cache.
             .with_reset_connection(false);
         let ssl = self.tls.then(|| {
             let opts = SslOpts::default();
@@ -387,6 +406,7 @@ fn variable_of(field: &'static str) -> &'static str {
         "user" => USER.name,
         "namespace" => NAMESPACE.name,
         "pool_max" => POOL_MAX.name,
+        "lock_sessions" => LOCK_SESSIONS.name,
         "tls_ca_file" => TLS_CA.name,
         "connect_timeout" => CONNECT_TIMEOUT.name,
         "statement_timeout" => STATEMENT_TIMEOUT.name,
@@ -441,6 +461,38 @@ mod tests {
         assert_eq!(setting(&config), None);
         assert_eq!(config.database(), "phorge_herald");
         assert_eq!(config.pool_max, 16);
+        assert_eq!(config.lock_sessions, 4);
+    }
+
+    #[test]
+    fn the_pool_is_sized_apart_from_the_concurrency_and_holds_the_lock_sessions() {
+        let read = |pairs: &[(&str, &str)]| MysqlConfig::from_lookup(&table(pairs));
+        let defaults = read(&[]).expect("defaults");
+        assert_eq!((defaults.pool_max, defaults.lock_sessions), (16, 4));
+        let zero = read(&[("GORGE_WEBHOOK_MYSQL_POOL_MAX", "0")]).expect("0 = the default");
+        assert_eq!(zero.pool_max, 16);
+        let set = read(&[
+            ("GORGE_WEBHOOK_MYSQL_POOL_MAX", "6"),
+            ("GORGE_WEBHOOK_MYSQL_LOCK_SESSIONS", "2"),
+            ("GORGE_WEBHOOK_MAX_CONCURRENT", "512"),
+        ])
+        .expect("valid: the concurrency does not size the pool");
+        assert_eq!((set.pool_max, set.lock_sessions), (6, 2));
+        for (pairs, variable) in [
+            (
+                &[("GORGE_WEBHOOK_MYSQL_LOCK_SESSIONS", "0")][..],
+                "GORGE_WEBHOOK_MYSQL_LOCK_SESSIONS",
+            ),
+            (
+                &[("GORGE_WEBHOOK_MYSQL_LOCK_SESSIONS", "65")][..],
+                "GORGE_WEBHOOK_MYSQL_LOCK_SESSIONS",
+            ),
+        ] {
+            match read(pairs) {
+                Err(err) => assert_eq!(err.variable, variable, "{pairs:?}"),
+                other => panic!("{pairs:?}: {other:?}"),
+            }
+        }
     }
 
     #[test]
@@ -495,6 +547,13 @@ mod tests {
                     ..base.clone()
                 },
                 "pool_max",
+            ),
+            (
+                MysqlConfig {
+                    lock_sessions: 0,
+                    ..base.clone()
+                },
+                "lock_sessions",
             ),
             (
                 MysqlConfig {
@@ -553,18 +612,12 @@ mod tests {
 
     #[test]
     fn timeouts_are_read_and_bad_ones_named() {
-        let read = |pairs: &[(&str, &str)]| MysqlConfig::from_lookup(&table(pairs), 8);
+        let read = |pairs: &[(&str, &str)]| MysqlConfig::from_lookup(&table(pairs));
         let defaults = read(&[]).expect("defaults");
         assert_eq!(defaults.connect_timeout, Duration::from_secs(5));
         assert_eq!(defaults.statement_timeout, Duration::from_secs(10));
         assert_eq!(defaults.tcp_keepalive, Some(Duration::from_secs(30)));
-        assert_eq!(
-            defaults,
-            MysqlConfig {
-                pool_max: 20,
-                ..MysqlConfig::default()
-            }
-        );
+        assert_eq!(defaults, MysqlConfig::default());
         let set = read(&[
             ("GORGE_WEBHOOK_MYSQL_CONNECT_TIMEOUT_MS", "1500"),
             ("GORGE_WEBHOOK_MYSQL_STATEMENT_TIMEOUT_MS", "2500"),
@@ -605,6 +658,7 @@ mod tests {
             MysqlConfig {
                 password: "pw".into(),
                 pool_max: 3,
+                lock_sessions: 1,
                 namespace: "ns".into(),
                 ..MysqlConfig::default()
             }

@@ -42,6 +42,14 @@ impl Connector {
         self.pools.connect().await
     }
 
+    /// [`Pools::connect_standalone`], failing as a store error.
+    pub(crate) async fn standalone(&self) -> Result<Session, StoreError> {
+        self.pools
+            .connect_standalone()
+            .await
+            .map_err(|err| err.into_store_error(&self.database))
+    }
+
     /// [`Self::connect`], failing as a store error.
     pub(crate) async fn conn(&self) -> Result<Session, StoreError> {
         self.connect()

@@ -80,6 +80,10 @@ pub enum MysqlError {
         /// The `GET_LOCK` name.
         name: String,
     },
+    /// The task owning a hook-lock session has stopped (its runtime shut
+    /// down), so no lock can be taken or checked through it.
+    #[error("the hook lock session has stopped")]
+    LockSessionStopped,
     /// One of Phorge's tables is absent.
     #[error("table {database}.{table} does not exist")]
     MissingTable {
@@ -236,6 +240,7 @@ impl MysqlError {
             Self::Connect(_)
             | Self::ConnectTimeout(_)
             | Self::Timeout { .. }
+            | Self::LockSessionStopped
             | Self::NotReady(_) => StoreErrorKind::Unavailable,
             Self::Statement(err) if is_connection_loss(err) => StoreErrorKind::Unavailable,
             _ => StoreErrorKind::Query,

@@ -26,7 +26,10 @@
 //! * [`MysqlReader::ready`] is the `/readyz` probe; [`MysqlReader::check_schema`]
 //!   the startup check of the columns and of the `key_status` index.
 //! * [`MysqlHookLock`] is Phorge's per-hook `GET_LOCK`, so a daemon and a
-//!   leftover PHP worker exclude each other.
+//!   leftover PHP worker exclude each other. Many locks share each of a few
+//!   lock sessions outside the pool (`lock`): concurrency costs no
+//!   connections, and a lock session that breaks loses all its locks at
+//!   once.
 //! * Phorge's application tables ([`webhook_core::PhorgeObjects`],
 //!   [`OBJECT_TABLES`]): whether a request's object still exists and which
 //!   of its listed transactions do, newest first, as Phorge's worker

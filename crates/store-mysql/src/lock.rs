@@ -1,36 +1,195 @@
-//! Phorge's per-hook named lock (`GET_LOCK(name, 0)`), held by one pooled
-//! connection for as long as a delivery to that hook runs.
+//! Phorge's per-hook named locks (`GET_LOCK(name, 0)`), many on each of a
+//! few lock sessions ([`LockSessions`]), and the handle a delivery holds
+//! ([`MysqlHookLock`]).
 //!
-//! A MySQL named lock belongs to a session, so the connection that took it
-//! must not serve anyone else until the lock is freed. Three ways free it:
-//! [`HookLock::release`] (`RELEASE_LOCK`, the normal path); dropping the
-//! lock inside a Tokio runtime (a spawned task runs `RELEASE_LOCK`); and,
-//! as the net under both, the connection is marked for
-//! `COM_RESET_CONNECTION` from the moment the lock is taken, so if it ever
-//! returns to the pool still holding the lock (no runtime, a cancelled
-//! task, a failed release) the pool's reset frees every named lock of that
-//! session — or, if the pool is gone, closing the socket does.
+//! A MySQL named lock belongs to a session, and one session may hold many
+//! (MySQL ≥ 5.7, MariaDB ≥ 10.0.2). So a lock no longer pins a connection:
+//! each lock session is owned by one task ([`actor`]) that takes, checks
+//! and frees the locks its handles ask for, one statement at a time, and
+//! knows which names it holds. Concurrency so costs no connections: the
+//! pool is sized by what the queries need.
+//!
+//! The guarantees are the one-session-per-lock ones:
+//!
+//! * a lock is freed only by its holder: a handle names the session
+//!   *epoch* it was taken in (a session replaced after a failure starts a
+//!   new epoch), and its release or check never touches a later epoch's
+//!   lock of the same name;
+//! * a broken session's locks are known lost **at once**: the first
+//!   statement that fails on it (a handle's check, a take, a release, or
+//!   the session's own keep-alive check while it holds locks) ends its
+//!   epoch for every handle together, and its server session is killed so
+//!   the server frees them too;
+//! * one name is held at most once in this process: a second take of a
+//!   name the session holds is refused locally (the server would count it
+//!   as a nested lock and grant it).
+
+mod actor;
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
-use mysql_async::Row;
+use tokio::sync::{mpsc, oneshot};
 use webhook_core::{HookLock, StoreError};
 
+use crate::connector::Connector;
 use crate::error::MysqlError;
-use crate::rows;
-use crate::session::Session;
-use crate::sql;
 
-/// A held per-hook lock and the connection that holds it.
+use actor::{Command, Granted};
+
+/// What every handle of one lock session shares with its task.
+#[derive(Debug, Default)]
+struct SessionState {
+    /// The epoch whose locks are held now; 0 while no session is open.
+    /// A handle taken in another epoch has lost its lock.
+    live_epoch: AtomicU64,
+    /// Commands sent and not yet answered: new locks go to the session
+    /// with the fewest.
+    pending: AtomicUsize,
+    /// Locks held now (diagnostics).
+    held: AtomicUsize,
+}
+
+impl SessionState {
+    fn is_live(&self, epoch: u64) -> bool {
+        epoch != 0 && self.live_epoch.load(Ordering::Acquire) == epoch
+    }
+}
+
+/// One lock session's task, as the handles see it.
+#[derive(Clone)]
+struct SessionHandle {
+    commands: mpsc::UnboundedSender<Command>,
+    state: Arc<SessionState>,
+}
+
+impl SessionHandle {
+    /// Sends `command`; false when the task is gone (the runtime that ran
+    /// it shut down).
+    fn send(&self, command: Command) -> bool {
+        self.state.pending.fetch_add(1, Ordering::AcqRel);
+        if self.commands.send(command).is_ok() {
+            return true;
+        }
+        self.state.pending.fetch_sub(1, Ordering::AcqRel);
+        false
+    }
+
+    /// Sends what `command` builds around a fresh reply channel and waits
+    /// for the answer.
+    async fn ask<T>(
+        &self,
+        database: &str,
+        command: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Command,
+    ) -> Result<T, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        if !self.send(command(reply)) {
+            return Err(gone(database));
+        }
+        answer.await.unwrap_or_else(|_| Err(gone(database)))
+    }
+}
+
+fn gone(database: &str) -> StoreError {
+    MysqlError::LockSessionStopped.into_store_error(database)
+}
+
+/// The lock sessions of one store, started on first use (inside the
+/// runtime), each opening its database session only when first needed.
+#[derive(Clone)]
+pub(crate) struct LockSessions {
+    connector: Connector,
+    count: usize,
+    sessions: Arc<OnceLock<Vec<SessionHandle>>>,
+}
+
+impl LockSessions {
+    /// `count` lock sessions over `connector` (at least one).
+    pub(crate) fn new(connector: Connector, count: usize) -> Self {
+        Self {
+            connector,
+            count: count.max(1),
+            sessions: Arc::new(OnceLock::new()),
+        }
+    }
+
+    fn sessions(&self) -> &[SessionHandle] {
+        self.sessions.get_or_init(|| {
+            (0..self.count)
+                .map(|_| actor::start(self.connector.clone()))
+                .collect()
+        })
+    }
+
+    /// The session with the fewest commands waiting (the first among
+    /// equals, so a quiet daemon opens one session only).
+    fn least_busy(&self) -> Option<&SessionHandle> {
+        self.sessions()
+            .iter()
+            .min_by_key(|s| s.state.pending.load(Ordering::Acquire))
+    }
+
+    /// `GET_LOCK(name, 0)` on the least busy lock session: the lock when
+    /// taken, `None` when another session (here or elsewhere) holds it.
+    pub(crate) async fn try_lock(&self, name: String) -> Result<Option<MysqlHookLock>, StoreError> {
+        let database = &self.connector.database;
+        let Some(session) = self.least_busy() else {
+            return Err(gone(database));
+        };
+        let asked = name.clone();
+        let granted = session
+            .ask(database, |reply| Command::Take { name: asked, reply })
+            .await?;
+        Ok(granted.map(
+            |Granted {
+                 epoch,
+                 connection_id,
+             }| MysqlHookLock {
+                name,
+                connection_id,
+                epoch,
+                database: database.clone(),
+                session: Some(session.clone()),
+            },
+        ))
+    }
+
+    /// Locks held now, over all lock sessions.
+    pub(crate) fn held(&self) -> usize {
+        self.sessions.get().map_or(0, |all| {
+            all.iter()
+                .map(|s| s.state.held.load(Ordering::Acquire))
+                .sum()
+        })
+    }
+
+    /// Stops every lock session: its locks are freed and its connection
+    /// goes back to the pool, so closing the pool need not wait for it.
+    pub(crate) async fn close(&self) {
+        let Some(all) = self.sessions.get() else {
+            return;
+        };
+        for session in all {
+            let (reply, closed) = oneshot::channel();
+            if session.send(Command::Close { reply }) {
+                let _ = closed.await;
+            }
+        }
+    }
+}
+
+/// A held per-hook lock: its name, and the lock session and epoch that
+/// hold it. Released explicitly, or when dropped (the release is sent to
+/// the session's task, which needs no runtime on the dropping thread).
 pub struct MysqlHookLock {
     name: String,
     connection_id: u32,
+    epoch: u64,
     database: String,
-    /// `None` once released or handed to the drop path. Its statements
-    /// are bounded: on a timeout the session is abandoned and killed,
-    /// which frees the lock on the server (`crate::session`).
-    conn: Option<Session>,
+    /// `None` once released.
+    session: Option<SessionHandle>,
 }
 
 impl fmt::Debug for MysqlHookLock {
@@ -38,7 +197,8 @@ impl fmt::Debug for MysqlHookLock {
         f.debug_struct("MysqlHookLock")
             .field("name", &self.name)
             .field("connection_id", &self.connection_id)
-            .field("held", &self.conn.is_some())
+            .field("epoch", &self.epoch)
+            .field("released", &self.session.is_none())
             .finish()
     }
 }
@@ -54,118 +214,62 @@ impl MysqlHookLock {
         self.connection_id
     }
 
-    /// Tries `GET_LOCK(name, 0)` on `conn`: the lock when taken, `None`
-    /// (and the connection back to the pool) when another session holds it.
-    pub(crate) async fn acquire(
-        mut conn: Session,
-        name: String,
-        database: &str,
-    ) -> Result<Option<Self>, StoreError> {
-        // Armed before the lock exists, so a cancellation between the
-        // server taking the lock and us recording it still frees it.
-        conn.reset_connection(true);
-        let answer = conn
-            .exec_first::<Row, _, _>(sql::GET_LOCK, (name.as_str(),))
-            .await
-            .map_err(|err| err.into_store_error(database))?;
-        match rows::nullable_int(answer, "GET_LOCK") {
-            Ok(Some(1)) => Ok(Some(Self {
-                name,
-                connection_id: conn.id(),
-                database: database.to_owned(),
-                conn: Some(conn),
-            })),
-            Ok(Some(0)) => {
-                // Nothing held: keep the connection's statement cache.
-                conn.reset_connection(false);
-                Ok(None)
-            }
-            Ok(other) => Err(unexpected("GET_LOCK", format!("{other:?}"), database)),
-            Err(detail) => Err(unexpected("GET_LOCK", detail, database)),
-        }
-    }
-}
-
-fn unexpected(statement: &'static str, detail: String, database: &str) -> StoreError {
-    MysqlError::UnexpectedResult { statement, detail }.into_store_error(database)
-}
-
-/// `RELEASE_LOCK` on the holding connection, which then goes back to the
-/// pool. Anything but 1 means the session no longer held the lock.
-async fn release_on(mut conn: Session, name: &str, database: &str) -> Result<(), StoreError> {
-    let answer = conn
-        .exec_first::<Row, _, _>(sql::RELEASE_LOCK, (name,))
-        .await
-        .map_err(|err| err.into_store_error(database))?;
-    match rows::nullable_int(answer, "RELEASE_LOCK") {
-        Ok(Some(1)) => {
-            // Freed: no reset needed, so the statement cache survives.
-            conn.reset_connection(false);
-            Ok(())
-        }
-        Ok(_) => Err(MysqlError::LockNotHeld {
-            name: name.to_owned(),
-        }
-        .into_store_error(database)),
-        Err(detail) => Err(unexpected("RELEASE_LOCK", detail, database)),
+    /// Whether the session that took the lock is still the live one,
+    /// without asking the server (see [`HookLock::still_held`] for the
+    /// check that does).
+    pub fn epoch_is_live(&self) -> bool {
+        self.session
+            .as_ref()
+            .is_some_and(|s| s.state.is_live(self.epoch))
     }
 }
 
 #[async_trait]
 impl HookLock for MysqlHookLock {
     async fn release(mut self: Box<Self>) -> Result<(), StoreError> {
-        match self.conn.take() {
-            Some(conn) => release_on(conn, &self.name, &self.database).await,
-            None => Ok(()),
-        }
+        let Some(session) = self.session.take() else {
+            return Ok(());
+        };
+        let (name, epoch) = (std::mem::take(&mut self.name), self.epoch);
+        session
+            .ask(&self.database, |reply| Command::Release {
+                name,
+                epoch,
+                reply: Some(reply),
+            })
+            .await
     }
 
-    /// Asked on the holding connection itself: if its session broke, the
-    /// question fails, and either way the lock is not ours any more.
+    /// A lost epoch answers at once; otherwise the holding session is
+    /// asked (with every other check waiting on it, in one statement), so
+    /// a session killed since its last statement is found out here.
     async fn still_held(&mut self) -> Result<bool, StoreError> {
-        let Some(conn) = self.conn.as_mut() else {
+        let Some(session) = self.session.as_ref() else {
             return Ok(false);
         };
-        let answer = conn
-            .exec_first::<Row, _, _>(sql::LOCK_STILL_HELD, (self.name.as_str(),))
-            .await
-            .map_err(|err| err.into_store_error(&self.database))?;
-        match rows::nullable_int(answer, "IS_USED_LOCK") {
-            Ok(Some(1)) => Ok(true),
-            Ok(Some(0)) => Ok(false),
-            Ok(other) => Err(unexpected(
-                "IS_USED_LOCK",
-                format!("{other:?}"),
-                &self.database,
-            )),
-            Err(detail) => Err(unexpected("IS_USED_LOCK", detail, &self.database)),
+        if !session.state.is_live(self.epoch) {
+            return Ok(false);
         }
+        let (name, epoch) = (self.name.clone(), self.epoch);
+        session
+            .ask(&self.database, |reply| Command::Check {
+                name,
+                epoch,
+                reply,
+            })
+            .await
     }
 }
 
 impl Drop for MysqlHookLock {
     fn drop(&mut self) {
-        let Some(conn) = self.conn.take() else {
-            return;
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                let name = std::mem::take(&mut self.name);
-                let database = std::mem::take(&mut self.database);
-                handle.spawn(async move {
-                    if let Err(err) = release_on(conn, &name, &database).await {
-                        tracing::warn!(
-                            event = "hook_lock_release_failed",
-                            lock = %name,
-                            error = %webhook_core::error_chain(&err),
-                            "releasing a dropped hook lock failed; the connection reset frees it"
-                        );
-                    }
-                });
-            }
-            // Nothing can run RELEASE_LOCK here; the connection's reset
-            // mark (or, without a pool, closing it) frees the lock.
-            Err(_) => drop(conn),
+        if let Some(session) = self.session.take() {
+            // If the task is gone, so is its session, and with it the lock.
+            let _ = session.send(Command::Release {
+                name: std::mem::take(&mut self.name),
+                epoch: self.epoch,
+                reply: None,
+            });
         }
     }
 }

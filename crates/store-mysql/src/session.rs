@@ -148,6 +148,25 @@ impl Pools {
         }
     }
 
+    /// A connection of its own, outside the pool, within the connect
+    /// timeout: a hook-lock session (`crate::lock`), which is held for as
+    /// long as its locks are and so must not take a slot the statements
+    /// are sized for. Dropped, it is closed (which frees its locks).
+    pub(crate) async fn connect_standalone(&self) -> Result<Session, MysqlError> {
+        let (generation, _) = self.current();
+        let opts = self.generations.opts.clone();
+        match tokio::time::timeout(self.connect_timeout, Conn::new(opts)).await {
+            Ok(Ok(conn)) => Ok(Session {
+                conn: Some(conn),
+                generation,
+                pools: self.clone(),
+                busy: false,
+            }),
+            Ok(Err(err)) => Err(MysqlError::Connect(err)),
+            Err(_elapsed) => Err(MysqlError::ConnectTimeout(self.connect_timeout)),
+        }
+    }
+
     /// Closes the current pool once every borrowed connection is back, or
     /// gives up after `bound` (a connection that never comes back must not
     /// keep the process from exiting).
@@ -244,13 +263,6 @@ impl Session {
     /// abandoned.
     pub(crate) fn id(&self) -> u32 {
         self.conn.as_ref().map_or(0, Conn::id)
-    }
-
-    /// See `Conn::reset_connection`.
-    pub(crate) fn reset_connection(&mut self, reset: bool) {
-        if let Some(conn) = self.conn.as_mut() {
-            conn.reset_connection(reset);
-        }
     }
 
     /// Rows matched by the last statement.
@@ -385,6 +397,20 @@ impl Session {
         let (conn, limit) = self.start()?;
         let outcome = tokio::time::timeout(limit, conn.ping()).await;
         self.settle_driver(outcome).await
+    }
+
+    /// Drops the connection without waiting on it and kills its server
+    /// session: a hook-lock session whose statement failed must not keep,
+    /// on a server that still believes in it, the locks its holders were
+    /// just told are lost. The pool stays (one connection broke, not the
+    /// path to the server).
+    pub(crate) fn kill(mut self) {
+        self.busy = false;
+        if let Some(conn) = self.conn.take() {
+            let id = conn.id();
+            discard(conn);
+            self.pools.kill_later(id);
+        }
     }
 
     /// Closes the connection instead of returning it to the pool (a

@@ -24,7 +24,7 @@ use crate::config::MysqlConfig;
 use crate::connector::Connector;
 use crate::error::{MysqlError, NotReady};
 use crate::handoff::PhpDeliveryTasks;
-use crate::lock::MysqlHookLock;
+use crate::lock::{LockSessions, MysqlHookLock};
 use crate::reader::MysqlReader;
 use crate::schema::SchemaWarning;
 
@@ -35,6 +35,7 @@ pub struct MysqlStore {
     reader: MysqlReader,
     pool_max: usize,
     batcher: Arc<OnceLock<WriteBatcher>>,
+    locks: LockSessions,
     unreadable_rows: UnreadableRows,
 }
 
@@ -52,8 +53,10 @@ impl MysqlStore {
     /// Validates `config` and builds the pool. Does not connect: the first
     /// statement (or [`ready`](Self::ready)) opens the first connection.
     pub fn new(config: &MysqlConfig) -> Result<Self, MysqlError> {
+        let reader = MysqlReader::new(config)?;
         Ok(Self {
-            reader: MysqlReader::new(config)?,
+            locks: LockSessions::new(reader.connector().clone(), config.lock_sessions),
+            reader,
             pool_max: config.pool_max,
             batcher: Arc::new(OnceLock::new()),
             unreadable_rows: UnreadableRows::default(),
@@ -129,18 +132,29 @@ impl MysqlStore {
         &self,
         hook_phid: &str,
     ) -> Result<Option<MysqlHookLock>, StoreError> {
-        let conn = self.connector().conn().await?;
-        MysqlHookLock::acquire(conn, self.hook_lock_name(hook_phid), self.database()).await
+        self.locks.try_lock(self.hook_lock_name(hook_phid)).await
     }
 
-    /// [`MysqlReader::disconnect`]: closes the pool (shutdown), bounded.
+    /// Hook locks this store holds now, over all its lock sessions.
+    pub fn hook_locks_held(&self) -> usize {
+        self.locks.held()
+    }
+
+    /// Closes the lock sessions, then [`MysqlReader::disconnect`]: closes
+    /// the pool (shutdown), bounded.
     pub async fn disconnect(&self) -> Result<(), StoreError> {
-        self.reader.disconnect().await
+        self.disconnect_within(self.connector().statement_timeout())
+            .await
     }
 
-    /// [`MysqlReader::disconnect_within`].
+    /// [`Self::disconnect`] within `bound`.
     pub async fn disconnect_within(&self, bound: std::time::Duration) -> Result<(), StoreError> {
-        self.reader.disconnect_within(bound).await
+        let started = std::time::Instant::now();
+        // Each close is bounded (`crate::session`); the whole is too.
+        let _ = tokio::time::timeout(bound, self.locks.close()).await;
+        self.reader
+            .disconnect_within(bound.saturating_sub(started.elapsed()))
+            .await
     }
 }
 

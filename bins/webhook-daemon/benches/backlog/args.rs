@@ -213,7 +213,7 @@ pub(crate) fn daemon_settings(args: &Args, namespace: &str, listen: SocketAddr) 
     let windows = Settings::from_lookup(&lookup)
         .and_then(Windows::try_new)
         .expect("bench: the daemon settings are valid");
-    let pool_max = MysqlConfig::from_lookup(&lookup, windows.max_concurrent())
+    let pool_max = MysqlConfig::from_lookup(&lookup)
         .expect("bench: the database settings are valid")
         .pool_max;
     DaemonSettings {

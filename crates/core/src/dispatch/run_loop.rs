@@ -237,7 +237,8 @@ impl Dispatcher {
 
     /// Frees kept locks that went idle for a poll interval, the oldest ones
     /// beyond what `max_concurrent` allows beside the `active` runs' locks
-    /// (each pins a database connection), or all of them when stopping.
+    /// (each keeps the hook from every other deliverer), or all of them
+    /// when stopping.
     async fn release_idle_locks(
         &self,
         held: &mut HashMap<String, HeldLock>,

@@ -1,13 +1,18 @@
 //! The per-hook lock is Phorge's own `GET_LOCK` name, server-wide: seen
 //! from an unrelated session while held, refused to a second store (and
 //! taken from under a PHP worker never), and freed on release, on drop
-//! inside a runtime, and on drop with no runtime at all.
+//! inside a runtime, and on drop with no runtime at all. Many locks share
+//! a few lock sessions outside the pool; a lock session that breaks loses
+//! every lock on it at once.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
 use webhook_core::{hook_lock_name, HookLock, Store};
-use webhook_store_mysql::MysqlStore;
+use webhook_store_mysql::{MysqlConfig, MysqlHookLock, MysqlStore};
 
-use crate::fixture::{config, with_db};
+use crate::fixture::{config, with_db, TestDb};
 
 const HOOK: &str = "PHID-HWBH-zzzzzzzzzzzzzzzzzzzz";
 const SPEC_NAME: &str = "ph:phorge-.nBW.TjxAch.:webhook-kwbJC8g3FvRx";
@@ -129,6 +134,197 @@ async fn a_lock_dropped_without_a_runtime_is_freed() {
             .expect("free");
         assert_eq!(db.lock_holder(&name).await, Some(again.connection_id()));
         Box::new(again).release().await.expect("release");
+    })
+    .await;
+}
+
+/// A store of `db` with `lock_sessions` lock sessions.
+fn store_with_lock_sessions(db: &TestDb, lock_sessions: usize) -> MysqlStore {
+    MysqlStore::new(&MysqlConfig {
+        lock_sessions,
+        ..config(&db.namespace)
+    })
+    .expect("valid config")
+}
+
+fn hook(n: usize) -> String {
+    format!("PHID-HWBH-many{n:016}")
+}
+
+async fn take_all(store: &MysqlStore, hooks: &[String]) -> Vec<MysqlHookLock> {
+    let mut locks = Vec::new();
+    for phid in hooks {
+        let lock = store
+            .try_lock_hook(phid)
+            .await
+            .expect("lock")
+            .expect("free");
+        locks.push(lock);
+    }
+    locks
+}
+
+#[tokio::test]
+async fn hundreds_of_locks_are_held_by_the_few_lock_sessions_and_each_by_its_name() {
+    with_db(|db| async move {
+        let store = store_with_lock_sessions(&db, 4);
+        let hooks: Vec<String> = (0..300).map(hook).collect();
+        // Taken concurrently, as hundreds of hook runs would.
+        let taken = futures::future::join_all(hooks.iter().map(|h| store.try_lock_hook(h))).await;
+        let locks: Vec<MysqlHookLock> = taken
+            .into_iter()
+            .map(|t| t.expect("lock").expect("free"))
+            .collect();
+        let sessions: HashSet<u32> = locks.iter().map(MysqlHookLock::connection_id).collect();
+        assert!(
+            (1..=4).contains(&sessions.len()),
+            "300 locks on {} sessions",
+            sessions.len()
+        );
+        assert_eq!(store.hook_locks_held(), 300);
+        for lock in locks.iter().step_by(37) {
+            assert_eq!(
+                db.lock_holder(lock.name()).await,
+                Some(lock.connection_id())
+            );
+        }
+        // Another store (another daemon) is refused every one of them.
+        let other = db.store();
+        for phid in hooks.iter().step_by(29) {
+            assert!(
+                other.try_lock_hook(phid).await.expect("lock").is_none(),
+                "{phid}"
+            );
+        }
+        for lock in locks {
+            Box::new(lock).release().await.expect("release");
+        }
+        assert_eq!(store.hook_locks_held(), 0);
+        for phid in hooks.iter().step_by(29) {
+            let name = hook_lock_name(&db.namespace, phid);
+            assert_eq!(db.lock_holder(&name).await, None, "{phid}");
+        }
+        store.disconnect().await.expect("close");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_name_held_on_a_lock_session_is_refused_to_a_second_take_there() {
+    with_db(|db| async move {
+        // One lock session: the server would grant the same name again to
+        // the same session (a nested lock), so the refusal must be ours.
+        let store = store_with_lock_sessions(&db, 1);
+        let first = store
+            .try_lock_hook(HOOK)
+            .await
+            .expect("lock")
+            .expect("free");
+        assert!(store.try_lock_hook(HOOK).await.expect("lock").is_none());
+        Box::new(first).release().await.expect("release");
+        // Released once, freed on the server: not still held by a nested
+        // count.
+        let name = hook_lock_name(&db.namespace, HOOK);
+        assert_eq!(db.lock_holder(&name).await, None);
+        store.disconnect().await.expect("close");
+    })
+    .await;
+}
+
+/// Kills server session `id` from a connection of the test's own.
+async fn kill(db: &TestDb, id: u32) {
+    db.conn()
+        .await
+        .query_drop(format!("KILL CONNECTION {id}"))
+        .await
+        .expect("KILL");
+}
+
+#[tokio::test]
+async fn a_broken_lock_session_loses_every_lock_on_it_at_once() {
+    with_db(|db| async move {
+        let store = store_with_lock_sessions(&db, 1);
+        let hooks: Vec<String> = (0..3).map(hook).collect();
+        let mut locks = take_all(&store, &hooks).await;
+        let id = locks[0].connection_id();
+        assert!(locks
+            .iter()
+            .all(|l| l.connection_id() == id && l.epoch_is_live()));
+
+        kill(&db, id).await;
+        // The first holder to ask finds out, and with it every other
+        // holder, before any of them asks the server.
+        assert!(!locks[0]
+            .still_held()
+            .await
+            .expect("a lost lock is a certain no"));
+        assert!(locks.iter().all(|l| !l.epoch_is_live()), "{locks:?}");
+        for lock in &mut locks[1..] {
+            assert!(!lock.still_held().await.expect("check"));
+        }
+        assert_eq!(store.hook_locks_held(), 0);
+
+        // The next take opens a new session; an old holder's release must
+        // not free the new holder's lock of the same name.
+        let mut again = store
+            .try_lock_hook(&hooks[0])
+            .await
+            .expect("lock")
+            .expect("free");
+        assert_ne!(again.connection_id(), id);
+        let old = locks.remove(0);
+        assert!(Box::new(old).release().await.is_err(), "not held any more");
+        assert!(again.still_held().await.expect("check"));
+        assert_eq!(
+            db.lock_holder(again.name()).await,
+            Some(again.connection_id())
+        );
+        Box::new(again).release().await.expect("release");
+        store.disconnect().await.expect("close");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_lock_session_broken_while_nobody_asks_is_found_out_by_its_own_check() {
+    with_db(|db| async move {
+        let store = store_with_lock_sessions(&db, 1);
+        let locks = take_all(&store, &[hook(0), hook(1)]).await;
+        kill(&db, locks[0].connection_id()).await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while locks.iter().any(MysqlHookLock::epoch_is_live) {
+            assert!(
+                Instant::now() < deadline,
+                "the session's own check never ran"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        store.disconnect().await.expect("close");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn lock_sessions_take_no_pooled_connection() {
+    with_db(|db| async move {
+        // One pooled connection: with a lock held, statements still run.
+        let store = MysqlStore::new(&MysqlConfig {
+            pool_max: 1,
+            lock_sessions: 1,
+            ..config(&db.namespace)
+        })
+        .expect("valid config");
+        let lock = store
+            .try_lock_hook(HOOK)
+            .await
+            .expect("lock")
+            .expect("free");
+        tokio::time::timeout(Duration::from_secs(30), store.stats())
+            .await
+            .expect("a statement waited for the lock session's connection")
+            .expect("stats");
+        Box::new(lock).release().await.expect("release");
+        store.disconnect().await.expect("close");
     })
     .await;
 }
