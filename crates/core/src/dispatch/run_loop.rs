@@ -47,6 +47,24 @@ enum Found {
     Full,
 }
 
+/// What the last candidate query could not see: the hooks it left out
+/// (running, or kept out for a while), and when it ran. A run of one of
+/// those hooks that finishes may leave rows behind that no poll has read
+/// yet, so the next poll is due soon, not a whole interval later.
+#[derive(Default)]
+struct LastPoll {
+    at: Duration,
+    excluded: Vec<String>,
+}
+
+impl LastPoll {
+    fn left_out(&self, hook: &str) -> bool {
+        self.excluded
+            .binary_search_by(|h| h.as_str().cmp(hook))
+            .is_ok()
+    }
+}
+
 /// What woke the loop.
 enum Wake {
     Shutdown,
@@ -73,6 +91,7 @@ impl Dispatcher {
         let mut limit = self.windows.batch_size();
         let mut stopping = false;
         let mut held: HashMap<String, HeldLock> = HashMap::new();
+        let mut last_poll = LastPoll::default();
         info!(target: LOG_TARGET, event = "dispatcher_started",
             lease_secs = self.windows.lease_secs(),
             retry_spacing_secs = self.windows.effective_retry_spacing_secs(),
@@ -91,7 +110,7 @@ impl Dispatcher {
                     Found::Nothing
                 } else {
                     alongside(
-                        self.poll_once(&mut backlog, &mut poller, limit),
+                        self.poll_once(&mut backlog, &mut poller, limit, &mut last_poll),
                         &mut runs,
                         |r| finished.push(r),
                     )
@@ -129,7 +148,11 @@ impl Dispatcher {
             .await;
             if !finished.is_empty() {
                 for report in finished.drain(..) {
-                    self.run_finished(report, &mut backlog, &mut held);
+                    let due = self.run_finished(report, &mut backlog, &mut held, &last_poll);
+                    if due < next_poll {
+                        next_poll = due;
+                        timer = None;
+                    }
                 }
                 // Their hooks may have more rows, and slots are free again.
                 continue;
@@ -166,7 +189,13 @@ impl Dispatcher {
                     backlog.drop_waiting();
                     info!(target: LOG_TARGET, event = "dispatcher_stopping", in_flight_runs = runs.len());
                 }
-                Wake::RunDone(report) => self.run_finished(report, &mut backlog, &mut held),
+                Wake::RunDone(report) => {
+                    let due = self.run_finished(report, &mut backlog, &mut held, &last_poll);
+                    if due < next_poll {
+                        next_poll = due;
+                        timer = None;
+                    }
+                }
                 Wake::Timer => timer = None,
             }
         }
@@ -189,17 +218,29 @@ impl Dispatcher {
             .contains(hook)
     }
 
+    /// Books a finished run; returns when a poll is due for its sake. A
+    /// hook the last poll left out (it was running) may have rows no poll
+    /// has read: without an early poll, every hook of a backlog spread over
+    /// no more hooks than `max_concurrent` would deliver one poll's rows
+    /// per poll interval and then sit idle.
     fn run_finished(
         &self,
         mut report: RunReport,
         backlog: &mut Backlog,
         held: &mut HashMap<String, HeldLock>,
-    ) {
+        last_poll: &LastPoll,
+    ) -> Duration {
         let until = self.clock.monotonic() + self.windows.poll_interval();
         backlog.finish(&report, until);
+        let due = if !report.exclude && last_poll.left_out(&report.hook) {
+            last_poll.at + self.windows.busy_poll_interval()
+        } else {
+            Duration::MAX
+        };
         if let Some(kept) = report.kept.take() {
             held.insert(report.hook, kept);
         }
+        due
     }
 
     /// One candidate query, and what it found that was new to this
@@ -209,6 +250,7 @@ impl Dispatcher {
         backlog: &mut Backlog,
         poller: &mut PollHealth,
         limit: usize,
+        last_poll: &mut LastPoll,
     ) -> Found {
         backlog.end_exclusions(self.clock.monotonic());
         let query = CandidateQuery {
@@ -216,6 +258,9 @@ impl Dispatcher {
             limit,
             exclude_hooks: backlog.hooks_to_exclude(|h| self.is_slow(h)),
         };
+        // `hooks_to_exclude` sorts them.
+        last_poll.at = self.clock.monotonic();
+        last_poll.excluded.clone_from(&query.exclude_hooks);
         bump(&self.metrics.polls);
         match self.store.candidates(&query).await {
             Ok(rows) => {

@@ -1069,3 +1069,40 @@ fn every_dispatcher_log_line_keeps_the_dispatchers_target() {
         assert_eq!(target, "webhook_core::dispatcher", "written from {module}");
     }
 }
+
+#[test]
+fn a_hook_whose_run_outlasted_the_poll_gets_its_next_rows_soon_not_an_interval_later() {
+    // Fewer hooks than slots: every hook runs, so the poll after the first
+    // leaves them all out and finds nothing. Their remaining rows must not
+    // wait a whole poll interval once their runs end.
+    let mut h = Harness::new(Settings {
+        max_concurrent: 8,
+        batch_size: 32,
+        ..Settings::default()
+    });
+    let hooks: Vec<String> = (0..4)
+        .map(|i| format!("PHID-HWBH-outlast{i:013}"))
+        .collect();
+    for (i, phid) in hooks.iter().enumerate() {
+        let uri = format!("http://outlast-{i}.test/");
+        h.store.put_hook(hook(phid, &uri));
+        h.transport
+            .always(&uri, Reply::status(200).after(Duration::from_millis(10)));
+    }
+    // Interleaved, as rows of many hooks arrive: each poll holds a few
+    // rows of every hook.
+    for _ in 0..40 {
+        for phid in &hooks {
+            h.store.insert_request(NewRequest::queued(phid, NEVER));
+        }
+    }
+    h.start();
+    h.run_for(Duration::from_millis(950));
+    let early = h.transport.posts().len();
+    assert!(
+        early >= 96,
+        "{early} of 160 sent within one poll interval: the hooks sat idle after their first rows"
+    );
+    h.run_for(secs(5));
+    assert_eq!(h.transport.posts().len(), 160);
+}
