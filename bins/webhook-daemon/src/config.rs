@@ -432,6 +432,6 @@ mod tests {
         for v in variables() {
             assert!(text.contains(v.name), "{}", v.name);
         }
-        assert!(text.contains("default: 8"));
+        assert!(text.contains("default: 256"));
     }
 }

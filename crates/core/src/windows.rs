@@ -27,11 +27,16 @@ pub const DELIVERY_TIMEOUT: Setting<Duration> = Setting::new(
     "seconds for one whole HTTP exchange",
     seconds,
 );
-/// `GORGE_WEBHOOK_MAX_CONCURRENT`
+/// `GORGE_WEBHOOK_MAX_CONCURRENT`: HTTP calls in flight at once, across
+/// hooks (each hook still gets one at a time). 256 by default: a call in
+/// flight costs no database session (the hook locks share a few lock
+/// sessions), so what bounds a backlog over many slow receivers is this
+/// number over their latency — 256 / 100 ms is 2,560 calls/s. The Go
+/// service's 8 was rows fetched per tick, not calls in flight.
 pub const MAX_CONCURRENT: Setting<usize> = Setting::new(
     "GORGE_WEBHOOK_MAX_CONCURRENT",
-    "8",
-    "deliveries in flight at once, across hooks",
+    "256",
+    "HTTP calls in flight at once, across hooks (one per hook)",
     size,
 );
 /// `GORGE_WEBHOOK_ERROR_BACKOFF_SEC`

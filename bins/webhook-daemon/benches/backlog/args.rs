@@ -18,7 +18,7 @@ pub(crate) const USAGE: &str = "usage: cargo xtask bench [options]
   --rows N            queued rows in the backlog (default 10000)
   --hooks H           hooks the rows are spread over (default 100)
   --latency-ms MS     receiver answers after this long (default 0)
-  --max-concurrent M  sets GORGE_WEBHOOK_MAX_CONCURRENT (default: the daemon's, 8)
+  --max-concurrent M  sets GORGE_WEBHOOK_MAX_CONCURRENT (default: the daemon's, 256)
   --retained R        scale check: R retained `sent` rows (default 0 = skip)
   --timed T           timed rows per latency phase (default 50)
   --busy-rate RPS     background inserts/s in the busy phase (default: 1/4 of the drain rate)

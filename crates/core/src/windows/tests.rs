@@ -11,12 +11,18 @@ fn defaults_are_valid_and_match_the_spec() {
     assert_eq!(windows.breaker().threshold, 10);
     assert_eq!(windows.breaker().window_secs, 300);
     assert!(windows.warnings().is_empty());
-    // The Go service's defaults, pinned here as numbers: each is written
-    // once, as its variable's default text, so a slip there shows here.
+    // The defaults, pinned here as numbers (the Go service's, except
+    // MAX_CONCURRENT: its 8 was rows per tick, ours is calls in flight):
+    // each is written once, as its variable's default text, so a slip
+    // there shows here.
     assert_eq!(windows.poll_interval(), Duration::from_millis(1000));
     assert_eq!(windows.delivery_timeout(), Duration::from_secs(15));
-    assert_eq!(windows.max_concurrent(), 8);
-    assert_eq!(windows.batch_size(), 64, "0 = 8 x MAX_CONCURRENT");
+    assert_eq!(windows.max_concurrent(), 256);
+    assert_eq!(
+        windows.batch_size(),
+        1024,
+        "0 = 8 x MAX_CONCURRENT, at most 1024"
+    );
     assert_eq!(windows.settings().claim_lease_secs, 30);
     assert_eq!(windows.settings().retry_backoff_secs, 60);
 }
