@@ -157,21 +157,23 @@ pub(super) async fn a_row_waiting_out_its_backoff_below_many_sent_rows_comes_bac
     bed: &dyn TestBed,
 ) {
     let now = bed.now().await;
-    // Created an hour ago, its last attempt failed just now (retry=forever).
-    let waiting = bed
-        .insert_request(&NewRequest {
-            last_request_result: LastResult::Fail,
-            last_request_epoch: now,
-            ..request(HOOK, now - 3_600, now)
-        })
-        .await;
+    // Last attempts failed just now (retry=forever): one row created an
+    // hour ago, one just now above an hour's delivered rows.
+    let failed_now = |created| NewRequest {
+        last_request_result: LastResult::Fail,
+        last_request_epoch: now,
+        ..request(HOOK, created, now)
+    };
+    let long_waiting = bed.insert_request(&failed_now(now - 3_600)).await;
+    bed.insert_requests(&sent(now - 3_600), 300).await;
+    let waiting = bed.insert_request(&failed_now(now)).await;
     bed.insert_requests(&sent(now), 600).await;
     for _ in 0..3 {
         assert!(candidate_ids(bed, &query(now, 30, 60)).await.is_empty());
     }
     assert_eq!(
         candidate_ids(bed, &query(now + 61, 30, 60)).await,
-        vec![waiting]
+        vec![long_waiting, waiting]
     );
 }
 
@@ -192,20 +194,23 @@ pub(super) async fn a_fresh_row_after_many_retained_rows_is_a_candidate_at_once(
 pub(super) async fn a_deleted_row_does_not_hide_the_rows_after_it(bed: &dyn TestBed) {
     let now = bed.now().await;
     bed.insert_requests(&sent(now - 3_600), 200).await;
-    let old = bed
-        .insert_requests(&request(HOOK, now - 3_600, now - 3_600), 3)
-        .await;
-    bed.insert_requests(&sent(now - 3_600), 200).await;
-    let recent = bed.insert_requests(&request(HOOK, now, now), 3).await;
-    bed.delete_request(old[1]).await;
-    bed.delete_request(recent[1]).await;
-    let expected = vec![old[0], old[2], recent[0], recent[2]];
-    let q = query(now, 30, 60);
-    for _ in 0..3 {
-        assert_eq!(candidate_ids(bed, &q).await, expected);
+    let rows = bed.insert_requests(&request(HOOK, now, now), 6).await;
+    bed.delete_request(rows[1]).await;
+    bed.delete_request(rows[4]).await;
+    let expected = vec![rows[0], rows[2], rows[3], rows[5]];
+    // Polled at once, and again once the rows around the gaps are older
+    // than any transaction still to commit.
+    for later in [0, 0, 400, 400] {
+        assert_eq!(
+            candidate_ids(bed, &query(now + later, 30, 60)).await,
+            expected
+        );
     }
     let after = bed.insert_request(&request(HOOK, now, now)).await;
     let mut with_after = expected.clone();
     with_after.push(after);
-    assert_eq!(candidate_ids(bed, &q).await, with_after);
+    assert_eq!(
+        candidate_ids(bed, &query(now + 400, 30, 60)).await,
+        with_after
+    );
 }
