@@ -115,7 +115,7 @@ pub(crate) async fn candidates(
     query: &CandidateQuery,
 ) -> Result<Vec<RequestRow>, StoreError> {
     let cutoffs = query.cutoffs;
-    let floor = floor.prepare(connector, cutoffs.now).await;
+    let floor = floor.prepare(connector, cutoffs.now).await?;
     let mut params: Vec<Value> =
         Vec::with_capacity(query.exclude_hooks.len() + floor.below.len() + 5);
     params.push(inline_limit(query.limit).into());

@@ -31,9 +31,17 @@
 //!    per period); it is also what finds a row set back to `queued` by
 //!    hand below the frontier, within a rescan period.
 //!
+//! The grace compares Phorge's `dateCreated` (its web hosts' clocks) with
+//! the poll's `now` (this host's), as the claim lease compares
+//! `dateModified` with it: with this host's clock ahead by more than a
+//! fraction of the grace, a late commit may be stepped over and is then
+//! found by the next rescan instead of the next poll. Keep the clocks in
+//! step (NTP), as the lease already asks.
+//!
 //! Each step changes the floor only after its statement answered, so a
 //! failed or cancelled poll leaves it where it was (never past an id not
-//! seen), and a failure of these steps fails no poll: the candidate query
+//! seen), and a failure of these steps fails no poll (only no connection
+//! at all does, as the candidate query would): the candidate query
 //! runs on the floor as it stands (at worst frontier 0, the full scan:
 //! correct, only slow). The walk and the refresh are bounded by the
 //! statement timeout like every statement here (`crate::session`).
@@ -43,7 +51,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use mysql_async::{Row, Value};
 use tracing::{debug, warn};
-use webhook_core::UnixTime;
+use webhook_core::{StoreError, UnixTime};
 
 use crate::connector::Connector;
 use crate::error::MysqlError;
@@ -125,19 +133,22 @@ impl QueuedFloor {
     }
 
     /// Brings the floor up to date for a poll at `now` (the query's clock,
-    /// as its cutoffs) and returns it. Never fails: a step that cannot
-    /// run leaves the floor as it was.
-    pub(crate) async fn prepare(&self, connector: &Connector, now: UnixTime) -> Floor {
+    /// as its cutoffs) and returns it. A step that fails leaves the floor
+    /// as it was and fails nothing; only no connection at all fails, as
+    /// the candidate query would.
+    pub(crate) async fn prepare(
+        &self,
+        connector: &Connector,
+        now: UnixTime,
+    ) -> Result<Floor, StoreError> {
         let _upkeep = self.0.upkeep.lock().await;
-        match connector.connect().await {
-            Ok(mut conn) => self.upkeep(&mut conn, now).await,
-            Err(err) => debug!(event = "scan_floor_skipped", error = %err),
-        }
+        let mut conn = connector.conn().await?;
+        self.upkeep(&mut conn, now).await;
         let state = self.state();
-        Floor {
+        Ok(Floor {
             frontier: state.frontier,
             below: padded(&state.below),
-        }
+        })
     }
 
     async fn upkeep(&self, conn: &mut Session, now: UnixTime) {

@@ -139,6 +139,19 @@ async fn the_floored_statement_is_a_short_primary_key_range_without_key_status()
             assert!(rows.unwrap_or(0) < 100, "estimate {rows:?} rows");
             assert!(!extra.unwrap_or_default().contains("filesort"));
         }
+        // The rebuild's safe point: one entry read backwards on key_collect.
+        let mut plan: Vec<Row> = conn
+            .exec(
+                format!("EXPLAIN {}", sql::FLOOR_SAFE_POINT),
+                (now - GAP_GRACE,),
+            )
+            .await
+            .expect("EXPLAIN");
+        let row = &mut plan[0];
+        let key: Option<String> = row.take("key").expect("key");
+        let extra: Option<String> = row.take("Extra").expect("Extra");
+        assert_eq!(key.as_deref(), Some("key_collect"), "{extra:?}");
+        assert!(!extra.unwrap_or_default().contains("filesort"));
     })
     .await;
 }
