@@ -232,8 +232,8 @@ impl QueuedFloor {
             read += rows.len();
             let mut state = self.state();
             if state.frontier != from {
-                // A rescan elsewhere cannot happen (upkeep is serialised),
-                // but a page read for another frontier must not be applied.
+                // Upkeep is serialised, so nothing else moves it meanwhile;
+                // still, a page read from another frontier is never applied.
                 return Ok(());
             }
             let more = apply_walk_page(&mut state, &rows, now) && rows.len() == page;
