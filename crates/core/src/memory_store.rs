@@ -93,6 +93,9 @@ impl NewRequest {
 #[derive(Default)]
 struct Inner {
     rows: BTreeMap<u64, RequestRow>,
+    /// Inserts whose id is handed out but whose transaction has not
+    /// committed: invisible until [`MemoryStore::commit_insert`].
+    uncommitted: BTreeMap<u64, RequestRow>,
     hooks: HashMap<String, Hook>,
     /// Held per-hook locks and the "session" holding each, so a lost
     /// session can be simulated (see [`MemoryStore::lose_lock_sessions`]).
@@ -165,6 +168,34 @@ impl MemoryStore {
 
     /// Inserts a request as Phorge would and returns its id.
     pub fn insert_request(&self, new: NewRequest) -> u64 {
+        let (id, row) = self.new_row(new);
+        self.lock().rows.insert(id, row);
+        id
+    }
+
+    /// Begins an insert as a transaction that commits later: the id is
+    /// handed out now (so later inserts get higher ones), the row is seen
+    /// only once [`commit_insert`](Self::commit_insert) is called.
+    pub fn begin_insert(&self, new: NewRequest) -> u64 {
+        let (id, row) = self.new_row(new);
+        self.lock().uncommitted.insert(id, row);
+        id
+    }
+
+    /// Commits an insert [`begin_insert`](Self::begin_insert) began.
+    pub fn commit_insert(&self, id: u64) {
+        let mut inner = self.lock();
+        if let Some(row) = inner.uncommitted.remove(&id) {
+            inner.rows.insert(id, row);
+        }
+    }
+
+    /// Deletes a row, as Phorge's garbage collector or an operator does.
+    pub fn delete_request(&self, id: u64) {
+        self.lock().rows.remove(&id);
+    }
+
+    fn new_row(&self, new: NewRequest) -> (u64, RequestRow) {
         let now = self.clock.now();
         let mut inner = self.lock();
         let id = inner.next_id;
@@ -175,23 +206,20 @@ impl MemoryStore {
         } else {
             new.phid
         };
-        inner.rows.insert(
+        let row = RequestRow {
             id,
-            RequestRow {
-                id,
-                phid,
-                webhook_phid: new.webhook_phid,
-                object_phid: new.object_phid,
-                status: new.status,
-                properties: new.properties,
-                last_request_result: new.last_request_result,
-                last_request_epoch: new.last_request_epoch,
-                date_created,
-                date_modified: new.date_modified.unwrap_or(date_created),
-                defect: None,
-            },
-        );
-        id
+            phid,
+            webhook_phid: new.webhook_phid,
+            object_phid: new.object_phid,
+            status: new.status,
+            properties: new.properties,
+            last_request_result: new.last_request_result,
+            last_request_epoch: new.last_request_epoch,
+            date_created,
+            date_modified: new.date_modified.unwrap_or(date_created),
+            defect: None,
+        };
+        (id, row)
     }
 
     /// The current state of one row.

@@ -7,7 +7,8 @@
 //! Without the bound a poll held every row of its batch at once (40 rows
 //! of 5.1 MB peaked at about 1 GB), and one row wider than the packet
 //! limit failed every poll for ever. The candidate predicate itself is
-//! only in [`crate::sql::candidate_sql`].
+//! only in [`crate::sql::candidate_sql`]; the query runs above the scan
+//! floor of [`crate::queued_floor`], brought up to date first.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +22,7 @@ use webhook_core::{CandidateQuery, RequestRow, StoreError};
 
 use crate::connector::Connector;
 use crate::error::{is_packet_too_large, MysqlError};
+use crate::queued_floor::QueuedFloor;
 use crate::rows;
 use crate::sql;
 
@@ -109,11 +111,16 @@ fn inline_limit(limit: usize) -> u64 {
 pub(crate) async fn candidates(
     connector: &Connector,
     unreadable: &UnreadableRows,
+    floor: &QueuedFloor,
     query: &CandidateQuery,
 ) -> Result<Vec<RequestRow>, StoreError> {
     let cutoffs = query.cutoffs;
-    let mut params: Vec<Value> = Vec::with_capacity(query.exclude_hooks.len() + 4);
+    let floor = floor.prepare(connector, cutoffs.now).await?;
+    let mut params: Vec<Value> =
+        Vec::with_capacity(query.exclude_hooks.len() + floor.below.len() + 5);
     params.push(inline_limit(query.limit).into());
+    params.push(floor.frontier.into());
+    params.extend(floor.below.iter().map(|id| Value::from(*id)));
     params.push(cutoffs.lease_cutoff.into());
     params.push(cutoffs.retry_cutoff.into());
     params.extend(query.exclude_hooks.iter().map(|h| Value::from(h.as_str())));
@@ -133,7 +140,10 @@ pub(crate) async fn candidates(
         let (raw, limit) = conn.start().map_err(|err| connector.statement_error(err))?;
         let read = async {
             let mut result = raw
-                .exec_iter(sql::candidate_sql(query.exclude_hooks.len()), params)
+                .exec_iter(
+                    sql::candidate_sql_above_floor(query.exclude_hooks.len(), floor.below.len()),
+                    params,
+                )
                 .await
                 .map_err(|err| connector.statement_error(err))?;
             while let Some(row) = result

@@ -15,7 +15,9 @@
 //!   prepared statement, cached per pooled connection. A poll's rows hold
 //!   at most [`POLL_BYTES_MAX`] bytes of `properties` (long ones fetched
 //!   alone), and a row the driver cannot read is skipped and counted
-//!   (`candidates`). Claims and
+//!   (`candidates`). The candidate query reads only above a remembered
+//!   scan floor (`queued_floor`), so it stays a short range on Phorge's
+//!   stock schema too, which has no `key_status` index. Claims and
 //!   write-backs that arrive together share one transaction (group
 //!   commit, `batch`), each with its own statement and result.
 //! * [`MysqlReader`] is the read-only side, and all the operator's tool
@@ -57,6 +59,7 @@ pub mod local_config;
 mod lock;
 mod object_tables;
 mod objects;
+mod queued_floor;
 mod reader;
 mod reads;
 mod rows;
@@ -72,6 +75,7 @@ pub use handoff::PhpDeliveryTasks;
 pub use local_config::{LocalConfig, LocalConfigError};
 pub use lock::MysqlHookLock;
 pub use object_tables::{object_tables, ObjectTables, OBJECT_TABLES};
+pub use queued_floor::{BELOW_MAX, GAP_GRACE, RESCAN_EVERY};
 pub use reader::MysqlReader;
 pub use reads::HookSummary;
 pub use schema::{SchemaWarning, HOOK_COLUMNS, REQUEST_COLUMNS};

@@ -1,6 +1,7 @@
 //! The startup schema check: the columns the daemon's statements use must
-//! exist (an error otherwise), and the `key_status (status, id)` index the
-//! candidate query relies on should (a warning otherwise).
+//! exist (an error otherwise), and the `key_status (status, id)` index
+//! should (a warning otherwise: polls cope without it through the scan
+//! floor, `crate::queued_floor`, but a few reads still scan).
 //!
 //! It only reads `information_schema`; it never creates or alters anything
 //! in Phorge's database, missing index included — adding it is Phorge's
@@ -37,11 +38,15 @@ const HOOK_TABLE: &str = "herald_webhook";
 /// A schema problem that does not stop the daemon but should be fixed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SchemaWarning {
-    /// No `key_status` index on `herald_webhookrequest`: every candidate
-    /// poll scans the retained rows (7 days of history by default).
+    /// No `key_status` index on `herald_webhookrequest` (Phorge's stock
+    /// schema). Candidate polls stay short ranges above the scan floor;
+    /// what still reads every retained row (7 days of history by default)
+    /// is the floor's rescan, once per [`crate::RESCAN_EVERY`], and the
+    /// queue counts by status (`/api/webhook/stats`, `webhook-admin`).
     MissingStatusIndex,
     /// `key_status` exists but does not start with `(status, id)`, so it
-    /// cannot serve both the filter and the `ORDER BY id`.
+    /// cannot serve both the filter and the `ORDER BY id` (polls stay
+    /// short through the scan floor all the same).
     UnexpectedStatusIndex {
         /// Its columns, in index order.
         columns: Vec<String>,
@@ -51,15 +56,20 @@ pub enum SchemaWarning {
 impl fmt::Display for SchemaWarning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::MissingStatusIndex => f.write_str(
+            Self::MissingStatusIndex => write!(
+                f,
                 "index key_status (status, id) on herald_webhookrequest is missing; \
-                 every candidate poll scans all retained rows until Phorge's hand-off \
-                 patch adds it",
+                 candidate polls cope (they read above a remembered scan floor and stay \
+                 flat as the table grows), but the floor's rescan every {} s and the \
+                 queue counts by status (/api/webhook/stats, webhook-admin) still scan \
+                 all retained rows until Phorge's hand-off patch adds it",
+                crate::RESCAN_EVERY
             ),
             Self::UnexpectedStatusIndex { columns } => write!(
                 f,
                 "index key_status on herald_webhookrequest is ({}), not (status, id); \
-                 candidate polls may scan retained rows",
+                 candidate polls stay short through the scan floor, but its rescan and \
+                 the queue counts may scan retained rows",
                 columns.join(", ")
             ),
         }
@@ -152,9 +162,10 @@ mod tests {
 
     #[test]
     fn warnings_explain_themselves() {
-        assert!(SchemaWarning::MissingStatusIndex
-            .to_string()
-            .contains("key_status (status, id)"));
+        let missing = SchemaWarning::MissingStatusIndex.to_string();
+        assert!(missing.contains("key_status (status, id)"));
+        assert!(missing.contains("polls cope"), "{missing}");
+        assert!(missing.contains("every 600 s"), "{missing}");
         let odd = SchemaWarning::UnexpectedStatusIndex {
             columns: vec!["status".into()],
         };

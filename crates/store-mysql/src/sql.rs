@@ -26,26 +26,85 @@ pub const CANDIDATE_SELECT_LIST: &str = "id, phid, webhookPHID, objectPHID, stat
      IF(LENGTH(properties) <= ?, properties, NULL), \
      lastRequestResult, lastRequestEpoch, dateCreated, dateModified, LENGTH(properties)";
 
-/// The candidate query for a given number of excluded hooks. Parameters:
-/// the inline limit of [`CANDIDATE_SELECT_LIST`], `lease_cutoff`,
-/// `retry_cutoff`, then one hook PHID per exclusion, then the limit.
+/// The candidate query for a given number of excluded hooks, exactly as
+/// SPEC §4 writes it. Parameters: the inline limit of
+/// [`CANDIDATE_SELECT_LIST`], `lease_cutoff`, `retry_cutoff`, then one
+/// hook PHID per exclusion, then the limit.
 ///
 /// `dateModified = dateCreated` lets a fresh row through at once;
-/// `key_status (status, id)` serves both the filter and the order.
+/// `key_status (status, id)` serves both the filter and the order. The
+/// store runs [`candidate_sql_above_floor`]; this form is what `EXPLAIN`s,
+/// the bench and the admin tool compare it with.
 pub fn candidate_sql(excluded_hooks: usize) -> String {
+    candidate_statement(excluded_hooks, None)
+}
+
+/// The candidate query the store runs: [`candidate_sql`]'s predicate,
+/// only over ids at or above the scan floor's frontier or among the
+/// `below` ids it remembers as queued ([`crate::queued_floor`]), so
+/// without `key_status` it is a primary-key range from the frontier
+/// instead of a walk over every retained row. Parameters: the inline
+/// limit, the frontier, `below` ids (none when `below` is 0), then as
+/// [`candidate_sql`]: `lease_cutoff`, `retry_cutoff`, the excluded hooks,
+/// the limit.
+pub fn candidate_sql_above_floor(excluded_hooks: usize, below: usize) -> String {
+    candidate_statement(excluded_hooks, Some(below))
+}
+
+/// The one text of the candidate predicate; `floor` adds the scan floor's
+/// restriction with that many `below` placeholders.
+fn candidate_statement(excluded_hooks: usize, floor: Option<usize>) -> String {
     let exclusion = if excluded_hooks == 0 {
         String::new()
     } else {
-        let marks = vec!["?"; excluded_hooks].join(", ");
-        format!("\n   AND webhookPHID NOT IN ({marks})")
+        format!("\n   AND webhookPHID NOT IN ({})", marks(excluded_hooks))
+    };
+    let floor = match floor {
+        None => String::new(),
+        Some(0) => "id >= ?\n   AND ".to_owned(),
+        Some(below) => format!("(id >= ? OR id IN ({}))\n   AND ", marks(below)),
     };
     format!(
-        "SELECT {CANDIDATE_SELECT_LIST}\n  FROM herald_webhookrequest\n WHERE status = 'queued'\n   \
+        "SELECT {CANDIDATE_SELECT_LIST}\n  FROM herald_webhookrequest\n WHERE {floor}status = 'queued'\n   \
          AND (dateModified = dateCreated OR dateModified <= ?)\n   \
          AND (lastRequestResult <> 'fail' OR lastRequestEpoch <= ?){exclusion}\n \
          ORDER BY id ASC\n LIMIT ?"
     )
 }
+
+/// `count` comma-separated placeholders.
+fn marks(count: usize) -> String {
+    vec!["?"; count].join(", ")
+}
+
+/// The scan floor's refresh: which of the `count` listed ids (ids below
+/// the frontier last seen queued) are still `queued`. A primary-key
+/// lookup per id. Parameters: the ids.
+pub fn floor_still_queued_sql(count: usize) -> String {
+    format!(
+        "SELECT id FROM herald_webhookrequest WHERE id IN ({}) AND status = 'queued'",
+        marks(count)
+    )
+}
+
+/// One page of the scan floor's walk up the primary key: each row's id,
+/// whether it is queued (1 or 0) and its `dateCreated`, lowest id first.
+/// Parameters: the first id, the page size.
+pub const FLOOR_WALK: &str = "SELECT id, status = 'queued', dateCreated \
+     FROM herald_webhookrequest WHERE id >= ? ORDER BY id ASC LIMIT ?";
+
+/// The scan floor's safe point: the row created last at or before the
+/// cutoff (ties: the highest id), read backwards on `key_collect
+/// (dateCreated)`, one entry. Parameter: the cutoff.
+pub const FLOOR_SAFE_POINT: &str = "SELECT id FROM herald_webhookrequest \
+     WHERE dateCreated <= ? ORDER BY dateCreated DESC, id DESC LIMIT 1";
+
+/// The scan floor's full rescan: queued ids up to the safe point, lowest
+/// first. Without `key_status` this one statement walks the primary key
+/// over the retained rows (an old-style poll's cost), once per rescan
+/// period. Parameters: the safe point, how many at most.
+pub const FLOOR_RESCAN: &str = "SELECT id FROM herald_webhookrequest \
+     WHERE id <= ? AND status = 'queued' ORDER BY id ASC LIMIT ?";
 
 /// The `properties` of one candidate too long to come inline, fetched
 /// alone, only while the row is still at the version the candidate query
@@ -282,6 +341,52 @@ mod tests {
              ORDER BY id ASC\n \
              LIMIT ?"
         );
+    }
+
+    #[test]
+    fn the_store_runs_the_spec_predicate_above_its_scan_floor() {
+        let spec = candidate_sql(0);
+        let floored = candidate_sql_above_floor(0, 2);
+        assert_eq!(
+            floored,
+            spec.replacen(
+                " WHERE status = 'queued'",
+                " WHERE (id >= ? OR id IN (?, ?))\n   AND status = 'queued'",
+                1
+            )
+        );
+        assert_eq!(
+            candidate_sql_above_floor(0, 0),
+            spec.replacen(
+                " WHERE status = 'queued'",
+                " WHERE id >= ?\n   AND status = 'queued'",
+                1
+            )
+        );
+        assert_eq!(
+            candidate_sql_above_floor(2, 3),
+            candidate_sql(2).replacen(
+                " WHERE status = 'queued'",
+                " WHERE (id >= ? OR id IN (?, ?, ?))\n   AND status = 'queued'",
+                1
+            )
+        );
+        assert_eq!(candidate_sql_above_floor(0, 0).matches('?').count(), 5);
+        assert_eq!(candidate_sql_above_floor(1, 4).matches('?').count(), 10);
+    }
+
+    #[test]
+    fn floor_statements_read_only_ids_status_and_creation() {
+        assert_eq!(
+            floor_still_queued_sql(3),
+            "SELECT id FROM herald_webhookrequest WHERE id IN (?, ?, ?) AND status = 'queued'"
+        );
+        assert_eq!(FLOOR_WALK.matches('?').count(), 2);
+        assert_eq!(FLOOR_SAFE_POINT.matches('?').count(), 1);
+        assert_eq!(FLOOR_RESCAN.matches('?').count(), 2);
+        for statement in [FLOOR_WALK, FLOOR_SAFE_POINT, FLOOR_RESCAN] {
+            assert!(statement.starts_with("SELECT id"), "{statement}");
+        }
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! `MysqlStore`: the [`webhook_core::Store`] on a [`MysqlReader`]: its
 //! reads are the reader's; the claim and the write-back go through the
 //! group commit of [`crate::batch`], the hook lock through
-//! [`crate::lock`], the candidate query through [`crate::candidates`].
+//! [`crate::lock`], the candidate query through [`crate::candidates`]
+//! above the scan floor of [`crate::queued_floor`].
 //!
 //! Each read borrows one pooled connection for one statement (the hook
 //! lock keeps its connection until released). Every connection and
@@ -25,6 +26,7 @@ use crate::connector::Connector;
 use crate::error::{MysqlError, NotReady};
 use crate::handoff::PhpDeliveryTasks;
 use crate::lock::{LockSessions, MysqlHookLock};
+use crate::queued_floor::QueuedFloor;
 use crate::reader::MysqlReader;
 use crate::schema::SchemaWarning;
 
@@ -37,6 +39,7 @@ pub struct MysqlStore {
     batcher: Arc<OnceLock<WriteBatcher>>,
     locks: LockSessions,
     unreadable_rows: UnreadableRows,
+    queued_floor: QueuedFloor,
 }
 
 // Hand-written: the pool's options hold the password.
@@ -60,6 +63,7 @@ impl MysqlStore {
             pool_max: config.pool_max,
             batcher: Arc::new(OnceLock::new()),
             unreadable_rows: UnreadableRows::default(),
+            queued_floor: QueuedFloor::default(),
         })
     }
 
@@ -98,6 +102,12 @@ impl MysqlStore {
     /// one ([`crate::candidates`]).
     pub fn rows_unreadable(&self) -> u64 {
         self.unreadable_rows.skipped()
+    }
+
+    /// The scan floor's frontier: candidate polls read ids from here up,
+    /// plus the few below it last seen queued ([`crate::queued_floor`]).
+    pub fn scan_floor(&self) -> u64 {
+        self.queued_floor.frontier()
     }
 
     /// The group-commit workers, started on first use (inside the runtime).
@@ -161,7 +171,13 @@ impl MysqlStore {
 #[async_trait]
 impl Store for MysqlStore {
     async fn candidates(&self, query: &CandidateQuery) -> Result<Vec<RequestRow>, StoreError> {
-        candidates::candidates(self.connector(), &self.unreadable_rows, query).await
+        candidates::candidates(
+            self.connector(),
+            &self.unreadable_rows,
+            &self.queued_floor,
+            query,
+        )
+        .await
     }
 
     async fn claim(&self, id: u64, seen_version: UnixTime) -> Result<Claim, StoreError> {

@@ -238,6 +238,50 @@ impl TestDb {
         conn.last_insert_id().expect("auto-increment id")
     }
 
+    /// Inserts `count` copies of `request` in one transaction on one
+    /// session (as [`Self::insert_request`] each); their ids, rising.
+    pub async fn insert_requests(&self, request: &NewRequest, count: usize) -> Vec<u64> {
+        let mut conn = self.conn().await;
+        conn.query_drop("START TRANSACTION").await.expect("begin");
+        let mut ids = Vec::with_capacity(count);
+        for _ in 0..count {
+            ids.push(insert_on(&mut conn, &self.phid_for(request), request).await);
+        }
+        conn.query_drop("COMMIT").await.expect("commit");
+        ids
+    }
+
+    /// Begins inserting `request` in a transaction left open, as a Phorge
+    /// process whose transaction commits late: the auto-increment id is
+    /// handed out now, other sessions see the row only after
+    /// [`PendingInsert::commit`].
+    pub async fn begin_insert(&self, request: &NewRequest) -> PendingInsert {
+        let mut conn = self.conn().await;
+        conn.query_drop("START TRANSACTION").await.expect("begin");
+        let id = insert_on(&mut conn, &self.phid_for(request), request).await;
+        PendingInsert { conn, id }
+    }
+
+    /// Deletes a request row, as Phorge's garbage collector does.
+    pub async fn delete_request(&self, id: u64) {
+        self.conn()
+            .await
+            .exec_drop("DELETE FROM herald_webhookrequest WHERE id = ?", (id,))
+            .await
+            .expect("delete request");
+    }
+
+    fn phid_for(&self, request: &NewRequest) -> String {
+        if request.phid.is_empty() {
+            format!(
+                "PHID-HWBR-{:020}",
+                self.phids.fetch_add(1, Ordering::Relaxed)
+            )
+        } else {
+            request.phid.clone()
+        }
+    }
+
     /// Inserts a hook row as Phorge would.
     pub async fn insert_hook(&self, hook: &Hook) {
         self.conn()
@@ -307,6 +351,50 @@ impl TestDb {
         }
         false
     }
+}
+
+/// An insert [`TestDb::begin_insert`] began, its transaction open.
+#[derive(Debug)]
+pub struct PendingInsert {
+    conn: Conn,
+    id: u64,
+}
+
+impl PendingInsert {
+    /// The id the insert was handed.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Commits it: the row becomes visible.
+    pub async fn commit(mut self) {
+        self.conn.query_drop("COMMIT").await.expect("commit insert");
+    }
+}
+
+/// One request insert on `conn`, as [`TestDb::insert_request`] writes it.
+async fn insert_on(conn: &mut Conn, phid: &str, request: &NewRequest) -> u64 {
+    conn.exec_drop(
+        "INSERT INTO herald_webhookrequest (phid, webhookPHID, objectPHID, status, \
+         properties, lastRequestResult, lastRequestEpoch, dateCreated, dateModified) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, COALESCE(?, UNIX_TIMESTAMP()), \
+         COALESCE(?, ?, UNIX_TIMESTAMP()))",
+        (
+            phid,
+            request.webhook_phid.as_str(),
+            request.object_phid.as_str(),
+            request.status.as_str(),
+            request.properties.as_str(),
+            request.last_request_result.as_str(),
+            request.last_request_epoch,
+            request.date_created,
+            request.date_modified,
+            request.date_created,
+        ),
+    )
+    .await
+    .expect("insert request");
+    conn.last_insert_id().expect("auto-increment id")
 }
 
 /// `config_entry` as Phorge creates it in `{namespace}_config`: the

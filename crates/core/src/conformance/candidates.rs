@@ -1,11 +1,47 @@
 //! Conformance cases for the candidate query: which rows are due (fresh,
 //! past their lease, past their retry backoff), in id order, up to the
-//! limit, leaving out excluded hooks.
+//! limit, leaving out excluded hooks — also after many polls over many
+//! retained rows, with ids committed out of order, rows waiting low down
+//! and rows deleted, which a store remembering where queued rows are (the
+//! MySQL store's scan floor) must not get wrong.
 
 use crate::memory_store::NewRequest;
-use crate::model::{LastResult, RequestStatus};
+use crate::model::{LastResult, RequestStatus, UnixTime};
+use crate::outcome::ResultWrite;
+use crate::store::{Claim, Written};
 
 use super::{candidate_ids, query, request, TestBed, HOOK, OTHER_HOOK};
+
+/// A row delivered long ago, created at `created`.
+fn sent(created: UnixTime) -> NewRequest {
+    NewRequest {
+        status: RequestStatus::Sent,
+        last_request_result: LastResult::Okay,
+        last_request_epoch: created,
+        ..request(HOOK, created, created)
+    }
+}
+
+/// Claims the row and writes it back `sent`, as a delivery does.
+async fn deliver(bed: &dyn TestBed, id: u64, now: UnixTime) {
+    let seen = bed.row(id).await.date_modified;
+    let Claim::Won(version) = bed.store().claim(id, seen).await.expect("claim") else {
+        panic!("claim of {id} lost");
+    };
+    let write = ResultWrite {
+        id,
+        expected_version: version,
+        status: RequestStatus::Sent,
+        last_request_result: LastResult::Okay,
+        last_request_epoch: now,
+        date_modified: now,
+        properties: r#"{"retry":"forever","errorType":"http","errorCode":200}"#.to_owned(),
+    };
+    assert_eq!(
+        bed.store().write_result(&write).await.expect("write"),
+        Written::Yes
+    );
+}
 
 pub(super) async fn fresh_row_is_a_candidate_at_once(bed: &dyn TestBed) {
     let now = bed.now().await;
@@ -99,4 +135,82 @@ pub(super) async fn excluded_hooks_are_left_out(bed: &dyn TestBed) {
     let mut q = query(now, 30, 60);
     q.exclude_hooks = vec![HOOK.to_owned()];
     assert_eq!(candidate_ids(bed, &q).await, vec![other]);
+}
+
+pub(super) async fn a_lower_id_committed_late_is_a_candidate_at_the_next_poll(bed: &dyn TestBed) {
+    let now = bed.now().await;
+    bed.insert_requests(&sent(now - 3_600), 300).await;
+    // Handed its id first, committed last, as a slow Phorge transaction.
+    let late = bed.begin_insert(&request(HOOK, now, now)).await;
+    let higher = bed.insert_request(&request(HOOK, now, now)).await;
+    assert!(late < higher);
+    let q = query(now, 30, 60);
+    assert_eq!(candidate_ids(bed, &q).await, vec![higher]);
+    deliver(bed, higher, now).await;
+    assert!(candidate_ids(bed, &q).await.is_empty());
+    assert!(candidate_ids(bed, &q).await.is_empty());
+    bed.commit_insert(late).await;
+    assert_eq!(candidate_ids(bed, &q).await, vec![late]);
+}
+
+pub(super) async fn a_row_waiting_out_its_backoff_below_many_sent_rows_comes_back(
+    bed: &dyn TestBed,
+) {
+    let now = bed.now().await;
+    // Last attempts failed just now (retry=forever): one row created an
+    // hour ago, one just now above an hour's delivered rows.
+    let failed_now = |created| NewRequest {
+        last_request_result: LastResult::Fail,
+        last_request_epoch: now,
+        ..request(HOOK, created, now)
+    };
+    let long_waiting = bed.insert_request(&failed_now(now - 3_600)).await;
+    bed.insert_requests(&sent(now - 3_600), 300).await;
+    let waiting = bed.insert_request(&failed_now(now)).await;
+    bed.insert_requests(&sent(now), 600).await;
+    for _ in 0..3 {
+        assert!(candidate_ids(bed, &query(now, 30, 60)).await.is_empty());
+    }
+    assert_eq!(
+        candidate_ids(bed, &query(now + 61, 30, 60)).await,
+        vec![long_waiting, waiting]
+    );
+}
+
+pub(super) async fn a_fresh_row_after_many_retained_rows_is_a_candidate_at_once(bed: &dyn TestBed) {
+    let now = bed.now().await;
+    bed.insert_requests(&sent(now - 86_400), 2_000).await;
+    bed.insert_requests(&sent(now), 500).await;
+    let q = query(now, 30, 60);
+    for _ in 0..3 {
+        assert!(candidate_ids(bed, &q).await.is_empty());
+    }
+    let fresh = bed.insert_request(&request(HOOK, now, now)).await;
+    assert_eq!(candidate_ids(bed, &q).await, vec![fresh]);
+    let next = bed.insert_request(&request(HOOK, now, now)).await;
+    assert_eq!(candidate_ids(bed, &q).await, vec![fresh, next]);
+}
+
+pub(super) async fn a_deleted_row_does_not_hide_the_rows_after_it(bed: &dyn TestBed) {
+    let now = bed.now().await;
+    bed.insert_requests(&sent(now - 3_600), 200).await;
+    let rows = bed.insert_requests(&request(HOOK, now, now), 6).await;
+    bed.delete_request(rows[1]).await;
+    bed.delete_request(rows[4]).await;
+    let expected = vec![rows[0], rows[2], rows[3], rows[5]];
+    // Polled at once, and again once the rows around the gaps are older
+    // than any transaction still to commit.
+    for later in [0, 0, 400, 400] {
+        assert_eq!(
+            candidate_ids(bed, &query(now + later, 30, 60)).await,
+            expected
+        );
+    }
+    let after = bed.insert_request(&request(HOOK, now, now)).await;
+    let mut with_after = expected.clone();
+    with_after.push(after);
+    assert_eq!(
+        candidate_ids(bed, &query(now + 400, 30, 60)).await,
+        with_after
+    );
 }

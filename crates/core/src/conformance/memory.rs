@@ -31,6 +31,20 @@ impl TestBed for MemoryBed {
     async fn insert_request(&self, request: &NewRequest) -> u64 {
         self.store.insert_request(request.clone())
     }
+    async fn insert_requests(&self, request: &NewRequest, count: usize) -> Vec<u64> {
+        (0..count)
+            .map(|_| self.store.insert_request(request.clone()))
+            .collect()
+    }
+    async fn begin_insert(&self, request: &NewRequest) -> u64 {
+        self.store.begin_insert(request.clone())
+    }
+    async fn commit_insert(&self, id: u64) {
+        self.store.commit_insert(id);
+    }
+    async fn delete_request(&self, id: u64) {
+        self.store.delete_request(id);
+    }
     async fn row(&self, id: u64) -> RequestRow {
         self.store.row(id).expect("row exists")
     }

@@ -38,6 +38,18 @@ pub trait TestBed: Send + Sync {
     async fn insert_hook(&self, hook: &Hook);
     /// Inserts a request row as Phorge would; returns its id.
     async fn insert_request(&self, request: &NewRequest) -> u64;
+    /// Inserts `count` such rows (where it is a database, in one
+    /// transaction, for speed); their ids, rising.
+    async fn insert_requests(&self, request: &NewRequest, count: usize) -> Vec<u64>;
+    /// Begins inserting a request in a transaction left open: its id is
+    /// handed out now (rows inserted later get higher ids), the row is
+    /// seen only after [`commit_insert`](Self::commit_insert). Returns
+    /// the id.
+    async fn begin_insert(&self, request: &NewRequest) -> u64;
+    /// Commits an insert [`begin_insert`](Self::begin_insert) began.
+    async fn commit_insert(&self, id: u64);
+    /// Deletes a request row, as Phorge's garbage collector does.
+    async fn delete_request(&self, id: u64);
     /// Reads a row back.
     async fn row(&self, id: u64) -> RequestRow;
     /// The application tables as the store under test reads them.
@@ -96,6 +108,10 @@ cases!(
     objects::object_lookup_lists_the_objects_existing_transactions_newest_first,
     objects::object_lookup_finds_a_destroyed_object_gone,
     objects::object_of_a_type_without_known_tables_is_unseen,
+    candidates::a_lower_id_committed_late_is_a_candidate_at_the_next_poll,
+    candidates::a_row_waiting_out_its_backoff_below_many_sent_rows_comes_back,
+    candidates::a_fresh_row_after_many_retained_rows_is_a_candidate_at_once,
+    candidates::a_deleted_row_does_not_hide_the_rows_after_it,
 );
 
 const HOOK: &str = "PHID-HWBH-conformanceaaaaaaaaa";

@@ -174,6 +174,33 @@ async fn candidate_query_reads_few_rows_among_200k_retained() {
             "the candidate query read {reads} rows/index entries with {RETAINED} rows retained"
         );
 
+        // The statement the store runs, above its scan floor: from 0 (no
+        // floor yet) it is the same dive into `key_status`; from a frontier
+        // it stays a short range either way.
+        let first_queued = queued[0];
+        for (frontier, below) in [(0u64, vec![]), (first_queued, vec![7u64, 9])] {
+            let mut params = vec![Value::from(4096u64), Value::from(frontier)];
+            params.extend(below.iter().map(|id| Value::from(*id)));
+            params.extend(candidate_params(now, &[]).into_iter().skip(1));
+            let statement = sql::candidate_sql_above_floor(0, below.len());
+            let plan = explain(&mut conn, &statement, params.clone()).await;
+            if frontier == 0 {
+                assert_eq!(plan.key.as_deref(), Some("key_status"), "{}", plan.extra);
+            }
+            assert!(plan.rows < 1_000, "estimate {} rows", plan.rows);
+            assert!(!plan.extra.contains("filesort"), "{}", plan.extra);
+            let prepared = conn.prep(&statement).await.expect("prepare");
+            let before = handler_reads(&mut conn).await;
+            let found: Vec<Row> = conn.exec(&prepared, params).await.expect("floored query");
+            let after = handler_reads(&mut conn).await;
+            assert_eq!(found.len(), queued.len());
+            let reads = after - before - show_status_cost;
+            assert!(
+                reads < 100,
+                "the floored query read {reads} with frontier {frontier}"
+            );
+        }
+
         // And through the store itself.
         let store = db.store();
         let rows = webhook_core::Store::candidates(

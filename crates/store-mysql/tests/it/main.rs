@@ -6,6 +6,7 @@ mod batch;
 mod claims;
 mod conformance;
 mod fixture;
+mod floor;
 mod handoff;
 mod indexes;
 mod locks;
