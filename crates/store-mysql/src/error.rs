@@ -84,6 +84,21 @@ pub enum MysqlError {
     /// down), so no lock can be taken or checked through it.
     #[error("the hook lock session has stopped")]
     LockSessionStopped,
+    /// The server cannot hold several named locks on one session (MySQL
+    /// before 5.7, MariaDB before 10.0.2: a second `GET_LOCK` silently
+    /// frees the first), which the lock sessions rely on.
+    #[error(
+        "the database server {version} cannot hold several named locks on one session; \
+         MySQL 5.7 or MariaDB 10.0.2 or newer is needed"
+    )]
+    ServerTooOldForLocks {
+        /// What the server's handshake said, `major.minor.patch`.
+        version: String,
+    },
+    /// No hook-lock session could be opened just now (an earlier take in
+    /// the same round failed to connect).
+    #[error("no hook lock session could be opened")]
+    LockSessionUnavailable,
     /// One of Phorge's tables is absent.
     #[error("table {database}.{table} does not exist")]
     MissingTable {
@@ -241,6 +256,7 @@ impl MysqlError {
             | Self::ConnectTimeout(_)
             | Self::Timeout { .. }
             | Self::LockSessionStopped
+            | Self::LockSessionUnavailable
             | Self::NotReady(_) => StoreErrorKind::Unavailable,
             Self::Statement(err) if is_connection_loss(err) => StoreErrorKind::Unavailable,
             _ => StoreErrorKind::Query,

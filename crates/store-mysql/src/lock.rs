@@ -37,7 +37,7 @@ use webhook_core::{HookLock, StoreError};
 use crate::connector::Connector;
 use crate::error::MysqlError;
 
-use actor::{Command, Granted};
+use actor::Command;
 
 /// What every handle of one lock session shares with its task.
 #[derive(Debug, Default)]
@@ -123,12 +123,17 @@ impl LockSessions {
         })
     }
 
-    /// The session with the fewest commands waiting (the first among
-    /// equals, so a quiet daemon opens one session only).
+    /// The session with the fewest commands waiting, and among those the
+    /// one holding fewest locks, so locks spread over the sessions (one
+    /// failure loses fewer of them) and a quiet daemon opens only as many
+    /// sessions as it holds locks, up to the count.
     fn least_busy(&self) -> Option<&SessionHandle> {
-        self.sessions()
-            .iter()
-            .min_by_key(|s| s.state.pending.load(Ordering::Acquire))
+        self.sessions().iter().min_by_key(|s| {
+            (
+                s.state.pending.load(Ordering::Acquire),
+                s.state.held.load(Ordering::Acquire),
+            )
+        })
     }
 
     /// `GET_LOCK(name, 0)` on the least busy lock session: the lock when
@@ -140,20 +145,22 @@ impl LockSessions {
         };
         let asked = name.clone();
         let granted = session
-            .ask(database, |reply| Command::Take { name: asked, reply })
+            .ask(database, |reply| Command::Take {
+                name: asked,
+                session: session.clone(),
+                reply,
+            })
             .await?;
-        Ok(granted.map(
-            |Granted {
-                 epoch,
-                 connection_id,
-             }| MysqlHookLock {
+        Ok(granted.map(|granted| {
+            let (epoch, connection_id) = granted.into_parts();
+            MysqlHookLock {
                 name,
                 connection_id,
                 epoch,
                 database: database.clone(),
                 session: Some(session.clone()),
-            },
-        ))
+            }
+        }))
     }
 
     /// Locks held now, over all lock sessions.
@@ -165,17 +172,22 @@ impl LockSessions {
         })
     }
 
-    /// Stops every lock session: its locks are freed and its connection
-    /// goes back to the pool, so closing the pool need not wait for it.
+    /// Closes every lock session at once (shutdown): `COM_QUIT` frees
+    /// its locks, and its connection, standalone, is gone.
     pub(crate) async fn close(&self) {
         let Some(all) = self.sessions.get() else {
             return;
         };
-        for session in all {
-            let (reply, closed) = oneshot::channel();
-            if session.send(Command::Close { reply }) {
-                let _ = closed.await;
-            }
+        // All asked first, so they close side by side.
+        let closing: Vec<_> = all
+            .iter()
+            .filter_map(|session| {
+                let (reply, closed) = oneshot::channel();
+                session.send(Command::Close { reply }).then_some(closed)
+            })
+            .collect();
+        for closed in closing {
+            let _ = closed.await;
         }
     }
 }

@@ -265,6 +265,12 @@ impl Session {
         self.conn.as_ref().map_or(0, Conn::id)
     }
 
+    /// The server's version as its handshake gave it (0.0.0 once
+    /// abandoned).
+    pub(crate) fn server_version(&self) -> (u16, u16, u16) {
+        self.conn.as_ref().map_or((0, 0, 0), Conn::server_version)
+    }
+
     /// Rows matched by the last statement.
     pub(crate) fn affected_rows(&self) -> u64 {
         self.conn.as_ref().map_or(0, Conn::affected_rows)

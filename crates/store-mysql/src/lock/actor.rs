@@ -41,9 +41,11 @@ const ROUND_MAX: usize = 256;
 
 /// What a handle asks its lock session.
 pub(super) enum Command {
-    /// `GET_LOCK(name, 0)`.
+    /// `GET_LOCK(name, 0)`; `session` is the asker's handle of this
+    /// session, for a grant nobody claims to release itself.
     Take {
         name: String,
+        session: SessionHandle,
         reply: oneshot::Sender<Result<Option<Granted>, StoreError>>,
     },
     /// Whether `name`, taken in `epoch`, is still held.
@@ -69,10 +71,35 @@ struct Check {
     reply: oneshot::Sender<Result<bool, StoreError>>,
 }
 
-/// A lock taken: the epoch and server session that hold it.
+/// A lock taken: the epoch and server session that hold it. Until its
+/// asker turns it into a handle ([`Granted::into_parts`]), dropping it
+/// releases the lock: an asker cancelled after the answer was sent (the
+/// grant then dies in the reply channel) must not leave it held for the
+/// session's life.
 pub(super) struct Granted {
-    pub(super) epoch: u64,
-    pub(super) connection_id: u32,
+    epoch: u64,
+    connection_id: u32,
+    unclaimed: Option<(String, SessionHandle)>,
+}
+
+impl Granted {
+    /// `(epoch, connection_id)`, and the lock is the caller's to release.
+    pub(super) fn into_parts(mut self) -> (u64, u32) {
+        self.unclaimed = None;
+        (self.epoch, self.connection_id)
+    }
+}
+
+impl Drop for Granted {
+    fn drop(&mut self) {
+        if let Some((name, session)) = self.unclaimed.take() {
+            let _ = session.send(Command::Release {
+                name,
+                epoch: self.epoch,
+                reply: None,
+            });
+        }
+    }
 }
 
 /// Starts a lock session's task (inside the runtime); it opens its
@@ -167,9 +194,23 @@ impl Actor {
             }
         }
         self.answer_checks(checks).await;
+        // One failed open fails the round's other takes at once: each
+        // would wait out the connect timeout again, one after another.
+        let mut open_failed = false;
         for command in rest {
             match command {
-                Command::Take { name, reply } => self.take(name, reply).await,
+                Command::Take {
+                    name,
+                    session,
+                    reply,
+                } => {
+                    if open_failed {
+                        let _ = reply.send(Err(MysqlError::LockSessionUnavailable
+                            .into_store_error(&self.connector.database)));
+                        continue;
+                    }
+                    open_failed = !self.take(name, session, reply).await;
+                }
                 Command::Release { name, epoch, reply } => {
                     let released = self.release(&name, epoch).await;
                     if let Some(reply) = reply {
@@ -237,6 +278,15 @@ impl Actor {
         // Outside the pool: closing it (dropped, or at shutdown) frees
         // every lock it holds.
         let session = self.connector.standalone().await?;
+        let version = session.server_version();
+        if !holds_many_locks(version) {
+            session.close().await;
+            let (major, minor, patch) = version;
+            return Err(MysqlError::ServerTooOldForLocks {
+                version: format!("{major}.{minor}.{patch}"),
+            }
+            .into_store_error(&self.connector.database));
+        }
         self.epochs += 1;
         let epoch = self.epochs;
         self.open = Some(Open {
@@ -249,26 +299,31 @@ impl Actor {
         Ok(())
     }
 
+    /// Answers a take; false when no session could be opened for it.
     async fn take(
         &mut self,
         name: String,
+        session: SessionHandle,
         reply: oneshot::Sender<Result<Option<Granted>, StoreError>>,
-    ) {
+    ) -> bool {
         if reply.is_closed() {
-            return;
+            return true;
         }
-        let taken = self.try_take(&name).await;
-        let granted_here = matches!(taken, Ok(Some(_)));
-        if reply.send(taken).is_err() && granted_here {
-            // The asker went away while the server granted it: nobody
-            // would ever release it.
-            let epoch = self.open.as_ref().map_or(0, |open| open.epoch);
-            let _ = self.release(&name, epoch).await;
+        if let Err(err) = self.ensure_open().await {
+            let _ = reply.send(Err(err));
+            return false;
         }
+        // A grant the asker is no longer there to take is dropped, which
+        // sends its release (see `Granted`).
+        let _ = reply.send(self.try_take(&name, session).await);
+        true
     }
 
-    async fn try_take(&mut self, name: &str) -> Result<Option<Granted>, StoreError> {
-        self.ensure_open().await?;
+    async fn try_take(
+        &mut self,
+        name: &str,
+        session: SessionHandle,
+    ) -> Result<Option<Granted>, StoreError> {
         if self.held.contains(name) {
             // Ours already, for another delivery here: the server would
             // count a nested lock and say yes.
@@ -289,18 +344,19 @@ impl Actor {
                 Ok(Some(Granted {
                     epoch,
                     connection_id,
+                    unclaimed: Some((name.to_owned(), session)),
                 }))
             }
             Ok(Ok(Some(0))) => Ok(None),
-            Ok(Ok(other)) => Err(self.failed(MysqlError::UnexpectedResult {
+            Ok(Ok(other)) => Err(self.unsure(MysqlError::UnexpectedResult {
                 statement: "GET_LOCK",
                 detail: format!("{other:?}"),
             })),
-            Ok(Err(detail)) => Err(self.failed(MysqlError::UnexpectedResult {
+            Ok(Err(detail)) => Err(self.unsure(MysqlError::UnexpectedResult {
                 statement: "GET_LOCK",
                 detail,
             })),
-            Err(err) => Err(self.failed(err)),
+            Err(err) => Err(self.unsure(err)),
         }
     }
 
@@ -334,21 +390,22 @@ impl Actor {
                 self.lose(&why);
                 Err(why)
             }
-            Ok(Err(detail)) => Err(self.failed(MysqlError::UnexpectedResult {
+            Ok(Err(detail)) => Err(self.unsure(MysqlError::UnexpectedResult {
                 statement: "RELEASE_LOCK",
                 detail,
             })),
-            Err(err) => Err(self.failed(err)),
+            Err(err) => Err(self.unsure(err)),
         }
     }
 
-    /// A statement's failure as the caller's error; a failure that means
-    /// the session is gone (a timeout, a broken connection) also loses it.
-    fn failed(&mut self, err: MysqlError) -> StoreError {
+    /// A `GET_LOCK` or `RELEASE_LOCK` without a clean answer, as the
+    /// caller's error. Whatever it was (a broken connection, a timeout, a
+    /// server error, an answer that does not decode), the server may now
+    /// hold a lock this task does not know of, or not hold one it does:
+    /// the session is lost, and killed, so the server's view ends with it.
+    fn unsure(&mut self, err: MysqlError) -> StoreError {
         let store_error = err.into_store_error(&self.connector.database);
-        if matches!(store_error, StoreError::Unavailable(_)) {
-            self.lose(&store_error);
-        }
+        self.lose(&store_error);
         store_error
     }
 
@@ -380,6 +437,36 @@ impl Actor {
         self.state.held.store(0, Ordering::Release);
         if let Some(open) = self.open.take() {
             open.session.close().await;
+        }
+    }
+}
+
+/// Whether a server of this version keeps every named lock a session
+/// takes: MySQL from 5.7, MariaDB from 10.0.2 (MariaDB numbers itself 10
+/// and up; before that both took one lock per session, a second
+/// `GET_LOCK` silently freeing the first).
+fn holds_many_locks(version: (u16, u16, u16)) -> bool {
+    version >= (5, 7, 0) && !((10, 0, 0)..(10, 0, 2)).contains(&version)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::holds_many_locks;
+
+    #[test]
+    fn only_servers_that_keep_many_named_locks_per_session_are_used() {
+        for old in [(5, 5, 62), (5, 6, 51), (10, 0, 1), (0, 0, 0)] {
+            assert!(!holds_many_locks(old), "{old:?}");
+        }
+        for new in [
+            (5, 7, 0),
+            (8, 0, 36),
+            (9, 1, 0),
+            (10, 0, 2),
+            (10, 11, 19),
+            (11, 4, 2),
+        ] {
+            assert!(holds_many_locks(new), "{new:?}");
         }
     }
 }

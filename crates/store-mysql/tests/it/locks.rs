@@ -328,3 +328,34 @@ async fn lock_sessions_take_no_pooled_connection() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_take_whose_asker_went_away_after_the_grant_is_released() {
+    with_db(|db| async move {
+        let store = store_with_lock_sessions(&db, 1);
+        let name = hook_lock_name(&db.namespace, HOOK);
+        let mut asking = Box::pin(store.try_lock_hook(HOOK));
+        assert!(futures::poll!(&mut asking).is_pending(), "asked");
+        // The lock session takes it on the server and answers; the asker
+        // never reads the answer.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while db.lock_holder(&name).await.is_none() {
+            assert!(Instant::now() < deadline, "never taken");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        drop(asking);
+        assert!(
+            db.lock_freed_eventually(&name).await,
+            "a grant nobody claimed must not stay held"
+        );
+        let other = db.store();
+        let again = other
+            .try_lock_hook(HOOK)
+            .await
+            .expect("lock")
+            .expect("free");
+        Box::new(again).release().await.expect("release");
+        store.disconnect().await.expect("close");
+    })
+    .await;
+}
