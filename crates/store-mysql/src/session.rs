@@ -127,12 +127,7 @@ impl Pools {
     pub(crate) async fn connect(&self) -> Result<Session, MysqlError> {
         let (generation, pool) = self.current();
         match tokio::time::timeout(self.connect_timeout, pool.get_conn()).await {
-            Ok(Ok(conn)) => Ok(Session {
-                conn: Some(conn),
-                generation,
-                pools: self.clone(),
-                busy: false,
-            }),
+            Ok(Ok(conn)) => Ok(self.session(conn, generation)),
             Ok(Err(err)) => Err(MysqlError::Connect(err)),
             Err(_elapsed) => {
                 if self.retire(generation) {
@@ -156,14 +151,19 @@ impl Pools {
         let (generation, _) = self.current();
         let opts = self.generations.opts.clone();
         match tokio::time::timeout(self.connect_timeout, Conn::new(opts)).await {
-            Ok(Ok(conn)) => Ok(Session {
-                conn: Some(conn),
-                generation,
-                pools: self.clone(),
-                busy: false,
-            }),
+            Ok(Ok(conn)) => Ok(self.session(conn, generation)),
             Ok(Err(err)) => Err(MysqlError::Connect(err)),
             Err(_elapsed) => Err(MysqlError::ConnectTimeout(self.connect_timeout)),
+        }
+    }
+
+    /// `conn`, opened under pool `generation`, bounded as every session.
+    fn session(&self, conn: Conn, generation: u64) -> Session {
+        Session {
+            conn: Some(conn),
+            generation,
+            pools: self.clone(),
+            busy: false,
         }
     }
 

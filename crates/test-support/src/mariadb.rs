@@ -206,36 +206,8 @@ impl TestDb {
     /// Inserts a request as Phorge does: explicit columns, dates defaulting
     /// to the server's now (one statement, so both read the same clock).
     pub async fn insert_request(&self, request: &NewRequest) -> u64 {
-        let phid = if request.phid.is_empty() {
-            format!(
-                "PHID-HWBR-{:020}",
-                self.phids.fetch_add(1, Ordering::Relaxed)
-            )
-        } else {
-            request.phid.clone()
-        };
         let mut conn = self.conn().await;
-        conn.exec_drop(
-            "INSERT INTO herald_webhookrequest (phid, webhookPHID, objectPHID, status, \
-             properties, lastRequestResult, lastRequestEpoch, dateCreated, dateModified) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, COALESCE(?, UNIX_TIMESTAMP()), \
-             COALESCE(?, ?, UNIX_TIMESTAMP()))",
-            (
-                phid,
-                request.webhook_phid.as_str(),
-                request.object_phid.as_str(),
-                request.status.as_str(),
-                request.properties.as_str(),
-                request.last_request_result.as_str(),
-                request.last_request_epoch,
-                request.date_created,
-                request.date_modified,
-                request.date_created,
-            ),
-        )
-        .await
-        .expect("insert request");
-        conn.last_insert_id().expect("auto-increment id")
+        insert_on(&mut conn, &self.phid_for(request), request).await
     }
 
     /// Inserts `count` copies of `request` in one transaction on one

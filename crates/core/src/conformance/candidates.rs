@@ -7,10 +7,9 @@
 
 use crate::memory_store::NewRequest;
 use crate::model::{LastResult, RequestStatus, UnixTime};
-use crate::outcome::ResultWrite;
 use crate::store::{Claim, Written};
 
-use super::{candidate_ids, query, request, TestBed, HOOK, OTHER_HOOK};
+use super::{candidate_ids, query, request, sent_write, TestBed, HOOK, OTHER_HOOK};
 
 /// A row delivered long ago, created at `created`.
 fn sent(created: UnixTime) -> NewRequest {
@@ -28,15 +27,7 @@ async fn deliver(bed: &dyn TestBed, id: u64, now: UnixTime) {
     let Claim::Won(version) = bed.store().claim(id, seen).await.expect("claim") else {
         panic!("claim of {id} lost");
     };
-    let write = ResultWrite {
-        id,
-        expected_version: version,
-        status: RequestStatus::Sent,
-        last_request_result: LastResult::Okay,
-        last_request_epoch: now,
-        date_modified: now,
-        properties: r#"{"retry":"forever","errorType":"http","errorCode":200}"#.to_owned(),
-    };
+    let write = sent_write(id, version, now);
     assert_eq!(
         bed.store().write_result(&write).await.expect("write"),
         Written::Yes

@@ -21,8 +21,9 @@ mod objects;
 mod write_back;
 
 use crate::memory_store::NewRequest;
-use crate::model::{Hook, RequestRow, UnixTime};
+use crate::model::{Hook, LastResult, RequestRow, RequestStatus, UnixTime};
 use crate::objects::PhorgeObjects;
+use crate::outcome::ResultWrite;
 use crate::store::{CandidateQuery, Claim, Store};
 use crate::windows::Cutoffs;
 
@@ -146,6 +147,20 @@ async fn claimed_ahead_of_the_clock(bed: &dyn TestBed) -> (u64, UnixTime) {
         Claim::Won(ahead + 1)
     );
     (id, ahead)
+}
+
+/// The write-back of a delivery answered 200 at `now`, onto the row at
+/// `expected_version`.
+fn sent_write(id: u64, expected_version: UnixTime, now: UnixTime) -> ResultWrite {
+    ResultWrite {
+        id,
+        expected_version,
+        status: RequestStatus::Sent,
+        last_request_result: LastResult::Okay,
+        last_request_epoch: now,
+        date_modified: now,
+        properties: r#"{"retry":"forever","errorType":"http","errorCode":200}"#.to_owned(),
+    }
 }
 
 fn query(now: UnixTime, lease: u64, backoff: u64) -> CandidateQuery {

@@ -7,21 +7,13 @@ use crate::model::{LastResult, RequestStatus};
 use crate::outcome::ResultWrite;
 use crate::store::Written;
 
-use super::{claimed_ahead_of_the_clock, request, TestBed, HOOK};
+use super::{claimed_ahead_of_the_clock, request, sent_write, TestBed, HOOK};
 
 pub(super) async fn write_result_sets_every_column(bed: &dyn TestBed) {
     let now = bed.now().await;
     let id = bed.insert_request(&request(HOOK, now - 50, now - 50)).await;
     let before = bed.row(id).await;
-    let write = ResultWrite {
-        id,
-        expected_version: now - 50,
-        status: RequestStatus::Sent,
-        last_request_result: LastResult::Okay,
-        last_request_epoch: now,
-        date_modified: now,
-        properties: r#"{"retry":"forever","errorType":"http","errorCode":200}"#.to_owned(),
-    };
+    let write = sent_write(id, now - 50, now);
     assert_eq!(
         bed.store().write_result(&write).await.expect("write"),
         Written::Yes

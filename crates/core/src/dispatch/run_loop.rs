@@ -253,16 +253,17 @@ impl Dispatcher {
         last_poll: &mut LastPoll,
     ) -> Found {
         backlog.end_exclusions(self.clock.monotonic());
-        let query = CandidateQuery {
+        let mut query = CandidateQuery {
             cutoffs: self.windows.cutoffs(self.clock.now()),
             limit,
             exclude_hooks: backlog.hooks_to_exclude(|h| self.is_slow(h)),
         };
-        // `hooks_to_exclude` sorts them.
         last_poll.at = self.clock.monotonic();
-        last_poll.excluded.clone_from(&query.exclude_hooks);
         bump(&self.metrics.polls);
-        match self.store.candidates(&query).await {
+        let polled = self.store.candidates(&query).await;
+        // Kept (sorted by `hooks_to_exclude`) instead of copied.
+        last_poll.excluded = std::mem::take(&mut query.exclude_hooks);
+        match polled {
             Ok(rows) => {
                 poller.succeeded();
                 let full = rows.len() >= query.limit;

@@ -151,19 +151,22 @@ fn hook(n: usize) -> String {
     format!("PHID-HWBH-many{n:016}")
 }
 
+/// Takes `phid`'s lock, which must be free.
+async fn take(store: &MysqlStore, phid: &str) -> MysqlHookLock {
+    store
+        .try_lock_hook(phid)
+        .await
+        .expect("lock")
+        .expect("free")
+}
+
 async fn take_all(store: &MysqlStore, hooks: &[String]) -> Vec<MysqlHookLock> {
     let mut locks = Vec::new();
     for phid in hooks {
-        let lock = store
-            .try_lock_hook(phid)
-            .await
-            .expect("lock")
-            .expect("free");
-        locks.push(lock);
+        locks.push(take(store, phid).await);
     }
     locks
 }
-
 #[tokio::test]
 async fn hundreds_of_locks_are_held_by_the_few_lock_sessions_and_each_by_its_name() {
     with_db(|db| async move {
@@ -215,11 +218,7 @@ async fn a_name_held_on_a_lock_session_is_refused_to_a_second_take_there() {
         // One lock session: the server would grant the same name again to
         // the same session (a nested lock), so the refusal must be ours.
         let store = store_with_lock_sessions(&db, 1);
-        let first = store
-            .try_lock_hook(HOOK)
-            .await
-            .expect("lock")
-            .expect("free");
+        let first = take(&store, HOOK).await;
         assert!(store.try_lock_hook(HOOK).await.expect("lock").is_none());
         Box::new(first).release().await.expect("release");
         // Released once, freed on the server: not still held by a nested
@@ -266,11 +265,7 @@ async fn a_broken_lock_session_loses_every_lock_on_it_at_once() {
 
         // The next take opens a new session; an old holder's release must
         // not free the new holder's lock of the same name.
-        let mut again = store
-            .try_lock_hook(&hooks[0])
-            .await
-            .expect("lock")
-            .expect("free");
+        let mut again = take(&store, &hooks[0]).await;
         assert_ne!(again.connection_id(), id);
         let old = locks.remove(0);
         assert!(Box::new(old).release().await.is_err(), "not held any more");
@@ -314,11 +309,7 @@ async fn lock_sessions_take_no_pooled_connection() {
             ..config(&db.namespace)
         })
         .expect("valid config");
-        let lock = store
-            .try_lock_hook(HOOK)
-            .await
-            .expect("lock")
-            .expect("free");
+        let lock = take(&store, HOOK).await;
         tokio::time::timeout(Duration::from_secs(30), store.stats())
             .await
             .expect("a statement waited for the lock session's connection")
@@ -349,11 +340,7 @@ async fn a_take_whose_asker_went_away_after_the_grant_is_released() {
             "a grant nobody claimed must not stay held"
         );
         let other = db.store();
-        let again = other
-            .try_lock_hook(HOOK)
-            .await
-            .expect("lock")
-            .expect("free");
+        let again = take(&other, HOOK).await;
         Box::new(again).release().await.expect("release");
         store.disconnect().await.expect("close");
     })
