@@ -86,24 +86,7 @@ pub async fn run(
     };
     checks.push(silent_mode(file, reader.silent_mode().await));
     checks.push(match reader.php_delivery_tasks().await {
-        Ok(tasks) if !tasks.any() => Check {
-            name: "php-delivery",
-            verdict: Verdict::Ok,
-            finding: "no HeraldWebhookWorker tasks in Phorge's task queue".into(),
-            advice: None,
-        },
-        Ok(PhpDeliveryTasks { queued, leased }) => Check {
-            name: "php-delivery",
-            verdict: Verdict::Fail,
-            finding: format!(
-                "{queued} queued and {leased} leased HeraldWebhookWorker tasks: PHP delivers too, \
-                 receivers get requests twice"
-            ),
-            advice: Some(
-                "set gorge.webhook.uri in Phorge so it hands delivery over, or stop the daemon \
-                 (docs/operations.md, switching over)",
-            ),
-        },
+        Ok(tasks) => php_delivery_check(tasks),
         Err(err) => Check {
             name: "php-delivery",
             verdict: Verdict::Warn,
@@ -118,6 +101,55 @@ pub async fn run(
     } else {
         exit::OK
     })
+}
+
+/// What Phorge's webhook tasks say of PHP's delivery: none PHP could run
+/// is fine; beside tasks a daemon leases (task adoption), a few PHP holds
+/// or has not lost yet are a passing state; without adoption any is PHP
+/// delivering too.
+fn php_delivery_check(tasks: PhpDeliveryTasks) -> Check {
+    let PhpDeliveryTasks {
+        queued,
+        leased,
+        adopted,
+    } = tasks;
+    let (verdict, finding, advice) = if !tasks.any() {
+        let finding = if adopted == 0 {
+            "no HeraldWebhookWorker tasks in Phorge's task queue".to_owned()
+        } else {
+            format!("{adopted} HeraldWebhookWorker tasks, all leased by the daemon (task adoption): phd runs none")
+        };
+        (Verdict::Ok, finding, None)
+    } else if adopted > 0 {
+        (
+            Verdict::Warn,
+            format!(
+                "{adopted} HeraldWebhookWorker tasks leased by the daemon, {queued} not yet \
+                 (adopted within a second), {leased} held on PHP's side (left to PHP, \
+                 their requests wait)"
+            ),
+            Some("run doctor again: under task adoption these pass within a second, or within a lease PHP took"),
+        )
+    } else {
+        (
+            Verdict::Fail,
+            format!(
+                "{queued} queued and {leased} leased HeraldWebhookWorker tasks: PHP delivers too, \
+                 receivers get requests twice"
+            ),
+            Some(
+                "set gorge.webhook.uri in Phorge so it hands delivery over, set \
+                 GORGE_WEBHOOK_ADOPT_PHP_TASKS=1 on upstream Phorge, or stop the daemon \
+                 (docs/operations.md)",
+            ),
+        )
+    };
+    Check {
+        name: "php-delivery",
+        verdict,
+        finding,
+        advice,
+    }
 }
 
 /// Whether the daemon can check requests' objects as Phorge's worker does:

@@ -26,6 +26,7 @@ use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 use tracing::warn;
 use webhook_core::{Metrics, QueueStats, Store, StoreError};
+use webhook_store_mysql::AdoptionTotals;
 
 use crate::handoff::{self, HandOff};
 use crate::live::{EventHub, Subscription};
@@ -148,6 +149,7 @@ pub struct Api {
     /// Turns for the database-backed routes ([`DB_ROUTES_AT_ONCE`]).
     db_turns: Semaphore,
     rows_unreadable: Option<RowsUnreadable>,
+    adoption: Option<AdoptionCounts>,
 }
 
 impl std::fmt::Debug for Api {
@@ -172,6 +174,9 @@ enum Unanswered {
 
 /// Reads the store's count of candidate rows skipped as unreadable.
 pub type RowsUnreadable = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// Reads task adoption's totals.
+pub type AdoptionCounts = Arc<dyn Fn() -> Option<AdoptionTotals> + Send + Sync>;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Route {
@@ -220,6 +225,7 @@ impl Api {
             handoff: None,
             events: None,
             rows_unreadable: None,
+            adoption: None,
             db_turns: Semaphore::new(DB_ROUTES_AT_ONCE),
         }
     }
@@ -251,6 +257,12 @@ impl Api {
                 .await
                 .unwrap_or(Err(Unanswered::Late)),
         }
+    }
+
+    /// Reports task adoption's totals in `/metrics`.
+    pub fn with_adoption(mut self, totals: AdoptionCounts) -> Self {
+        self.adoption = Some(totals);
+        self
     }
 
     /// Reports the store's unreadable-row count in `/metrics`.
@@ -446,6 +458,7 @@ impl Api {
             queue,
             handoff: self.handoff.as_ref().map(|h| h.status()),
             rows_unreadable: self.rows_unreadable.as_ref().map(|count| count()),
+            adoption: self.adoption.as_ref().and_then(|totals| totals()),
         };
         match metrics_text::render(scrape) {
             Ok(text) => Reply {

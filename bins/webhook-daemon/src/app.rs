@@ -16,6 +16,7 @@ use webhook_core::{
 use webhook_store_mysql::{MysqlConfig, MysqlStore};
 use webhook_transport_hyper::HyperTransport;
 
+use crate::adoption::adopt_php_tasks;
 use crate::api::{Api, Readiness, ServiceToken};
 use crate::clock::SystemClock;
 use crate::config::DaemonConfig;
@@ -46,6 +47,12 @@ pub enum StartError {
     /// The transport could not be configured.
     #[error("transport settings: {0}")]
     Transport(#[from] webhook_core::SettingError),
+    /// Task adoption is on and the account lacks grants it needs.
+    #[error(
+        "GORGE_WEBHOOK_ADOPT_PHP_TASKS needs grants the database account lacks: {}",
+        .0.join(", ")
+    )]
+    AdoptionGrants(Vec<String>),
     /// The diagnostics address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -93,7 +100,12 @@ pub fn log_windows(windows: &Windows) {
 /// is still stuck: `main` does not wait for it.
 pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
     let signals = ShutdownSignals::install();
-    let store = Arc::new(MysqlStore::new(&config.delivery.mysql)?);
+    let adopting = config.delivery.mysql.adopt_php_tasks;
+    let mut store = MysqlStore::new(&config.delivery.mysql)?;
+    if adopting {
+        store = store.with_task_adoption(&host_name(), std::process::id(), unix_now());
+    }
+    let store = Arc::new(store);
     let api_store = Arc::new(MysqlStore::new(&MysqlConfig {
         pool_max: API_POOL,
         ..config.delivery.mysql.clone()
@@ -114,19 +126,26 @@ pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
         ),
     }
     let silent_mode = Arc::new(silent_mode);
-    let handoff = Arc::new(HandOff::new(Arc::clone(&silent_mode)));
+    let mut handoff = HandOff::new(Arc::clone(&silent_mode));
+    if adopting {
+        handoff = handoff.adopting();
+    }
+    let handoff = Arc::new(handoff);
     let events = Arc::new(EventHub::new(config.event_streams));
-    let dispatcher = Arc::new(
-        Dispatcher::new(
-            Arc::clone(&store) as Arc<dyn Store>,
-            transport,
-            Arc::new(SystemClock::new()),
-            config.delivery.windows.clone(),
-        )
-        .with_silent_mode(silent_mode)
-        .with_objects(Arc::clone(&store) as Arc<dyn PhorgeObjects>)
-        .with_events(Arc::clone(&events) as Arc<dyn EventSink>),
-    );
+    let mut dispatcher = Dispatcher::new(
+        Arc::clone(&store) as Arc<dyn Store>,
+        transport,
+        Arc::new(SystemClock::new()),
+        config.delivery.windows.clone(),
+    )
+    .with_silent_mode(silent_mode)
+    .with_objects(Arc::clone(&store) as Arc<dyn PhorgeObjects>)
+    .with_events(Arc::clone(&events) as Arc<dyn EventSink>);
+    if adopting {
+        // Nobody else will fail the rows while Phorge is silent.
+        dispatcher = dispatcher.failing_when_silent();
+    }
+    let dispatcher = Arc::new(dispatcher);
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|source| StartError::Listen {
@@ -152,6 +171,10 @@ pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
         .with_rows_unreadable({
             let store = Arc::clone(&store);
             Arc::new(move || store.rows_unreadable())
+        })
+        .with_adoption({
+            let store = Arc::clone(&store);
+            Arc::new(move || store.adoption_totals())
         }),
     );
     let (stop, stopped) = watch::channel(false);
@@ -163,7 +186,26 @@ pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
         tokio::spawn(async move { dispatcher.run(signalled(stopped)).await })
     };
 
-    signals.received().await;
+    let mut adoption = tokio::spawn({
+        let store = Arc::clone(&store);
+        async move {
+            if adopting {
+                adopt_php_tasks(store).await
+            } else {
+                std::future::pending().await
+            }
+        }
+    });
+    let mut outcome = Ok(());
+    tokio::select! {
+        () = signals.received() => {}
+        missing = &mut adoption => {
+            let missing = missing.unwrap_or_default();
+            error!(event = "php_task_adoption_refused", missing = %missing.join(", "),
+                   "GORGE_WEBHOOK_ADOPT_PHP_TASKS is on but the account lacks these grants; stopping");
+            outcome = Err(StartError::AdoptionGrants(missing));
+        }
+    }
     info!(
         event = "shutdown_requested",
         grace_secs = config.shutdown_grace.as_secs()
@@ -171,6 +213,9 @@ pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
     let _ = stop.send(true);
     schema.abort();
     php_watch.abort();
+    // Adopted leases are kept, not handed back: a restart takes up where
+    // this instance stopped, and a daemon gone for good lets them lapse.
+    adoption.abort();
     match tokio::time::timeout(config.shutdown_grace, delivering).await {
         Ok(_) => info!(event = "deliveries_drained"),
         Err(_) => warn!(
@@ -192,7 +237,24 @@ pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
         }
     }
     info!(event = "stopped");
-    Ok(())
+    outcome
+}
+
+/// This host's name, for the owner strings of adopted tasks (Phorge's
+/// taskmasters put theirs in theirs too).
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_owned())
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// Seconds since the epoch now (0 if the clock is before it).
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs())
 }
 
 /// Completes once the watch flips to true (or its sender is gone).

@@ -23,6 +23,9 @@ pub struct HandOffStatus {
     pub silent_mode: Sight,
     /// PHP delivery tasks, when the task queue was readable.
     pub php_tasks: Option<PhpDeliveryTasks>,
+    /// Whether this daemon adopts Phorge's delivery tasks (then silent
+    /// mode fails rows instead of holding them).
+    pub adopting: bool,
 }
 
 /// Shared between the watch task, the API and the metrics.
@@ -30,6 +33,7 @@ pub struct HandOffStatus {
 pub struct HandOff {
     silent_mode: Arc<SilentMode>,
     php_tasks: Mutex<PhpWatch>,
+    adopting: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,7 +49,16 @@ impl HandOff {
         Self {
             silent_mode,
             php_tasks: Mutex::new(PhpWatch::Unchecked),
+            adopting: false,
         }
+    }
+
+    /// The daemon adopts Phorge's delivery tasks: tasks a daemon leases
+    /// are no PHP delivery, and the few a poll of the queue meets before
+    /// they are adopted are not reported as one.
+    pub fn adopting(mut self) -> Self {
+        self.adopting = true;
+        self
     }
 
     /// A copy of the current verdicts.
@@ -57,6 +70,7 @@ impl HandOff {
                 PhpWatch::Seen(tasks) => Some(tasks),
                 PhpWatch::Unchecked | PhpWatch::Invisible => None,
             },
+            adopting: self.adopting,
         }
     }
 
@@ -94,6 +108,11 @@ impl HandOff {
 
     fn note(&self, tasks: PhpDeliveryTasks) {
         let before = self.status_before(PhpWatch::Seen(tasks));
+        if self.adopting {
+            // Task adoption leases whatever PHP could run within a second,
+            // and leaves (and counts) what a taskmaster took first.
+            return;
+        }
         let was_delivering = matches!(before, PhpWatch::Seen(t) if t.any());
         if tasks.any() && !was_delivering {
             warn!(
@@ -115,8 +134,10 @@ impl HandOff {
 
 /// The `/readyz` note while delivery is held, if it is.
 pub fn readiness_note(status: &HandOffStatus) -> Option<&'static str> {
-    status
-        .silent_mode
-        .held()
-        .then_some("held: Phorge is in global silent mode (phabricator.silent)")
+    status.silent_mode.held().then_some(if status.adopting {
+        "failing rows as silent, as Phorge's worker does: Phorge is in global silent mode \
+         (phabricator.silent)"
+    } else {
+        "held: Phorge is in global silent mode (phabricator.silent)"
+    })
 }

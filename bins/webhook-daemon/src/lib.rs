@@ -11,6 +11,7 @@
 
 #![warn(missing_docs)]
 
+mod adoption;
 pub mod api;
 pub mod app;
 mod clock;

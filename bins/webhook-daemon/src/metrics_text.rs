@@ -13,7 +13,7 @@ use prometheus_client::registry::Registry;
 use webhook_core::hold::{Reading, Sight, Source};
 use webhook_core::metrics::LATENCY_BUCKETS;
 use webhook_core::{MetricsSnapshot, QueueStats};
-use webhook_store_mysql::PhpDeliveryTasks;
+use webhook_store_mysql::{AdoptionTotals, PhpDeliveryTasks};
 
 use crate::handoff::HandOffStatus;
 
@@ -28,6 +28,8 @@ pub struct Scrape {
     pub handoff: Option<HandOffStatus>,
     /// Candidate rows the store skipped as unreadable, where it counts them.
     pub rows_unreadable: Option<u64>,
+    /// Task adoption's totals, where it is on.
+    pub adoption: Option<AdoptionTotals>,
 }
 
 #[derive(Debug)]
@@ -185,6 +187,9 @@ impl Collector for ScrapeCollector {
                 &[(none(), skipped)],
             )?;
         }
+        if let Some(adoption) = self.0.adoption {
+            adoption_counters(&mut encoder, adoption)?;
+        }
         gauge(
             &mut encoder,
             "gorge_webhook_in_flight",
@@ -261,14 +266,48 @@ fn encode_handoff(
         gauge(
             encoder,
             "gorge_webhook_php_delivery_tasks",
-            "HeraldWebhookWorker tasks in Phorge's queue: PHP is delivering too when above 0",
+            "HeraldWebhookWorker tasks in Phorge's queue: queued (a PHP taskmaster could run \
+             them now) and leased (on PHP's side) above 0 mean PHP delivers too; adopted (leased \
+             by a daemon, GORGE_WEBHOOK_ADOPT_PHP_TASKS) cannot run in phd",
             &[
                 (vec![("state", "queued")], signed(tasks.queued)),
                 (vec![("state", "leased")], signed(tasks.leased)),
+                (vec![("state", "adopted")], signed(tasks.adopted)),
             ],
         )?;
     }
     Ok(())
+}
+
+/// Task adoption's counters (GORGE_WEBHOOK_ADOPT_PHP_TASKS).
+fn adoption_counters(
+    encoder: &mut DescriptorEncoder<'_>,
+    totals: AdoptionTotals,
+) -> Result<(), std::fmt::Error> {
+    let none = Labels::new;
+    counter(
+        encoder,
+        "gorge_webhook_php_tasks_adopted",
+        "HeraldWebhookWorker tasks leased from Phorge's queue so phd does not run them",
+        &[(none(), totals.adopted)],
+    )?;
+    counter(
+        encoder,
+        "gorge_webhook_php_tasks_archived",
+        "Adopted tasks archived once their request ended, by the result Phorge's worker \
+         would record",
+        &[
+            (vec![("result", "success")], totals.archived_success),
+            (vec![("result", "failure")], totals.archived_failure),
+        ],
+    )?;
+    counter(
+        encoder,
+        "gorge_webhook_rows_waiting_for_php",
+        "Candidate rows left alone because a PHP taskmaster holds their task, once per poll \
+         that met one",
+        &[(none(), totals.rows_waiting_for_php)],
+    )
 }
 
 /// The core keeps cumulative bucket counts; the encoder wants each bucket's
@@ -310,8 +349,10 @@ pub fn exposed_names() -> Vec<String> {
                 database: Reading::Off,
             },
             php_tasks: Some(PhpDeliveryTasks::default()),
+            adopting: false,
         }),
         rows_unreadable: Some(0),
+        adoption: Some(AdoptionTotals::default()),
     })
     // Encoding into a String cannot fail; an empty list fails its users.
     .unwrap_or_default();
@@ -353,6 +394,7 @@ mod tests {
             }),
             handoff: None,
             rows_unreadable: Some(4),
+            adoption: None,
         })
         .expect("encodes");
         assert!(
@@ -383,6 +425,7 @@ mod tests {
             queue: None,
             handoff: None,
             rows_unreadable: None,
+            adoption: None,
         })
         .expect("encodes");
         assert!(text.contains("gorge_webhook_database_up 0"), "{text}");
@@ -398,12 +441,14 @@ mod tests {
             },
             queue: None,
             rows_unreadable: None,
+            adoption: None,
             handoff: Some(HandOffStatus {
                 silent_mode: Sight {
                     local_config,
                     database,
                 },
                 php_tasks: None,
+                adopting: false,
             }),
         })
         .expect("encodes");

@@ -146,6 +146,9 @@ pub enum HookError {
     /// The request's object no longer exists (Phorge's UI: "Invalid
     /// Object").
     Object,
+    /// Phorge is in global silent mode and nobody else will fail the row
+    /// (task adoption): what Phorge's worker writes then.
+    Silent,
 }
 
 impl HookError {
@@ -158,6 +161,7 @@ impl HookError {
             Self::Uri => "uri",
             Self::InvalidRow => "invalid-row",
             Self::Object => "object",
+            Self::Silent => "silent",
         }
     }
 }

@@ -183,6 +183,16 @@ pub fn seconds(raw: &str) -> Result<std::time::Duration, String> {
     whole_number(raw).map(std::time::Duration::from_secs)
 }
 
+/// A switch: `1`/`true`/`yes`/`on` or `0`/`false`/`no`/`off` (empty =
+/// off); anything else is refused without being shown.
+pub fn switch(raw: &str) -> Result<bool, String> {
+    match raw.trim() {
+        "" | "0" | "false" | "no" | "off" => Ok(false),
+        "1" | "true" | "yes" | "on" => Ok(true),
+        other => Err(format!("is not true or false ({})", withheld(other))),
+    }
+}
+
 /// Takes the text as it is.
 pub fn text(raw: &str) -> Result<String, String> {
     Ok(raw.to_owned())

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use webhook_core::setting::{
-    milliseconds, text, whole_number, Lookup, Setting, SettingError, SettingInfo,
+    milliseconds, switch, text, whole_number, Lookup, Setting, SettingError, SettingInfo,
 };
 use webhook_core::withheld;
 
@@ -57,11 +57,7 @@ pub const TLS: Setting<bool> = Setting::new(
     "GORGE_WEBHOOK_MYSQL_TLS",
     "false",
     "require TLS to the database (rustls)",
-    |raw| match raw.trim() {
-        "" | "0" | "false" | "no" | "off" => Ok(false),
-        "1" | "true" | "yes" | "on" => Ok(true),
-        other => Err(format!("is not true or false ({})", withheld(other))),
-    },
+    switch,
 );
 /// `GORGE_WEBHOOK_MYSQL_TLS_CA`: empty = the built-in web roots.
 pub const TLS_CA: Setting<Option<PathBuf>> = Setting::new(
@@ -136,6 +132,17 @@ pub const NAMESPACE: Setting<String> = Setting::new(
     text,
 );
 
+/// `GORGE_WEBHOOK_ADOPT_PHP_TASKS`
+pub const ADOPT_PHP_TASKS: Setting<bool> = Setting::new(
+    "GORGE_WEBHOOK_ADOPT_PHP_TASKS",
+    "false",
+    "lease Phorge's HeraldWebhookWorker tasks so phd never runs them, and archive \
+     them when their request ends (upstream Phorge, which has no hand-off switch); \
+     needs SELECT, UPDATE, DELETE on {namespace}_worker.worker_activetask and INSERT \
+     on {namespace}_worker.worker_archivetask",
+    switch,
+);
+
 /// The database's variables, in `--help` order.
 pub const VARIABLES: &[SettingInfo] = &[
     HOST.info(),
@@ -150,6 +157,7 @@ pub const VARIABLES: &[SettingInfo] = &[
     STATEMENT_TIMEOUT.info(),
     KEEPALIVE.info(),
     NAMESPACE.info(),
+    ADOPT_PHP_TASKS.info(),
 ];
 
 /// The longest statement timeout accepted.
@@ -193,6 +201,8 @@ pub struct MysqlConfig {
     pub statement_timeout: Duration,
     /// See [`KEEPALIVE`]; `None` = off.
     pub tcp_keepalive: Option<Duration>,
+    /// See [`ADOPT_PHP_TASKS`].
+    pub adopt_php_tasks: bool,
 }
 
 impl Default for MysqlConfig {
@@ -212,6 +222,7 @@ impl Default for MysqlConfig {
             connect_timeout: CONNECT_TIMEOUT.default_value(),
             statement_timeout: STATEMENT_TIMEOUT.default_value(),
             tcp_keepalive: KEEPALIVE.default_value(),
+            adopt_php_tasks: ADOPT_PHP_TASKS.default_value(),
         }
     }
 }
@@ -239,6 +250,7 @@ impl fmt::Debug for MysqlConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("statement_timeout", &self.statement_timeout)
             .field("tcp_keepalive", &self.tcp_keepalive)
+            .field("adopt_php_tasks", &self.adopt_php_tasks)
             .finish()
     }
 }
@@ -276,6 +288,7 @@ impl MysqlConfig {
             connect_timeout,
             statement_timeout,
             tcp_keepalive,
+            adopt_php_tasks: ADOPT_PHP_TASKS.read(get)?,
         };
         config.validate().map_err(|err| match err {
             MysqlError::InvalidConfig { setting, reason } => {

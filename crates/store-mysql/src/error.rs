@@ -207,6 +207,15 @@ fn server_code(err: &DriverFailure) -> Option<u16> {
     }
 }
 
+/// The server's error number behind a failed statement, if the server
+/// answered one.
+pub(crate) fn server_code_of(err: &MysqlError) -> Option<u16> {
+    match err {
+        MysqlError::Statement(failure) => server_code(failure),
+        _ => None,
+    }
+}
+
 /// Whether a server error number means the session is gone or cannot
 /// start, rather than that the server rejected the statement.
 pub(crate) fn is_connection_loss_code(code: u16) -> bool {

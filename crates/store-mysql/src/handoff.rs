@@ -1,6 +1,7 @@
 //! What the hand-off from Phorge's PHP delivery needs to see in Phorge's
 //! other databases: global silent mode (`{ns}_config.config_entry`) and
-//! leftover PHP delivery tasks (`{ns}_worker.worker_activetask`).
+//! PHP delivery tasks (`{ns}_worker.worker_activetask`), leftover or
+//! adopted.
 //!
 //! Read-only, and optional: a daemon whose account cannot read these
 //! tables still delivers; the caller reports once that it cannot see them.
@@ -15,14 +16,19 @@ use crate::sql;
 /// Phorge's delivery tasks still in its task queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PhpDeliveryTasks {
-    /// `HeraldWebhookWorker` tasks waiting for a PHP worker.
+    /// `HeraldWebhookWorker` tasks a PHP taskmaster could lease now (no
+    /// owner, or a lapsed lease).
     pub queued: u64,
-    /// `HeraldWebhookWorker` tasks a PHP worker holds right now.
+    /// `HeraldWebhookWorker` tasks leased on PHP's side: by a taskmaster,
+    /// or yielded until later.
     pub leased: u64,
+    /// `HeraldWebhookWorker` tasks a daemon instance leases (task
+    /// adoption): `phd` cannot run them.
+    pub adopted: u64,
 }
 
 impl PhpDeliveryTasks {
-    /// Any task at all: PHP is (or will be) delivering too.
+    /// Any task PHP runs or may run: PHP is (or will be) delivering too.
     pub fn any(&self) -> bool {
         self.queued + self.leased > 0
     }
@@ -43,6 +49,7 @@ pub(crate) async fn php_delivery_tasks(
     Ok(PhpDeliveryTasks {
         queued: rows::unsigned(&mut row, 0, "queued", 0)?,
         leased: rows::unsigned(&mut row, 1, "leased", 0)?,
+        adopted: rows::unsigned(&mut row, 2, "adopted", 0)?,
     })
 }
 

@@ -49,6 +49,7 @@
 //! other surprise — an unknown `status`, a NULL or a negative number —
 //! becomes [`webhook_core::StoreError::MalformedRow`].
 
+mod adoption;
 mod batch;
 mod candidates;
 pub mod config;
@@ -68,6 +69,7 @@ mod session;
 pub mod sql;
 mod store;
 
+pub use adoption::{AdoptionRound, AdoptionTotals, TASK_GRACE_SECS, TASK_LEASE};
 pub use candidates::{INLINE_PROPERTIES_MAX, POLL_BYTES_MAX};
 pub use config::{MysqlConfig, DEFAULT_POOL_MAX};
 pub use error::{MysqlError, NotReady};

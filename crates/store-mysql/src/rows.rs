@@ -62,6 +62,32 @@ pub(crate) fn text(
     })
 }
 
+/// A binary column's bytes (a PHID compared, not shown).
+pub(crate) fn bytes(
+    row: &mut Row,
+    index: usize,
+    column: &str,
+    id: u64,
+) -> Result<Vec<u8>, StoreError> {
+    take(row, index, column, id)
+}
+
+/// A string column that may be NULL (a LEFT JOIN's missing side).
+pub(crate) fn optional_text(
+    row: &mut Row,
+    index: usize,
+    column: &str,
+    id: u64,
+) -> Result<Option<String>, StoreError> {
+    let bytes: Option<Vec<u8>> = take(row, index, column, id)?;
+    bytes
+        .map(|bytes| {
+            String::from_utf8(bytes)
+                .map_err(|_| malformed(id, format!("column {column} is not valid UTF-8")))
+        })
+        .transpose()
+}
+
 /// An unsigned count or epoch.
 pub(crate) fn unsigned(
     row: &mut Row,

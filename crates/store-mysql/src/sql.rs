@@ -242,13 +242,153 @@ pub fn silent_mode(namespace: &str) -> String {
     )
 }
 
-/// PHP delivery tasks in Phorge's task queue: waiting, and leased by a
-/// worker, for `namespace` (validated: no quoting characters).
+/// The class of Phorge's webhook delivery tasks.
+pub const WEBHOOK_TASK_CLASS: &str = "HeraldWebhookWorker";
+
+/// The `leaseOwner` every daemon instance's task leases start with
+/// ([`crate::adoption`]); Phorge's taskmasters write `pid:time:host:seq`
+/// or `(yield)`, which never do.
+pub const DAEMON_LEASE_PREFIX: &str = "gorge-webhook:";
+
+/// A task no taskmaster runs or will run before someone leases it again:
+/// what Phorge's lease query takes (no owner, or a lapsed lease), and a
+/// task that yielded (`(yield)`: its taskmaster let it go until then).
+const TASK_ADOPTABLE: &str =
+    "(leaseOwner IS NULL OR leaseOwner = '(yield)' OR leaseExpires < UNIX_TIMESTAMP())";
+
+/// A task Phorge's taskmasters could lease right now (their lease query's
+/// two phases: no owner, or a lapsed lease).
+const TASK_RUNNABLE_BY_PHP: &str = "(leaseOwner IS NULL OR leaseExpires < UNIX_TIMESTAMP())";
+
+/// `HeraldWebhookWorker` tasks in Phorge's task queue for `namespace`
+/// (validated: no quoting characters): runnable by PHP's taskmasters now,
+/// leased on PHP's side (a taskmaster's lease, or a yield not yet due),
+/// and leased by a daemon instance.
 pub fn php_delivery_tasks(namespace: &str) -> String {
     format!(
-        "SELECT COALESCE(SUM(leaseOwner IS NULL), 0), COALESCE(SUM(leaseOwner IS NOT NULL), 0) \
-         FROM `{namespace}_worker`.worker_activetask WHERE taskClass = 'HeraldWebhookWorker'"
+        "SELECT COALESCE(SUM({TASK_RUNNABLE_BY_PHP}), 0), \
+         COALESCE(SUM(NOT {TASK_RUNNABLE_BY_PHP} AND leaseOwner NOT LIKE '{DAEMON_LEASE_PREFIX}%'), 0), \
+         COALESCE(SUM(NOT {TASK_RUNNABLE_BY_PHP} AND leaseOwner LIKE '{DAEMON_LEASE_PREFIX}%'), 0) \
+         FROM `{namespace}_worker`.worker_activetask WHERE taskClass = '{WEBHOOK_TASK_CLASS}'"
     )
+}
+
+/// Up to `?` adoptable webhook tasks, lowest id first. Parameters: the
+/// limit.
+pub fn tasks_adoptable(namespace: &str) -> String {
+    format!(
+        "SELECT id FROM `{namespace}_worker`.worker_activetask \
+         WHERE taskClass = '{WEBHOOK_TASK_CLASS}' AND {TASK_ADOPTABLE} ORDER BY id LIMIT ?"
+    )
+}
+
+/// Leases the listed tasks that are still adoptable: the compare-and-set
+/// against Phorge's taskmasters, whose own lease re-checks the owner it
+/// saw. Parameters: the owner, the lease in seconds, then `count` ids.
+pub fn tasks_adopt(namespace: &str, count: usize) -> String {
+    format!(
+        "UPDATE `{namespace}_worker`.worker_activetask \
+         SET leaseOwner = ?, leaseExpires = UNIX_TIMESTAMP() + ? \
+         WHERE id IN ({}) AND taskClass = '{WEBHOOK_TASK_CLASS}' AND {TASK_ADOPTABLE}",
+        marks(count)
+    )
+}
+
+/// Extends this instance's leases that end within the renewal window and
+/// have not ended: a lapsed lease is never extended (it is adopted again,
+/// under a new owner). Parameters: the lease in seconds, the owner
+/// pattern (`prefix%`), the renewal window in seconds.
+pub fn tasks_renew(namespace: &str) -> String {
+    format!(
+        "UPDATE `{namespace}_worker`.worker_activetask \
+         SET leaseExpires = UNIX_TIMESTAMP() + ? \
+         WHERE leaseOwner LIKE ? AND taskClass = '{WEBHOOK_TASK_CLASS}' \
+         AND leaseExpires >= UNIX_TIMESTAMP() AND leaseExpires < UNIX_TIMESTAMP() + ?"
+    )
+}
+
+/// Daemon-leased tasks whose request is no longer queued (or gone),
+/// with the request's status and `properties` (NULL when gone), lowest
+/// task id first. Runs in the herald database. Parameters: the owner
+/// pattern (`prefix%`), the limit.
+pub fn tasks_ended(namespace: &str) -> String {
+    format!(
+        "SELECT t.id, r.status, r.properties FROM `{namespace}_worker`.worker_activetask t \
+         LEFT JOIN herald_webhookrequest r ON r.phid = t.objectPHID \
+         WHERE t.leaseOwner LIKE ? AND t.taskClass = '{WEBHOOK_TASK_CLASS}' \
+         AND (r.id IS NULL OR r.status <> 'queued') ORDER BY t.id LIMIT ?"
+    )
+}
+
+/// The webhook tasks of the listed requests, each with how it stands:
+/// 0 leased by a daemon instance for at least the margin, 1 adoptable,
+/// 2 on PHP's side. Parameters: the margin in seconds, then `count`
+/// request PHIDs.
+pub fn tasks_of_requests(namespace: &str, count: usize) -> String {
+    format!(
+        "SELECT objectPHID, id, CASE \
+         WHEN leaseOwner LIKE '{DAEMON_LEASE_PREFIX}%' AND leaseExpires >= UNIX_TIMESTAMP() + ? THEN 0 \
+         WHEN {TASK_ADOPTABLE} THEN 1 ELSE 2 END \
+         FROM `{namespace}_worker`.worker_activetask \
+         WHERE objectPHID IN ({}) AND taskClass = '{WEBHOOK_TASK_CLASS}'",
+        marks(count)
+    )
+}
+
+/// Inside the archive's transaction: which listed tasks a daemon instance
+/// still leases, locked until the commit. Parameters: the owner pattern,
+/// then `count` ids.
+pub fn tasks_lock_ours(namespace: &str, count: usize) -> String {
+    format!(
+        "SELECT id FROM `{namespace}_worker`.worker_activetask \
+         WHERE leaseOwner LIKE ? AND taskClass = '{WEBHOOK_TASK_CLASS}' AND id IN ({}) FOR UPDATE",
+        marks(count)
+    )
+}
+
+/// Copies the listed tasks into the archive as Phorge archives a task:
+/// the same id, the lease as it stood, the result, a duration (µs; the
+/// call's own is not known here, so 0 as Phorge writes for a permanent
+/// failure), `archivedEpoch` and `dateModified` now. Parameters: the
+/// result, then `count` ids.
+pub fn tasks_archive(namespace: &str, count: usize) -> String {
+    format!(
+        "INSERT INTO `{namespace}_worker`.worker_archivetask \
+         (id, taskClass, leaseOwner, leaseExpires, failureCount, dataID, priority, objectPHID, \
+         dateCreated, dateModified, result, duration, archivedEpoch) \
+         SELECT id, taskClass, leaseOwner, leaseExpires, failureCount, dataID, priority, objectPHID, \
+         dateCreated, UNIX_TIMESTAMP(), ?, 0, UNIX_TIMESTAMP() \
+         FROM `{namespace}_worker`.worker_activetask WHERE id IN ({})",
+        marks(count)
+    )
+}
+
+/// Removes the listed (archived) tasks from the active queue.
+/// Parameters: `count` ids.
+pub fn tasks_remove(namespace: &str, count: usize) -> String {
+    format!(
+        "DELETE FROM `{namespace}_worker`.worker_activetask WHERE id IN ({})",
+        marks(count)
+    )
+}
+
+/// What task adoption needs of the account, each as a statement that
+/// touches no row but fails as the real ones would without the privilege:
+/// `(privilege, table, probe)`.
+pub fn adoption_grant_probes(namespace: &str) -> [(&'static str, &'static str, String); 4] {
+    let active = format!("`{namespace}_worker`.worker_activetask");
+    let archive = format!("`{namespace}_worker`.worker_archivetask");
+    [
+        ("SELECT", "worker_activetask", format!("SELECT id, leaseOwner, leaseExpires FROM {active} LIMIT 0")),
+        ("UPDATE", "worker_activetask", format!("UPDATE {active} SET leaseOwner = NULL WHERE 1 = 0")),
+        ("DELETE", "worker_activetask", format!("DELETE FROM {active} WHERE 1 = 0")),
+        (
+            "INSERT",
+            "worker_archivetask",
+            format!("INSERT INTO {archive} (id, taskClass, failureCount, dataID, priority, dateCreated, \
+                     dateModified, result, duration) SELECT 0, '', 0, 0, 0, 0, 0, 0, 0 FROM DUAL WHERE 1 = 0"),
+        ),
+    ]
 }
 
 /// Whether a request's object exists, and which of the listed

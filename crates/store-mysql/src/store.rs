@@ -19,6 +19,7 @@ use webhook_core::{
     PhorgeObjects, QueueStats, RequestRow, ResultWrite, Store, StoreError, UnixTime, Written,
 };
 
+use crate::adoption::{self, AdoptionRound, AdoptionTotals, TaskAdoption};
 use crate::batch::{RowWrite, WriteBatcher};
 use crate::candidates::{self, UnreadableRows};
 use crate::config::MysqlConfig;
@@ -40,6 +41,7 @@ pub struct MysqlStore {
     locks: LockSessions,
     unreadable_rows: UnreadableRows,
     queued_floor: QueuedFloor,
+    adoption: Option<Arc<TaskAdoption>>,
 }
 
 // Hand-written: the pool's options hold the password.
@@ -64,7 +66,40 @@ impl MysqlStore {
             batcher: Arc::new(OnceLock::new()),
             unreadable_rows: UnreadableRows::default(),
             queued_floor: QueuedFloor::default(),
+            adoption: None,
         })
+    }
+
+    /// Adopts Phorge's webhook tasks ([`crate::adoption`]), leasing them
+    /// under owner strings naming this `host`, `pid` and start time: only
+    /// rows whose task a daemon leases (or that have none) are candidates,
+    /// and [`adoption_round`](Self::adoption_round) leases, extends and
+    /// archives.
+    pub fn with_task_adoption(mut self, host: &str, pid: u32, started: UnixTime) -> Self {
+        self.adoption = Some(Arc::new(TaskAdoption::new(host, pid, started)));
+        self
+    }
+
+    /// One round of task adoption; `None` without it.
+    pub async fn adoption_round(&self) -> Result<Option<AdoptionRound>, StoreError> {
+        match &self.adoption {
+            None => Ok(None),
+            Some(adoption) => adoption
+                .round(self.connector(), self.namespace())
+                .await
+                .map(Some),
+        }
+    }
+
+    /// Task adoption's totals since start; `None` without it.
+    pub fn adoption_totals(&self) -> Option<AdoptionTotals> {
+        self.adoption.as_ref().map(|adoption| adoption.totals())
+    }
+
+    /// The privileges task adoption needs that the account lacks, as
+    /// `PRIVILEGE on db.table` (empty: none missing).
+    pub async fn adoption_grants_missing(&self) -> Result<Vec<String>, StoreError> {
+        adoption::check_grants(self.connector(), self.namespace()).await
     }
 
     /// The read-only side, sharing this store's pool.
@@ -171,13 +206,21 @@ impl MysqlStore {
 #[async_trait]
 impl Store for MysqlStore {
     async fn candidates(&self, query: &CandidateQuery) -> Result<Vec<RequestRow>, StoreError> {
-        candidates::candidates(
+        let rows = candidates::candidates(
             self.connector(),
             &self.unreadable_rows,
             &self.queued_floor,
             query,
         )
-        .await
+        .await?;
+        match &self.adoption {
+            None => Ok(rows),
+            Some(adoption) => {
+                adoption
+                    .gate(self.connector(), self.namespace(), rows, query.cutoffs.now)
+                    .await
+            }
+        }
     }
 
     async fn claim(&self, id: u64, seen_version: UnixTime) -> Result<Claim, StoreError> {

@@ -24,6 +24,7 @@ pub mod process_sessions;
 pub mod raw_http;
 pub mod receipts;
 pub mod receiver;
+pub mod worker_tasks;
 
 pub use applications::{with_application_tables, ApplicationTables};
 pub use daemon_process::{DaemonCommand, DaemonProcess};

@@ -384,26 +384,6 @@ pub const CONFIG_ENTRY_DDL: &str = "CREATE TABLE config_entry (
     UNIQUE KEY key_name (namespace, configKey)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin";
 
-/// `worker_activetask` as Phorge creates it in `{namespace}_worker`: the
-/// task queue its PHP daemons lease work from.
-pub const WORKER_ACTIVETASK_DDL: &str = "CREATE TABLE worker_activetask (
-    id INT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
-    taskClass VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-    leaseOwner VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    leaseExpires INT UNSIGNED,
-    failureCount INT UNSIGNED NOT NULL,
-    dataID INT UNSIGNED NOT NULL,
-    failureTime INT UNSIGNED,
-    priority INT UNSIGNED NOT NULL,
-    objectPHID VARBINARY(64),
-    containerPHID VARBINARY(64),
-    UNIQUE KEY dataID (dataID),
-    KEY taskClass (taskClass),
-    KEY leaseExpires (leaseExpires),
-    KEY leaseOwner (leaseOwner(16)),
-    KEY key_object (objectPHID)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin";
-
 /// Phorge's config and worker databases next to a test's herald database:
 /// `{namespace}_config` and `{namespace}_worker`, with their tables. Drop
 /// them with [`PhorgeSide::drop`], or let [`with_phorge_side`] do it.
@@ -422,15 +402,17 @@ impl PhorgeSide {
             config: format!("{namespace}_config"),
             worker: format!("{namespace}_worker"),
         };
-        for (database, ddl) in [
-            (&side.config, CONFIG_ENTRY_DDL),
-            (&side.worker, WORKER_ACTIVETASK_DDL),
+        for (database, ddls) in [
+            (&side.config, &[CONFIG_ENTRY_DDL][..]),
+            (&side.worker, &crate::worker_tasks::WORKER_DDL[..]),
         ] {
             create_database(database).await;
             let mut conn = Conn::new(server_opts(Some(database)))
                 .await
                 .expect("connect to the side database");
-            conn.query_drop(ddl).await.expect("create side table");
+            for ddl in ddls {
+                conn.query_drop(*ddl).await.expect("create side table");
+            }
             conn.disconnect().await.expect("disconnect");
         }
         side
@@ -456,26 +438,6 @@ impl PhorgeSide {
             .await
             .expect("set phabricator.silent");
         }
-        conn.disconnect().await.expect("disconnect");
-    }
-
-    /// Queues a PHP `HeraldWebhookWorker` task, leased or not.
-    pub async fn queue_php_task(&self, leased: bool) {
-        let mut conn = server_conn().await;
-        conn.exec_drop(
-            format!(
-                "INSERT INTO `{}`.worker_activetask (taskClass, leaseOwner, leaseExpires, \
-                 failureCount, dataID, priority) VALUES ('HeraldWebhookWorker', ?, ?, 0, \
-                 (SELECT COALESCE(MAX(t.dataID), 0) + 1 FROM `{}`.worker_activetask t), 4000)",
-                self.worker, self.worker
-            ),
-            (
-                leased.then_some("php-daemon:1"),
-                leased.then_some(4_000_000_000u32),
-            ),
-        )
-        .await
-        .expect("queue a PHP task");
         conn.disconnect().await.expect("disconnect");
     }
 

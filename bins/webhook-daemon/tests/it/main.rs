@@ -4,6 +4,7 @@
 //! loopback. One test binary for the crate; `cargo xtask contract-test`
 //! runs the `contracts` module alone.
 
+mod adoption;
 mod contracts;
 mod daemon;
 mod e2e;

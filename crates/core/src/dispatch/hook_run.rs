@@ -17,6 +17,7 @@ use futures::StreamExt;
 
 use crate::model::{Hook, RequestRow};
 use crate::outcome::HookError;
+use crate::properties::Properties;
 use crate::store::{Claim, HookLock};
 
 use super::attempt::{ClaimToken, Claimed};
@@ -201,6 +202,14 @@ impl Dispatcher {
         }
         if self.hold_now().await {
             return Step::StopRun.into();
+        }
+        if self.fail_when_silent && row.defect.is_none() && self.silent_now().await {
+            // Phorge's worker checks silent mode first, before the hook.
+            if let Ok(properties) = Properties::parse(&row.properties) {
+                self.fail_hook(row, &properties, HookError::Silent, None)
+                    .await;
+                return Step::Next.into();
+            }
         }
         let Ready {
             properties,

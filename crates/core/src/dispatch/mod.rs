@@ -80,6 +80,8 @@ pub struct Dispatcher {
     events: Option<Arc<dyn EventSink>>,
     /// The hold last reported as an event.
     reported_hold: AtomicBool,
+    /// Silent mode fails rows instead of holding them.
+    fail_when_silent: bool,
 }
 
 impl fmt::Debug for Dispatcher {
@@ -113,6 +115,7 @@ impl Dispatcher {
             slow_hooks: Mutex::new(HashSet::new()),
             events: None,
             reported_hold: AtomicBool::new(false),
+            fail_when_silent: false,
         }
     }
 
@@ -126,6 +129,15 @@ impl Dispatcher {
     /// no claims, no writes, so rows stay queued for Phorge's own worker.
     pub fn with_silent_mode(mut self, silent_mode: Arc<SilentMode>) -> Self {
         self.silent_mode = Some(silent_mode);
+        self
+    }
+
+    /// While Phorge is silent, fails each row as Phorge's worker does
+    /// (`failed` / `none` / 0, `errorType` `hook`, `errorCode` `silent`)
+    /// instead of holding it: for a daemon that adopted Phorge's delivery
+    /// tasks, so no PHP worker will. Needs [`Self::with_silent_mode`].
+    pub fn failing_when_silent(mut self) -> Self {
+        self.fail_when_silent = true;
         self
     }
 
@@ -148,22 +160,28 @@ impl Dispatcher {
         &self.windows
     }
 
-    /// Asks the silent-mode watch (if any) whether to hold, reporting a
-    /// change of verdict as an event.
-    async fn hold_now(&self) -> bool {
+    /// Asks the silent-mode watch (if any) whether Phorge is silent,
+    /// reporting a change of verdict as an event.
+    async fn silent_now(&self) -> bool {
         let Some(silent_mode) = &self.silent_mode else {
             return false;
         };
-        let held = silent_mode.refresh(self.clock.as_ref()).await;
-        if self.reported_hold.swap(held, Ordering::Relaxed) != held {
-            self.emit(None, None, EventKind::SilentHold { on: held });
+        let silent = silent_mode.refresh(self.clock.as_ref()).await;
+        if self.reported_hold.swap(silent, Ordering::Relaxed) != silent {
+            self.emit(None, None, EventKind::SilentHold { on: silent });
         }
-        held
+        silent
+    }
+
+    /// Whether to hold delivery now: Phorge is silent and rows are held,
+    /// not failed.
+    async fn hold_now(&self) -> bool {
+        self.silent_now().await && !self.fail_when_silent
     }
 
     /// Whether delivery is held right now (cached; see [`SilentMode`]).
     fn held(&self) -> bool {
-        self.silent_mode.as_ref().is_some_and(|s| s.is_held())
+        !self.fail_when_silent && self.silent_mode.as_ref().is_some_and(|s| s.is_held())
     }
 }
 

@@ -719,6 +719,45 @@ fn silent_mode_holds_every_claim_and_write_until_it_ends() {
 }
 
 #[test]
+fn silent_mode_under_task_adoption_fails_rows_as_phorges_worker_does() {
+    let mut h = Harness::configured(
+        Settings::default(),
+        webhook_core::Dispatcher::failing_when_silent,
+    );
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    let mut disabled = hook(HOOK_B, URI_B);
+    disabled.status = "disabled".into();
+    h.store.put_hook(disabled);
+    h.transport.always(URI_A, Reply::status(200));
+    h.store.set_silent_mode(Some(true));
+    let queued: Vec<u64> = (0..3)
+        .map(|_| h.store.insert_request(NewRequest::queued(HOOK_A, NEVER)))
+        .chain([h.store.insert_request(NewRequest::queued(HOOK_B, NEVER))])
+        .collect();
+    h.start();
+    h.run_for(secs(5));
+    assert!(
+        h.transport.posts().is_empty(),
+        "nothing is sent while silent"
+    );
+    for id in &queued {
+        let row = h.store.row(*id).expect("row");
+        assert_eq!(row.status, RequestStatus::Failed, "{row:?}");
+        assert_eq!(row.last_request_result, LastResult::None);
+        assert_eq!(row.last_request_epoch, 0);
+        // Phorge checks silent mode before the hook: the disabled hook's
+        // row fails as silent too.
+        assert_eq!(props_of(&h, *id)["errorType"], "hook");
+        assert_eq!(props_of(&h, *id)["errorCode"], "silent");
+    }
+    h.store.set_silent_mode(Some(false));
+    h.run_for(webhook_core::hold::CHECK_INTERVAL + secs(1));
+    let after = h.store.insert_request(NewRequest::queued(HOOK_A, NEVER));
+    h.run_for(secs(5));
+    assert_eq!(h.store.row(after).expect("row").status, RequestStatus::Sent);
+}
+
+#[test]
 fn unreadable_configuration_does_not_stop_delivery() {
     let mut h = Harness::with_defaults();
     h.store.set_silent_mode(None);

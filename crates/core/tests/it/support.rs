@@ -225,13 +225,21 @@ pub struct Harness {
 
 impl Harness {
     pub fn new(settings: Settings) -> Self {
+        Self::configured(settings, |dispatcher| dispatcher)
+    }
+
+    /// [`Self::new`], with the dispatcher's options set by `configure`.
+    pub fn configured(
+        settings: Settings,
+        configure: impl FnOnce(Dispatcher) -> Dispatcher,
+    ) -> Self {
         let clock = ManualClock::new(START);
         let store = MemoryStore::new(Arc::new(clock.clone()));
         let transport = FakeTransport::new(clock.clone());
         let windows = Windows::try_new(settings).expect("valid settings");
         let silent_mode = Arc::new(SilentMode::new(Arc::new(store.clone())));
         let events = Arc::new(RecordingSink::default());
-        let dispatcher = Arc::new(
+        let dispatcher = Arc::new(configure(
             Dispatcher::new(
                 Arc::new(store.clone()),
                 Arc::new(transport.clone()),
@@ -241,7 +249,7 @@ impl Harness {
             .with_silent_mode(Arc::clone(&silent_mode))
             .with_objects(Arc::new(store.clone()))
             .with_events(Arc::clone(&events) as Arc<dyn EventSink>),
-        );
+        ));
         Self {
             clock,
             store,

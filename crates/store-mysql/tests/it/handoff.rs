@@ -70,18 +70,22 @@ async fn php_delivery_tasks_are_counted_queued_and_leased() {
             side.queue_php_task(false).await;
             side.queue_php_task(false).await;
             side.queue_php_task(true).await;
-            db.exec(&format!(
-                "INSERT INTO `{}`.worker_activetask (taskClass, failureCount, dataID, \
-                 priority) VALUES ('PhabricatorSearchWorker', 0, 999, 1)",
-                side.worker
-            ))
-            .await;
+            let lapsed = side.queue_task("HeraldWebhookWorker", None).await;
+            side.set_lease(lapsed, Some("12345:1700000000:php-host:2"), Some(-5))
+                .await;
+            let yielded = side.queue_task("HeraldWebhookWorker", None).await;
+            side.set_lease(yielded, Some("(yield)"), Some(60)).await;
+            let adopted = side.queue_task("HeraldWebhookWorker", None).await;
+            side.set_lease(adopted, Some("gorge-webhook:host:1:2:3"), Some(300))
+                .await;
+            side.queue_task("PhabricatorSearchWorker", None).await;
             let tasks = store.php_delivery_tasks().await.expect("readable");
             assert_eq!(
                 tasks,
                 PhpDeliveryTasks {
-                    queued: 2,
-                    leased: 1
+                    queued: 3,
+                    leased: 2,
+                    adopted: 1,
                 }
             );
             assert!(tasks.any());

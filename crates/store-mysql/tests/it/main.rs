@@ -2,6 +2,7 @@
 //! MariaDB (127.0.0.1:3306, root, no password). No mocks: every test gets
 //! its own freshly created database, so tests run in parallel safely.
 
+mod adoption;
 mod batch;
 mod claims;
 mod conformance;

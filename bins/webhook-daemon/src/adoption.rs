@@ -1,0 +1,58 @@
+//! Task adoption's schedule in the daemon (`GORGE_WEBHOOK_ADOPT_PHP_TASKS`):
+//! once the database answers, the grants it needs are checked (a missing
+//! one stops the daemon, named), then every [`ADOPTION_EVERY`] one round
+//! of the store's adoption leases free tasks, extends leases and archives
+//! finished tasks. What a round does is store-mysql's `adoption`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::{info, warn};
+use webhook_store_mysql::{MysqlStore, TASK_LEASE};
+
+/// How often adoption runs: a task Phorge queues is leased within about
+/// this long, unless a candidate poll meets its request first.
+pub const ADOPTION_EVERY: Duration = Duration::from_secs(1);
+
+/// How long to wait before checking the grants again while the database
+/// (or Phorge's worker database) cannot answer.
+const CHECK_RETRY: Duration = Duration::from_secs(5);
+
+/// A failed round is logged at most this often.
+const FAILURE_LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// Runs task adoption until dropped; returns only if the account lacks
+/// grants adoption needs, with each one as `PRIVILEGE on db.table`.
+pub async fn adopt_php_tasks(store: Arc<MysqlStore>) -> Vec<String> {
+    loop {
+        match store.adoption_grants_missing().await {
+            Ok(missing) if missing.is_empty() => break,
+            Ok(missing) => return missing,
+            Err(err) => {
+                info!(event = "php_task_adoption_waiting", error = %err,
+                      "cannot check Phorge's task queue yet; adoption starts when it can");
+                tokio::time::sleep(CHECK_RETRY).await;
+            }
+        }
+    }
+    info!(
+        event = "php_task_adoption_started",
+        lease_secs = TASK_LEASE.as_secs(),
+        "leasing Phorge's HeraldWebhookWorker tasks so phd does not run them"
+    );
+    let mut rounds = tokio::time::interval(ADOPTION_EVERY);
+    rounds.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_failure_logged: Option<tokio::time::Instant> = None;
+    loop {
+        rounds.tick().await;
+        if let Err(err) = store.adoption_round().await {
+            let now = tokio::time::Instant::now();
+            if last_failure_logged.is_none_or(|at| now - at >= FAILURE_LOG_EVERY) {
+                last_failure_logged = Some(now);
+                warn!(event = "php_task_adoption_failed", error = %err,
+                      "adoption round failed; leases last {} s, so rounds may fail that long \
+                       before phd could take a task", TASK_LEASE.as_secs());
+            }
+        }
+    }
+}

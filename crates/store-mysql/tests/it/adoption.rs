@@ -1,0 +1,334 @@
+//! Task adoption against Phorge's task tables on the real MariaDB: which
+//! tasks are leased and which are left to a taskmaster, what a taskmaster
+//! can still run, the candidate gate, the archive as Phorge writes it, a
+//! lapsed lease, two instances, and the grants check.
+
+use std::collections::HashSet;
+
+use mysql_async::prelude::Queryable;
+use webhook_core::{CandidateQuery, NewRequest, RequestStatus, Settings, Store, Windows};
+use webhook_store_mysql::{MysqlStore, TASK_GRACE_SECS};
+use webhook_test_support::mariadb::{server_conn, with_phorge_side, PhorgeSide};
+
+use crate::fixture::{with_db, TestDb};
+
+const HOOK: &str = "PHID-HWBH-adoptaaaaaaaaaaaaaaa";
+const TASKMASTER: &str = "4242:1700000000:php-host:1";
+
+fn adopting(db: &TestDb, pid: u32) -> MysqlStore {
+    db.store()
+        .with_task_adoption("test-host", pid, 1_800_000_000)
+}
+
+fn query(now: u64) -> CandidateQuery {
+    CandidateQuery {
+        cutoffs: Windows::try_new(Settings::default())
+            .expect("defaults")
+            .cutoffs(now),
+        limit: 100,
+        exclude_hooks: Vec::new(),
+    }
+}
+
+async fn candidate_ids(store: &MysqlStore, now: u64) -> Vec<u64> {
+    store
+        .candidates(&query(now))
+        .await
+        .expect("candidates")
+        .into_iter()
+        .map(|row| row.id)
+        .collect()
+}
+
+/// Ends a request as a deliverer would: `status`, `properties`.
+async fn set_outcome(db: &TestDb, id: u64, status: RequestStatus, properties: &str) {
+    let mut conn = db.conn().await;
+    conn.exec_drop(
+        "UPDATE herald_webhookrequest SET status = ?, properties = ? WHERE id = ?",
+        (status.as_str(), properties, id),
+    )
+    .await
+    .expect("end the request");
+    conn.disconnect().await.expect("disconnect");
+}
+
+/// A queued request and its webhook task, as Phorge queues both.
+async fn request_with_task(db: &TestDb, side: &PhorgeSide) -> (u64, String, u64) {
+    let id = db.insert_request(&NewRequest::queued(HOOK, "{}")).await;
+    let phid = db.row(id).await.phid;
+    let task = side.queue_webhook_task(&phid).await;
+    (id, phid, task)
+}
+
+#[tokio::test]
+async fn free_webhook_tasks_are_leased_and_a_taskmaster_finds_none_of_them() {
+    with_db(|db| async move {
+        let db = &db;
+        with_phorge_side(&db.namespace, |side| async move {
+            let store = adopting(db, 1);
+            let (_, _, unleased) = request_with_task(db, &side).await;
+            let (_, _, yielded) = request_with_task(db, &side).await;
+            side.set_lease(yielded, Some("(yield)"), Some(15)).await;
+            let (_, _, lapsed) = request_with_task(db, &side).await;
+            side.set_lease(lapsed, Some("1:1:gone-host:9"), Some(-1))
+                .await;
+            let (_, _, running) = request_with_task(db, &side).await;
+            side.set_lease(running, Some(TASKMASTER), Some(7_000)).await;
+            let other_class = side.queue_task("PhabricatorSearchWorker", None).await;
+
+            let round = store.adoption_round().await.expect("round").expect("on");
+            assert_eq!(round.adopted, 3, "{round:?}");
+            for id in [unleased, yielded, lapsed] {
+                let task = side.active_task(id).await.expect("still active");
+                let owner = task.lease_owner.expect("leased");
+                assert!(owner.starts_with("gorge-webhook:test-host:1:"), "{owner}");
+                let left = task.lease_left_secs.expect("expiry");
+                assert!((295..=300).contains(&left), "lease left {left}");
+            }
+            let running_task = side.active_task(running).await.expect("active");
+            assert_eq!(running_task.lease_owner.as_deref(), Some(TASKMASTER));
+            // A taskmaster now finds only the other class's task.
+            assert_eq!(side.taskmaster_lease("7:7:php:1").await, Some(other_class));
+            assert_eq!(side.taskmaster_lease("7:7:php:2").await, None);
+        })
+        .await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn only_rows_whose_task_a_daemon_leases_are_candidates() {
+    with_db(|db| async move {
+        let db = &db;
+        with_phorge_side(&db.namespace, |side| async move {
+            let store = adopting(db, 1);
+            let (free, _, free_task) = request_with_task(db, &side).await;
+            let (php, _, php_task) = request_with_task(db, &side).await;
+            side.set_lease(php_task, Some(TASKMASTER), Some(7_000))
+                .await;
+            let (other_daemon, _, other_task) = request_with_task(db, &side).await;
+            side.set_lease(other_task, Some("gorge-webhook:elsewhere:9:9:1"), Some(300))
+                .await;
+            let (ending, _, ending_task) = request_with_task(db, &side).await;
+            side.set_lease(ending_task, Some("gorge-webhook:elsewhere:9:9:1"), Some(5))
+                .await;
+            let taskless = db.insert_request(&NewRequest::queued(HOOK, "{}")).await;
+            let now = db.now().await;
+
+            // The free task is leased on the spot; the taskmaster's task, a
+            // daemon lease about to lapse and a row with no task yet wait.
+            assert_eq!(candidate_ids(&store, now).await, vec![free, other_daemon]);
+            let owner = side
+                .active_task(free_task)
+                .await
+                .expect("active")
+                .lease_owner;
+            assert!(owner
+                .expect("leased")
+                .starts_with("gorge-webhook:test-host:1:"));
+            // A row without a task goes once Phorge would have queued one.
+            assert_eq!(
+                candidate_ids(&store, now + TASK_GRACE_SECS).await,
+                vec![free, other_daemon, taskless]
+            );
+            // Once the taskmaster's lease lapses, its task is adopted and
+            // its row goes.
+            side.set_lease(php_task, Some(TASKMASTER), Some(-1)).await;
+            let ids = candidate_ids(&store, now).await;
+            assert!(ids.contains(&php), "{ids:?}");
+            assert!(!ids.contains(&ending), "{ids:?}");
+            assert!(store.adoption_totals().expect("on").rows_waiting_for_php >= 2);
+        })
+        .await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn tasks_of_ended_requests_are_archived_as_phorges_worker_ends_them() {
+    with_db(|db| async move {
+        let db = &db;
+        with_phorge_side(&db.namespace, |side| async move {
+            let store = adopting(db, 1);
+            let (sent, _, sent_task) = request_with_task(db, &side).await;
+            let (silent, _, silent_task) = request_with_task(db, &side).await;
+            let (http, _, http_task) = request_with_task(db, &side).await;
+            let (_, _, queued_task) = request_with_task(db, &side).await;
+            store.adoption_round().await.expect("round");
+            // A task whose request is gone: adopted and archived in one round.
+            let gone_task = side
+                .queue_webhook_task("PHID-HWBR-gonegonegonegonegone")
+                .await;
+            set_outcome(db, sent, RequestStatus::Sent, "{}").await;
+            set_outcome(
+                db,
+                silent,
+                RequestStatus::Failed,
+                r#"{"errorType":"hook","errorCode":"silent"}"#,
+            )
+            .await;
+            set_outcome(
+                db,
+                http,
+                RequestStatus::Failed,
+                r#"{"errorType":"http","errorCode":500}"#,
+            )
+            .await;
+
+            let round = store.adoption_round().await.expect("round").expect("on");
+            assert_eq!(
+                (round.archived_success, round.archived_failure),
+                (2, 2),
+                "{round:?}"
+            );
+            for (task, result) in [
+                (sent_task, 0),
+                (silent_task, 0),
+                (http_task, 1),
+                (gone_task, 1),
+            ] {
+                assert!(
+                    side.active_task(task).await.is_none(),
+                    "task {task} left the queue"
+                );
+                let archived = side.archived_task(task).await.expect("archived, same id");
+                assert_eq!(archived.result, result, "task {task}");
+                assert_eq!(archived.task_class, "HeraldWebhookWorker");
+                assert!(archived
+                    .lease_owner
+                    .expect("owner kept")
+                    .starts_with("gorge-webhook:"));
+                assert!(archived.archived_epoch_set);
+                assert!(archived.data_id > 0);
+            }
+            assert!(
+                side.active_task(queued_task).await.is_some(),
+                "a queued request's task stays"
+            );
+            assert_eq!(side.archived_count().await, 4);
+            // Nothing is archived twice.
+            let again = store.adoption_round().await.expect("round").expect("on");
+            assert_eq!((again.archived_success, again.archived_failure), (0, 0));
+        })
+        .await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn leases_are_extended_while_held_and_taken_again_under_a_new_owner_when_lapsed() {
+    with_db(|db| async move {
+        let db = &db;
+        with_phorge_side(&db.namespace, |side| async move {
+            let store = adopting(db, 1);
+            let (_, _, due) = request_with_task(db, &side).await;
+            let (_, _, lapsed) = request_with_task(db, &side).await;
+            store.adoption_round().await.expect("round");
+            let owner_of = |task: Option<webhook_test_support::worker_tasks::ActiveTask>| {
+                task.expect("active").lease_owner.expect("leased")
+            };
+            let due_owner = owner_of(side.active_task(due).await);
+            let lapsed_owner = owner_of(side.active_task(lapsed).await);
+            side.set_lease(due, Some(&due_owner), Some(30)).await;
+            side.set_lease(lapsed, Some(&lapsed_owner), Some(-1)).await;
+
+            let round = store.adoption_round().await.expect("round").expect("on");
+            assert_eq!((round.renewed, round.adopted), (1, 1), "{round:?}");
+            let renewed = side.active_task(due).await.expect("active");
+            assert_eq!(renewed.lease_owner.as_deref(), Some(due_owner.as_str()));
+            assert!(renewed.lease_left_secs.expect("expiry") >= 295);
+            // A taskmaster that saw the lapsed lease cannot take it now:
+            // the owner it would re-check changed.
+            let retaken = owner_of(side.active_task(lapsed).await);
+            assert_ne!(retaken, lapsed_owner);
+        })
+        .await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_lease_each_task_once_and_archive_each_once() {
+    with_db(|db| async move {
+        let db = &db;
+        with_phorge_side(&db.namespace, |side| async move {
+            let (one, two) = (adopting(db, 1), adopting(db, 2));
+            let mut requests = Vec::new();
+            for _ in 0..40 {
+                requests.push(request_with_task(db, &side).await);
+            }
+            let (a, b) = tokio::join!(one.adoption_round(), two.adoption_round());
+            let adopted =
+                a.expect("one").expect("on").adopted + b.expect("two").expect("on").adopted;
+            assert_eq!(adopted, 40);
+            for (id, _, _) in &requests {
+                set_outcome(db, *id, RequestStatus::Sent, "{}").await;
+            }
+            let mut archived = 0;
+            for _ in 0..2 {
+                let (a, b) = tokio::join!(one.adoption_round(), two.adoption_round());
+                for round in [a, b] {
+                    archived += round.expect("round").expect("on").archived_success;
+                }
+            }
+            assert_eq!(archived, 40);
+            assert_eq!(side.archived_count().await, 40);
+            let tasks: HashSet<u64> = requests.iter().map(|(_, _, task)| *task).collect();
+            for task in tasks {
+                assert!(side.active_task(task).await.is_none());
+            }
+        })
+        .await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn missing_grants_are_named_one_by_one() {
+    with_db(|db| async move {
+        let db = &db;
+        with_phorge_side(&db.namespace, |side| async move {
+            assert!(db
+                .store()
+                .adoption_grants_missing()
+                .await
+                .expect("checked")
+                .is_empty());
+            let user = format!("{}_adopt", db.namespace);
+            let mut conn = server_conn().await;
+            conn.query_drop(format!("CREATE USER '{user}'@'%'"))
+                .await
+                .expect("user");
+            for grant in [
+                format!("GRANT SELECT ON `{}`.* TO '{user}'@'%'", db.database),
+                format!(
+                    "GRANT SELECT ON `{}`.worker_activetask TO '{user}'@'%'",
+                    side.worker
+                ),
+            ] {
+                conn.query_drop(grant).await.expect("grant");
+            }
+            let mut config = webhook_test_support::mariadb::config(&db.namespace);
+            config.user = user.clone();
+            let missing = MysqlStore::new(&config)
+                .expect("config")
+                .adoption_grants_missing()
+                .await;
+            conn.query_drop(format!("DROP USER '{user}'@'%'"))
+                .await
+                .expect("drop user");
+            conn.disconnect().await.expect("disconnect");
+            let ns = &db.namespace;
+            assert_eq!(
+                missing.expect("checked"),
+                vec![
+                    format!("UPDATE on {ns}_worker.worker_activetask"),
+                    format!("DELETE on {ns}_worker.worker_activetask"),
+                    format!("INSERT on {ns}_worker.worker_archivetask"),
+                ]
+            );
+        })
+        .await;
+    })
+    .await;
+}
