@@ -3,10 +3,12 @@
 //! the test through Phorge's own lease protocol: the daemon leases what
 //! `phd` could run, archives it once its request ends, leaves a task a
 //! taskmaster holds (and its request) alone, fails rows as silent while
-//! Phorge is, and a stop or a second instance loses and doubles nothing.
+//! Phorge is, a stop or a second instance loses and doubles nothing, and
+//! an account without the worker grants stops the daemon, naming them.
 
 use std::time::Duration;
 
+use mysql_async::prelude::Queryable;
 use webhook_core::{Hook, NewRequest, RequestStatus};
 use webhook_test_support::mariadb::{with_phorge_side, PhorgeSide};
 use webhook_test_support::{with_db, Receiver, Reply, TestDb};
@@ -332,6 +334,51 @@ async fn two_instances_deliver_each_row_once_and_archive_each_task_once() {
                 daemon.terminate();
                 daemon.wait_exit(DEADLINE).await;
             }
+        })
+        .await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_account_without_the_worker_grants_stops_the_daemon_naming_them() {
+    with_db(|db| async move {
+        let db = &db;
+        with_phorge_side(&db.namespace, |side| async move {
+            let user = format!("{}_noadopt", db.namespace);
+            let mut conn = webhook_test_support::mariadb::server_conn().await;
+            for statement in [
+                format!("CREATE USER '{user}'@'%'"),
+                format!(
+                    "GRANT SELECT, UPDATE ON `{}`.* TO '{user}'@'%'",
+                    db.database
+                ),
+                format!("GRANT SELECT ON `{}`.* TO '{user}'@'%'", side.worker),
+            ] {
+                conn.query_drop(statement)
+                    .await
+                    .expect("set up the account");
+            }
+            let mut env = env(&db.namespace);
+            env.push(("GORGE_WEBHOOK_MYSQL_USER".to_owned(), user.clone()));
+            let mut daemon = Daemon::spawn("adopt-grants", &[], &env);
+            let status = daemon.try_wait_exit(DEADLINE).await;
+            conn.query_drop(format!("DROP USER '{user}'@'%'"))
+                .await
+                .expect("drop the account");
+            conn.disconnect().await.expect("disconnect");
+            let status = status.expect("the daemon stops by itself");
+            assert_eq!(status.code(), Some(1), "{}", daemon.log());
+            let log = daemon.stderr();
+            let ns = &db.namespace;
+            for missing in [
+                format!("UPDATE on {ns}_worker.worker_activetask"),
+                format!("DELETE on {ns}_worker.worker_activetask"),
+                format!("INSERT on {ns}_worker.worker_archivetask"),
+            ] {
+                assert!(log.contains(&missing), "{missing} not named:\n{log}");
+            }
+            assert!(log.contains("php_task_adoption_refused"), "{log}");
         })
         .await;
     })
