@@ -103,7 +103,7 @@ pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
     let adopting = config.delivery.mysql.adopt_php_tasks;
     let mut store = MysqlStore::new(&config.delivery.mysql)?;
     if adopting {
-        store = store.with_task_adoption(&host_name(), std::process::id(), unix_now());
+        store = store.with_task_adoption(&host_name(), std::process::id(), unix_millis());
     }
     let store = Arc::new(store);
     let api_store = Arc::new(MysqlStore::new(&MysqlConfig {
@@ -250,11 +250,14 @@ fn host_name() -> String {
         .unwrap_or_else(|| "unknown".to_owned())
 }
 
-/// Seconds since the epoch now (0 if the clock is before it).
-fn unix_now() -> u64 {
+/// Milliseconds since the epoch now (0 if the clock is before it): with
+/// the pid, two runs of a container (pid 1 each time) differ.
+fn unix_millis() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| since.as_secs())
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        })
 }
 
 /// Completes once the watch flips to true (or its sender is gone).

@@ -121,7 +121,7 @@ impl TaskAdoption {
     /// This process's owner strings: `host` is cut to 12 characters of
     /// `[A-Za-z0-9.-]` (others become `-`), so the pattern matching them
     /// holds no `LIKE` wildcard and fits Phorge's 64-character column.
-    pub(crate) fn new(host: &str, pid: u32, started: UnixTime) -> Self {
+    pub(crate) fn new(host: &str, pid: u32, started: u64) -> Self {
         let host: String = host
             .chars()
             .map(|c| {
@@ -483,10 +483,14 @@ mod tests {
         let adoption = TaskAdoption::new(
             "web_01.example.org%with-a-long-name",
             4_294_967_295,
-            1_900_000_000,
+            1_900_000_000_000,
         );
+        // A trillion leases taken later, the owner still fits.
+        adoption
+            .next_lease
+            .store(999_999_999_999, Ordering::Relaxed);
         let owner = adoption.next_owner();
-        assert!(owner.len() <= 64, "{owner}");
+        assert!(owner.len() <= 64, "{} bytes: {owner}", owner.len());
         assert!(owner.starts_with(sql::DAEMON_LEASE_PREFIX));
         let pattern = adoption.ours();
         assert!(

@@ -71,11 +71,12 @@ impl MysqlStore {
     }
 
     /// Adopts Phorge's webhook tasks ([`crate::adoption`]), leasing them
-    /// under owner strings naming this `host`, `pid` and start time: only
+    /// under owner strings naming this `host`, `pid` and start time (any
+    /// unit; milliseconds tell apart two runs with one pid): only
     /// rows whose task a daemon leases (or that have none) are candidates,
     /// and [`adoption_round`](Self::adoption_round) leases, extends and
     /// archives.
-    pub fn with_task_adoption(mut self, host: &str, pid: u32, started: UnixTime) -> Self {
+    pub fn with_task_adoption(mut self, host: &str, pid: u32, started: u64) -> Self {
         self.adoption = Some(Arc::new(TaskAdoption::new(host, pid, started)));
         self
     }
