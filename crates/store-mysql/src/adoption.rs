@@ -20,7 +20,8 @@
 //! - **The gate** ([`TaskAdoption::gate`]): a candidate row is delivered
 //!   only while a daemon instance leases its task (taken on the spot when
 //!   it is free); a row whose task a taskmaster holds waits until that
-//!   task is done or its lease lapsed. A row with no task at all (its task
+//!   task is done or its lease lapsed (left out of polls meanwhile, looked
+//!   at again every few seconds). A row with no task at all (its task
 //!   cancelled, or not inserted yet: Phorge inserts it just after the row)
 //!   goes once it is [`TASK_GRACE_SECS`] old.
 //! - **The archive**: once its request is `sent` or `failed` (or gone),
@@ -37,6 +38,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use mysql_async::Value;
@@ -65,6 +67,13 @@ pub const TASK_GRACE_SECS: UnixTime = 10;
 
 /// Tasks leased, or archived, per statement at most.
 const ROUND_LIMIT: u64 = 1_000;
+
+/// A row left to PHP is left out of polls for this long, then looked at
+/// again: so rows whose tasks taskmasters hold do not fill every poll.
+const LEFT_TO_PHP_SECS: UnixTime = 5;
+
+/// Rows remembered as left to PHP at most (the lowest ids kept).
+const LEFT_TO_PHP_MAX: usize = 1_024;
 
 /// Archive results, as Phorge's `PhabricatorWorkerArchiveTask` numbers
 /// them.
@@ -115,6 +124,9 @@ pub(crate) struct TaskAdoption {
     prefix: String,
     next_lease: AtomicU64,
     totals: Totals,
+    /// Rows the gate left to PHP, with when: left out of polls for
+    /// [`LEFT_TO_PHP_SECS`].
+    left_to_php: Mutex<HashMap<u64, UnixTime>>,
 }
 
 impl TaskAdoption {
@@ -137,6 +149,7 @@ impl TaskAdoption {
             prefix: format!("{}{host}:{pid}:{started}:", sql::DAEMON_LEASE_PREFIX),
             next_lease: AtomicU64::new(1),
             totals: Totals::default(),
+            left_to_php: Mutex::new(HashMap::new()),
         }
     }
 
@@ -156,6 +169,24 @@ impl TaskAdoption {
     /// its leases still running leaves nothing behind for long.
     fn any_daemon() -> String {
         format!("{}%", sql::DAEMON_LEASE_PREFIX)
+    }
+
+    /// Rows to leave out of the poll at `now`: those the gate left to PHP
+    /// less than [`LEFT_TO_PHP_SECS`] ago.
+    pub(crate) fn left_to_php(&self, now: UnixTime) -> Vec<u64> {
+        let mut left = self.left_to_php.lock().unwrap_or_else(|e| e.into_inner());
+        left.retain(|_, at| at.saturating_add(LEFT_TO_PHP_SECS) > now);
+        left.keys().copied().collect()
+    }
+
+    fn note_left_to_php(&self, ids: &[u64], now: UnixTime) {
+        let mut left = self.left_to_php.lock().unwrap_or_else(|e| e.into_inner());
+        for id in ids {
+            if left.len() >= LEFT_TO_PHP_MAX {
+                break;
+            }
+            left.insert(*id, now);
+        }
     }
 
     pub(crate) fn totals(&self) -> AdoptionTotals {
@@ -226,7 +257,7 @@ impl TaskAdoption {
             self.adopt(connector, namespace, &free).await?;
             tasks = self.tasks_of(connector, namespace, &rows).await?;
         }
-        let mut waiting_for_php = 0;
+        let mut waiting_for_php = Vec::new();
         let allowed = rows
             .into_iter()
             .filter(|row| match tasks.get(row.phid.as_bytes()) {
@@ -234,15 +265,17 @@ impl TaskAdoption {
                 Some(standing) => {
                     let ours = standing.iter().all(|(_, s)| *s == Standing::Daemon);
                     if !ours {
-                        waiting_for_php += 1;
+                        waiting_for_php.push(row.id);
                     }
                     ours
                 }
             })
             .collect();
-        self.totals
-            .rows_waiting_for_php
-            .fetch_add(waiting_for_php, Ordering::Relaxed);
+        self.note_left_to_php(&waiting_for_php, now);
+        self.totals.rows_waiting_for_php.fetch_add(
+            u64::try_from(waiting_for_php.len()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
         Ok(allowed)
     }
 

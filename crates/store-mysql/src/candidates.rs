@@ -107,12 +107,14 @@ fn inline_limit(limit: usize) -> u64 {
 /// `Store::candidates` for [`crate::MysqlStore`]: a prefix of the candidate
 /// order, lowest id first, holding at most [`POLL_BYTES_MAX`] bytes of
 /// `properties` (the first row whatever its size), less any row that
-/// could not be read or changed between the query and its own fetch.
+/// could not be read or changed between the query and its own fetch, and
+/// leaving out the `exclude_rows` ids.
 pub(crate) async fn candidates(
     connector: &Connector,
     unreadable: &UnreadableRows,
     floor: &QueuedFloor,
     query: &CandidateQuery,
+    exclude_rows: &[u64],
 ) -> Result<Vec<RequestRow>, StoreError> {
     let cutoffs = query.cutoffs;
     let floor = floor.prepare(connector, cutoffs.now).await?;
@@ -124,6 +126,7 @@ pub(crate) async fn candidates(
     params.push(cutoffs.lease_cutoff.into());
     params.push(cutoffs.retry_cutoff.into());
     params.extend(query.exclude_hooks.iter().map(|h| Value::from(h.as_str())));
+    params.extend(exclude_rows.iter().map(|id| Value::from(*id)));
     params.push(u64::try_from(query.limit).unwrap_or(u64::MAX).into());
 
     // Rows past the budget are read off the wire and dropped as they come.
@@ -141,7 +144,11 @@ pub(crate) async fn candidates(
         let read = async {
             let mut result = raw
                 .exec_iter(
-                    sql::candidate_sql_above_floor(query.exclude_hooks.len(), floor.below.len()),
+                    sql::candidate_sql_above_floor(
+                        query.exclude_hooks.len(),
+                        floor.below.len(),
+                        exclude_rows.len(),
+                    ),
                     params,
                 )
                 .await

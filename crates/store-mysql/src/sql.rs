@@ -36,7 +36,7 @@ pub const CANDIDATE_SELECT_LIST: &str = "id, phid, webhookPHID, objectPHID, stat
 /// store runs [`candidate_sql_above_floor`]; this form is what `EXPLAIN`s,
 /// the bench and the admin tool compare it with.
 pub fn candidate_sql(excluded_hooks: usize) -> String {
-    candidate_statement(excluded_hooks, None)
+    candidate_statement(excluded_hooks, None, 0)
 }
 
 /// The candidate query the store runs: [`candidate_sql`]'s predicate,
@@ -46,19 +46,32 @@ pub fn candidate_sql(excluded_hooks: usize) -> String {
 /// instead of a walk over every retained row. Parameters: the inline
 /// limit, the frontier, `below` ids (none when `below` is 0), then as
 /// [`candidate_sql`]: `lease_cutoff`, `retry_cutoff`, the excluded hooks,
-/// the limit.
-pub fn candidate_sql_above_floor(excluded_hooks: usize, below: usize) -> String {
-    candidate_statement(excluded_hooks, Some(below))
+/// then `excluded_rows` row ids to leave out (rows task adoption leaves to
+/// PHP for now, [`crate::adoption`]), the limit.
+pub fn candidate_sql_above_floor(
+    excluded_hooks: usize,
+    below: usize,
+    excluded_rows: usize,
+) -> String {
+    candidate_statement(excluded_hooks, Some(below), excluded_rows)
 }
 
 /// The one text of the candidate predicate; `floor` adds the scan floor's
-/// restriction with that many `below` placeholders.
-fn candidate_statement(excluded_hooks: usize, floor: Option<usize>) -> String {
-    let exclusion = if excluded_hooks == 0 {
+/// restriction with that many `below` placeholders, `excluded_rows` that
+/// many row ids left out.
+fn candidate_statement(
+    excluded_hooks: usize,
+    floor: Option<usize>,
+    excluded_rows: usize,
+) -> String {
+    let mut exclusion = if excluded_hooks == 0 {
         String::new()
     } else {
         format!("\n   AND webhookPHID NOT IN ({})", marks(excluded_hooks))
     };
+    if excluded_rows > 0 {
+        exclusion.push_str(&format!("\n   AND id NOT IN ({})", marks(excluded_rows)));
+    }
     let floor = match floor {
         None => String::new(),
         Some(0) => "id >= ?\n   AND ".to_owned(),
@@ -486,7 +499,7 @@ mod tests {
     #[test]
     fn the_store_runs_the_spec_predicate_above_its_scan_floor() {
         let spec = candidate_sql(0);
-        let floored = candidate_sql_above_floor(0, 2);
+        let floored = candidate_sql_above_floor(0, 2, 0);
         assert_eq!(
             floored,
             spec.replacen(
@@ -496,7 +509,7 @@ mod tests {
             )
         );
         assert_eq!(
-            candidate_sql_above_floor(0, 0),
+            candidate_sql_above_floor(0, 0, 0),
             spec.replacen(
                 " WHERE status = 'queued'",
                 " WHERE id >= ?\n   AND status = 'queued'",
@@ -504,15 +517,21 @@ mod tests {
             )
         );
         assert_eq!(
-            candidate_sql_above_floor(2, 3),
+            candidate_sql_above_floor(2, 3, 0),
             candidate_sql(2).replacen(
                 " WHERE status = 'queued'",
                 " WHERE (id >= ? OR id IN (?, ?, ?))\n   AND status = 'queued'",
                 1
             )
         );
-        assert_eq!(candidate_sql_above_floor(0, 0).matches('?').count(), 5);
-        assert_eq!(candidate_sql_above_floor(1, 4).matches('?').count(), 10);
+        assert_eq!(candidate_sql_above_floor(0, 0, 0).matches('?').count(), 5);
+        assert_eq!(candidate_sql_above_floor(1, 4, 0).matches('?').count(), 10);
+        let without_rows = candidate_sql_above_floor(1, 0, 2);
+        assert_eq!(without_rows.matches('?').count(), 8);
+        assert!(
+            without_rows.contains("AND id NOT IN (?, ?)\n ORDER BY id ASC"),
+            "{without_rows}"
+        );
     }
 
     #[test]

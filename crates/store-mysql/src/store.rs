@@ -207,11 +207,17 @@ impl MysqlStore {
 #[async_trait]
 impl Store for MysqlStore {
     async fn candidates(&self, query: &CandidateQuery) -> Result<Vec<RequestRow>, StoreError> {
+        let left_to_php = self
+            .adoption
+            .as_ref()
+            .map(|adoption| adoption.left_to_php(query.cutoffs.now))
+            .unwrap_or_default();
         let rows = candidates::candidates(
             self.connector(),
             &self.unreadable_rows,
             &self.queued_floor,
             query,
+            &left_to_php,
         )
         .await?;
         match &self.adoption {

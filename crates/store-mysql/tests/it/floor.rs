@@ -126,7 +126,7 @@ async fn the_floored_statement_is_a_short_primary_key_range_without_key_status()
             let mut params = vec![Value::from(4096u64), Value::from(end)];
             params.extend(below.iter().map(|id| Value::from(*id)));
             params.extend([now - 30, now - 60, 100].map(Value::from));
-            let statement = sql::candidate_sql_above_floor(0, below.len());
+            let statement = sql::candidate_sql_above_floor(0, below.len(), 0);
             let mut plan: Vec<Row> = conn
                 .exec(format!("EXPLAIN {statement}"), params)
                 .await

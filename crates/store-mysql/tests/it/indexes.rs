@@ -182,7 +182,7 @@ async fn candidate_query_reads_few_rows_among_200k_retained() {
             let mut params = vec![Value::from(4096u64), Value::from(frontier)];
             params.extend(below.iter().map(|id| Value::from(*id)));
             params.extend(candidate_params(now, &[]).into_iter().skip(1));
-            let statement = sql::candidate_sql_above_floor(0, below.len());
+            let statement = sql::candidate_sql_above_floor(0, below.len(), 0);
             let plan = explain(&mut conn, &statement, params.clone()).await;
             if frontier == 0 {
                 assert_eq!(plan.key.as_deref(), Some("key_status"), "{}", plan.extra);
