@@ -14,6 +14,7 @@ use webhook_test_support::mariadb::{with_phorge_side, PhorgeSide};
 use webhook_test_support::{with_db, Receiver, Reply, TestDb};
 
 use crate::daemon::{database_env, Daemon};
+use crate::support::until;
 
 const DEADLINE: Duration = Duration::from_secs(60);
 const HOOK: &str = "PHID-HWBH-adoptionaaaaaaaaaaaa";
@@ -57,18 +58,6 @@ async fn request_with_task(db: &TestDb, side: &PhorgeSide, properties: &str) -> 
         .await;
     let task = side.queue_webhook_task(&db.row(id).await.phid).await;
     (id, task)
-}
-
-async fn until(daemon: &Daemon, what: &str, mut ready: impl AsyncFnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    while !ready().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never happened: {what}\n{}",
-            daemon.log()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// Whether every listed task is archived with `result`.

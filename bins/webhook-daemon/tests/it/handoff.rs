@@ -13,6 +13,7 @@ use webhook_test_support::mariadb::with_phorge_side;
 use webhook_test_support::{with_db, LocalJson, Receiver, TestDb};
 
 use crate::daemon::{database_env, Daemon};
+use crate::support::until;
 
 const DEADLINE: Duration = Duration::from_secs(60);
 const HOOK: &str = "PHID-HWBH-handoffaaaaaaaaaaaaa";
@@ -40,18 +41,6 @@ async fn hook_to(db: &TestDb, receiver: &Receiver) {
         hmac_key: "abcdefghijklmnopqrstuvwxyz234567".to_owned(),
     })
     .await;
-}
-
-async fn until(daemon: &Daemon, what: &str, mut ready: impl AsyncFnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    while !ready().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never happened: {what}\n{}",
-            daemon.log()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 async fn metrics(daemon: &Daemon) -> String {

@@ -235,6 +235,20 @@ pub fn by_request(receipts: &[Recorded]) -> BTreeMap<String, Vec<Recorded>> {
     groups
 }
 
+/// Waits (up to a minute) until `ready` says yes, failing with `what` and
+/// the daemon's log otherwise.
+pub async fn until(daemon: &Daemon, what: &str, mut ready: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !ready().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never happened: {what}\n{}",
+            daemon.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// The daemon's `/metrics` text (the tests run without a service token).
 pub async fn metrics(daemon: &Daemon) -> String {
     let response = daemon.get("/metrics", &[]).await;
