@@ -1,8 +1,9 @@
 //! Task adoption's schedule in the daemon (`GORGE_WEBHOOK_ADOPT_PHP_TASKS`):
 //! once the database answers, the grants it needs are checked (a missing
 //! one stops the daemon, named), then every [`ADOPTION_EVERY`] one round
-//! of the store's adoption leases free tasks, extends leases and archives
-//! finished tasks. What a round does is store-mysql's `adoption`.
+//! of the store's adoption extends leases and leases free tasks, and every
+//! [`ARCHIVE_EVERY`] finished tasks are archived. What each does is
+//! store-mysql's `adoption`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +14,10 @@ use webhook_store_mysql::{MysqlStore, TASK_LEASE};
 /// How often adoption runs: a task Phorge queues is leased within about
 /// this long, unless a candidate poll meets its request first.
 pub const ADOPTION_EVERY: Duration = Duration::from_secs(1);
+
+/// How often finished tasks are archived: the step reads every
+/// daemon-leased task, and a finished task may wait a few seconds.
+pub const ARCHIVE_EVERY: Duration = Duration::from_secs(5);
 
 /// How long to wait before checking the grants again while the database
 /// (or Phorge's worker database) cannot answer.
@@ -29,8 +34,10 @@ pub async fn adopt_php_tasks(store: Arc<MysqlStore>) -> Vec<String> {
             Ok(missing) if missing.is_empty() => break,
             Ok(missing) => return missing,
             Err(err) => {
-                info!(event = "php_task_adoption_waiting", error = %err,
-                      "cannot check Phorge's task queue yet; adoption starts when it can");
+                // Loud: delivery waits too (the candidate gate cannot read
+                // the task queue either), e.g. for a wrong namespace.
+                warn!(event = "php_task_adoption_waiting", error = %err,
+                      "cannot check Phorge's task queue; adoption, and delivery, start when it can");
                 tokio::time::sleep(CHECK_RETRY).await;
             }
         }
@@ -43,9 +50,16 @@ pub async fn adopt_php_tasks(store: Arc<MysqlStore>) -> Vec<String> {
     let mut rounds = tokio::time::interval(ADOPTION_EVERY);
     rounds.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_failure_logged: Option<tokio::time::Instant> = None;
+    let mut last_archive: Option<tokio::time::Instant> = None;
     loop {
         rounds.tick().await;
-        if let Err(err) = store.adoption_round().await {
+        let mut outcome = store.adoption_round().await.map(|_| ());
+        let now = tokio::time::Instant::now();
+        if outcome.is_ok() && last_archive.is_none_or(|at| now - at >= ARCHIVE_EVERY) {
+            last_archive = Some(now);
+            outcome = store.adoption_archive().await.map(|_| ());
+        }
+        if let Err(err) = outcome {
             let now = tokio::time::Instant::now();
             if last_failure_logged.is_none_or(|at| now - at >= FAILURE_LOG_EVERY) {
                 last_failure_logged = Some(now);

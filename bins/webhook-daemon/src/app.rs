@@ -53,6 +53,10 @@ pub enum StartError {
         .0.join(", ")
     )]
     AdoptionGrants(Vec<String>),
+    /// Task adoption's task ended unexpectedly (a bug): delivery would no
+    /// longer be safe beside `phd`.
+    #[error("task adoption stopped unexpectedly: {0}")]
+    AdoptionCrashed(String),
     /// The diagnostics address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -103,7 +107,7 @@ pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
     let adopting = config.delivery.mysql.adopt_php_tasks;
     let mut store = MysqlStore::new(&config.delivery.mysql)?;
     if adopting {
-        store = store.with_task_adoption(&host_name(), std::process::id(), unix_millis());
+        store = store.with_task_adoption(&host_name(), std::process::id());
     }
     let store = Arc::new(store);
     let api_store = Arc::new(MysqlStore::new(&MysqlConfig {
@@ -199,11 +203,18 @@ pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
     let mut outcome = Ok(());
     tokio::select! {
         () = signals.received() => {}
-        missing = &mut adoption => {
-            let missing = missing.unwrap_or_default();
-            error!(event = "php_task_adoption_refused", missing = %missing.join(", "),
-                   "GORGE_WEBHOOK_ADOPT_PHP_TASKS is on but the account lacks these grants; stopping");
-            outcome = Err(StartError::AdoptionGrants(missing));
+        ended = &mut adoption => {
+            outcome = Err(match ended {
+                Ok(missing) => {
+                    error!(event = "php_task_adoption_refused", missing = %missing.join(", "),
+                           "GORGE_WEBHOOK_ADOPT_PHP_TASKS is on but the account lacks these grants; stopping");
+                    StartError::AdoptionGrants(missing)
+                }
+                Err(join) => {
+                    error!(event = "php_task_adoption_crashed", error = %join);
+                    StartError::AdoptionCrashed(join.to_string())
+                }
+            });
         }
     }
     info!(
@@ -213,8 +224,9 @@ pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
     let _ = stop.send(true);
     schema.abort();
     php_watch.abort();
-    // Adopted leases are kept, not handed back: a restart takes up where
-    // this instance stopped, and a daemon gone for good lets them lapse.
+    // Adopted leases are kept, not handed back: any other instance, or
+    // this one restarted, extends them and delivers their rows; with no
+    // daemon left they lapse and phd takes the tasks over.
     adoption.abort();
     match tokio::time::timeout(config.shutdown_grace, delivering).await {
         Ok(_) => info!(event = "deliveries_drained"),
@@ -248,16 +260,6 @@ fn host_name() -> String {
         .ok()
         .filter(|name| !name.is_empty())
         .unwrap_or_else(|| "unknown".to_owned())
-}
-
-/// Milliseconds since the epoch now (0 if the clock is before it): with
-/// the pid, two runs of a container (pid 1 each time) differ.
-fn unix_millis() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| {
-            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
-        })
 }
 
 /// Completes once the watch flips to true (or its sender is gone).

@@ -58,8 +58,10 @@ pub const TASK_LEASE: Duration = Duration::from_secs(300);
 /// no lease.
 const RENEW_WITHIN_SECS: u64 = 240;
 
-/// The gate does not rely on a daemon's lease that ends sooner than this.
-const LEASE_MARGIN_SECS: u64 = 30;
+/// The gate does not rely on a daemon's lease that ends sooner than this:
+/// leases are extended at 240 s left, so one this short has gone two
+/// minutes without a round that could extend it.
+const LEASE_MARGIN_SECS: u64 = 120;
 
 /// A queued request without any task is delivered once it is this old:
 /// Phorge inserts the task just after the request row.
@@ -74,6 +76,10 @@ const LEFT_TO_PHP_SECS: UnixTime = 5;
 
 /// Rows remembered as left to PHP at most (the lowest ids kept).
 const LEFT_TO_PHP_MAX: usize = 1_024;
+
+/// MySQL's duplicate-key error (an archive row already there: a commit
+/// whose answer was lost).
+const ER_DUP_ENTRY: u16 = 1062;
 
 /// Archive results, as Phorge's `PhabricatorWorkerArchiveTask` numbers
 /// them.
@@ -132,8 +138,10 @@ pub(crate) struct TaskAdoption {
 impl TaskAdoption {
     /// This process's owner strings: `host` is cut to 12 characters of
     /// `[A-Za-z0-9.-]` (others become `-`), so the pattern matching them
-    /// holds no `LIKE` wildcard and fits Phorge's 64-character column.
-    pub(crate) fn new(host: &str, pid: u32, started: u64) -> Self {
+    /// holds no `LIKE` wildcard and fits Phorge's 64-character column; a
+    /// random nonce tells apart instances whose host and pid agree (pid 1
+    /// in containers of one deployment).
+    pub(crate) fn new(host: &str, pid: u32) -> Self {
         let host: String = host
             .chars()
             .map(|c| {
@@ -146,7 +154,7 @@ impl TaskAdoption {
             .take(12)
             .collect();
         Self {
-            prefix: format!("{}{host}:{pid}:{started}:", sql::DAEMON_LEASE_PREFIX),
+            prefix: format!("{}{host}:{pid}:{:08x}:", sql::DAEMON_LEASE_PREFIX, nonce()),
             next_lease: AtomicU64::new(1),
             totals: Totals::default(),
             left_to_php: Mutex::new(HashMap::new()),
@@ -157,11 +165,6 @@ impl TaskAdoption {
     fn next_owner(&self) -> String {
         let n = self.next_lease.fetch_add(1, Ordering::Relaxed);
         format!("{}{n}", self.prefix)
-    }
-
-    /// `LIKE` pattern of every lease this instance took.
-    fn ours(&self) -> String {
-        format!("{}%", self.prefix)
     }
 
     /// `LIKE` pattern of every daemon instance's leases: a finished task is
@@ -199,8 +202,7 @@ impl TaskAdoption {
         }
     }
 
-    /// Leases free tasks, extends this instance's leases, and archives its
-    /// tasks whose request ended.
+    /// Extends the daemon leases that are due and leases free tasks.
     pub(crate) async fn round(
         &self,
         connector: &Connector,
@@ -218,6 +220,16 @@ impl TaskAdoption {
             .map(|mut row| rows::unsigned(&mut row, 0, "id", 0))
             .collect::<Result<Vec<u64>, _>>()?;
         round.adopted = self.adopt(connector, namespace, &ids).await?;
+        Ok(round)
+    }
+
+    /// Archives the daemon-leased tasks whose request ended.
+    pub(crate) async fn archive_ended(
+        &self,
+        connector: &Connector,
+        namespace: &str,
+    ) -> Result<AdoptionRound, StoreError> {
+        let mut round = AdoptionRound::default();
         let (success, failure) = self.ended_tasks(connector, namespace).await?;
         round.archived_success = self
             .archive(connector, namespace, &success, RESULT_SUCCESS)
@@ -236,6 +248,8 @@ impl TaskAdoption {
 
     /// The candidate rows a daemon may deliver now (see the module's
     /// gate), in their order; free tasks of the rows are leased first.
+    /// `now` (the poll's clock) times how long rows left to PHP stay out
+    /// of polls.
     pub(crate) async fn gate(
         &self,
         connector: &Connector,
@@ -257,11 +271,25 @@ impl TaskAdoption {
             self.adopt(connector, namespace, &free).await?;
             tasks = self.tasks_of(connector, namespace, &rows).await?;
         }
+        // A row without a task is judged by the server's clock, as
+        // Phorge's own timestamps are: the daemon's may run ahead.
+        let server_now = if rows
+            .iter()
+            .any(|row| !tasks.contains_key(row.phid.as_bytes()))
+        {
+            let row = connector.first_row(sql::SERVER_NOW, ()).await?;
+            match row {
+                Some(mut row) => rows::unsigned(&mut row, 0, "UNIX_TIMESTAMP()", 0)?,
+                None => 0,
+            }
+        } else {
+            0
+        };
         let mut waiting_for_php = Vec::new();
         let allowed = rows
             .into_iter()
             .filter(|row| match tasks.get(row.phid.as_bytes()) {
-                None => row.date_created.saturating_add(TASK_GRACE_SECS) <= now,
+                None => row.date_created.saturating_add(TASK_GRACE_SECS) <= server_now,
                 Some(standing) => {
                     let ours = standing.iter().all(|(_, s)| *s == Standing::Daemon);
                     if !ours {
@@ -333,11 +361,14 @@ impl TaskAdoption {
         Ok(adopted)
     }
 
+    /// Extends every daemon instance's leases that are due (not this
+    /// instance's alone): rows on a stopped instance's leases are delivered
+    /// by the others, so those leases must not lapse under them.
     async fn renew(&self, connector: &Connector, namespace: &str) -> Result<u64, StoreError> {
         let mut conn = connector.conn().await?;
         conn.exec_drop(
             sql::tasks_renew(namespace).as_str(),
-            (TASK_LEASE.as_secs(), self.ours(), RENEW_WITHIN_SECS),
+            (TASK_LEASE.as_secs(), Self::any_daemon(), RENEW_WITHIN_SECS),
         )
         .await
         .map_err(|err| connector.statement_error(err))?;
@@ -372,8 +403,9 @@ impl TaskAdoption {
     }
 
     /// Archives those of `ids` a daemon instance still leases, with
-    /// `result`, in one transaction: the rows are locked first, so of two
-    /// instances (or a taskmaster) only one moves a task.
+    /// `result`: all in one transaction, or, when one of them is in the
+    /// archive already (a commit whose answer was lost), one by one, so
+    /// that one never holds up the others. The count moved.
     async fn archive(
         &self,
         connector: &Connector,
@@ -384,10 +416,45 @@ impl TaskAdoption {
         if ids.is_empty() {
             return Ok(0);
         }
-        let mut conn = connector.conn().await?;
-        let fail = |err: MysqlError| connector.statement_error(err);
-        conn.query_drop("START TRANSACTION").await.map_err(fail)?;
+        match self
+            .archive_together(connector, namespace, ids, result)
+            .await
+        {
+            Err(err) if server_code_of(&err) == Some(ER_DUP_ENTRY) => {
+                let mut moved = 0;
+                for id in ids {
+                    moved += match self
+                        .archive_together(connector, namespace, &[*id], result)
+                        .await
+                    {
+                        Ok(one) => one,
+                        // Archived before: only the active row is left.
+                        Err(err) if server_code_of(&err) == Some(ER_DUP_ENTRY) => {
+                            self.remove_archived(connector, namespace, *id).await?
+                        }
+                        Err(err) => return Err(connector.statement_error(err)),
+                    };
+                }
+                Ok(moved)
+            }
+            other => other.map_err(|err| connector.statement_error(err)),
+        }
+    }
+
+    /// One transaction: the listed tasks a daemon still leases are locked,
+    /// copied into the archive and removed from the queue, so of two
+    /// instances (or a taskmaster) only one moves a task. A failure closes
+    /// the connection, which rolls the transaction back.
+    async fn archive_together(
+        &self,
+        connector: &Connector,
+        namespace: &str,
+        ids: &[u64],
+        result: u64,
+    ) -> Result<u64, MysqlError> {
+        let mut conn = connector.connect().await?;
         let outcome = async {
+            conn.query_drop("START TRANSACTION").await?;
             let mut lock: Vec<Value> = Vec::with_capacity(ids.len() + 1);
             lock.push(Value::from(Self::any_daemon()));
             lock.extend(ids.iter().map(|id| Value::from(*id)));
@@ -396,35 +463,60 @@ impl TaskAdoption {
                 .await?;
             let held = held
                 .into_iter()
-                .filter_map(|mut row| row.take::<u64, _>(0))
-                .collect::<Vec<u64>>();
-            if held.is_empty() {
-                return Ok(0);
+                .map(|mut row| rows::unsigned(&mut row, 0, "id", 0))
+                .collect::<Result<Vec<u64>, _>>()
+                .map_err(|err| MysqlError::UnexpectedResult {
+                    statement: "tasks_lock_ours",
+                    detail: err.to_string(),
+                })?;
+            let mut moved = 0;
+            if !held.is_empty() {
+                let mut archive: Vec<Value> = Vec::with_capacity(held.len() + 1);
+                archive.push(Value::from(result));
+                archive.extend(held.iter().map(|id| Value::from(*id)));
+                conn.exec_drop(sql::tasks_archive(namespace, held.len()).as_str(), archive)
+                    .await?;
+                let remove: Vec<Value> = held.iter().map(|id| Value::from(*id)).collect();
+                conn.exec_drop(sql::tasks_remove(namespace, held.len()).as_str(), remove)
+                    .await?;
+                moved = conn.affected_rows();
             }
-            let mut archive: Vec<Value> = Vec::with_capacity(held.len() + 1);
-            archive.push(Value::from(result));
-            archive.extend(held.iter().map(|id| Value::from(*id)));
-            conn.exec_drop(sql::tasks_archive(namespace, held.len()).as_str(), archive)
-                .await?;
-            let remove: Vec<Value> = held.iter().map(|id| Value::from(*id)).collect();
-            conn.exec_drop(sql::tasks_remove(namespace, held.len()).as_str(), remove)
-                .await?;
-            Ok::<u64, MysqlError>(conn.affected_rows())
+            conn.query_drop("COMMIT").await?;
+            Ok::<u64, MysqlError>(moved)
         }
         .await;
-        match outcome {
-            Ok(moved) => {
-                conn.query_drop("COMMIT").await.map_err(fail)?;
-                Ok(moved)
-            }
-            Err(err) => {
-                // A failed statement may leave the transaction open: the
-                // connection is closed, which rolls it back.
-                conn.close().await;
-                Err(fail(err))
-            }
+        if outcome.is_err() {
+            conn.close().await;
         }
+        outcome
     }
+
+    /// Removes task `id` from the queue when a daemon still leases it (its
+    /// archive row exists already). 1 if removed.
+    async fn remove_archived(
+        &self,
+        connector: &Connector,
+        namespace: &str,
+        id: u64,
+    ) -> Result<u64, StoreError> {
+        let mut conn = connector.conn().await?;
+        conn.exec_drop(
+            sql::task_remove_if_daemon_leased(namespace).as_str(),
+            (id, Self::any_daemon()),
+        )
+        .await
+        .map_err(|err| connector.statement_error(err))?;
+        Ok(conn.affected_rows())
+    }
+}
+
+/// 32 random bits, from the standard library's per-process hash keys.
+fn nonce() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    // Truncation intended: any 32 of the 64 bits will do.
+    hasher.finish() as u32
 }
 
 /// How a task stands for the gate.
@@ -513,11 +605,7 @@ mod tests {
 
     #[test]
     fn owner_strings_fit_phorges_column_and_hold_no_wildcard() {
-        let adoption = TaskAdoption::new(
-            "web_01.example.org%with-a-long-name",
-            4_294_967_295,
-            1_900_000_000_000,
-        );
+        let adoption = TaskAdoption::new("web_01.example.org%with-a-long-name", 4_294_967_295);
         // A trillion leases taken later, the owner still fits.
         adoption
             .next_lease
@@ -525,15 +613,17 @@ mod tests {
         let owner = adoption.next_owner();
         assert!(owner.len() <= 64, "{} bytes: {owner}", owner.len());
         assert!(owner.starts_with(sql::DAEMON_LEASE_PREFIX));
-        let pattern = adoption.ours();
-        assert!(
-            !pattern[..pattern.len() - 1].contains(['%', '_']),
-            "{pattern}"
-        );
+        assert!(!adoption.prefix.contains(['%', '_']), "{}", adoption.prefix);
         assert_ne!(
             adoption.next_owner(),
             owner,
             "every lease gets its own owner"
         );
+        // Two containers of one deployment: same host prefix, pid 1.
+        let (one, two) = (
+            TaskAdoption::new("gorge-webhook-7d9f", 1),
+            TaskAdoption::new("gorge-webhook-7d9f", 1),
+        );
+        assert_ne!(one.prefix, two.prefix);
     }
 }

@@ -295,6 +295,9 @@ pub fn tasks_adoptable(namespace: &str) -> String {
     )
 }
 
+/// The server's clock, which Phorge's task protocol runs on.
+pub const SERVER_NOW: &str = "SELECT UNIX_TIMESTAMP()";
+
 /// Leases the listed tasks that are still adoptable: the compare-and-set
 /// against Phorge's taskmasters, whose own lease re-checks the owner it
 /// saw. Parameters: the owner, the lease in seconds, then `count` ids.
@@ -385,22 +388,47 @@ pub fn tasks_remove(namespace: &str, count: usize) -> String {
     )
 }
 
+/// Removes one task a daemon instance leases from the active queue (its
+/// archive row is there already). Parameters: the id, the owner pattern.
+pub fn task_remove_if_daemon_leased(namespace: &str) -> String {
+    format!(
+        "DELETE FROM `{namespace}_worker`.worker_activetask \
+         WHERE id = ? AND leaseOwner LIKE ? AND taskClass = '{WEBHOOK_TASK_CLASS}'"
+    )
+}
+
 /// What task adoption needs of the account, each as a statement that
 /// touches no row but fails as the real ones would without the privilege:
 /// `(privilege, table, probe)`.
 pub fn adoption_grant_probes(namespace: &str) -> [(&'static str, &'static str, String); 4] {
     let active = format!("`{namespace}_worker`.worker_activetask");
-    let archive = format!("`{namespace}_worker`.worker_archivetask");
+    // The archive statement itself, over an id Phorge never gives (its
+    // counters start at 1): the columns it reads and writes are checked.
+    let archive = inline(
+        &tasks_archive(namespace, 1),
+        &[Literal::Number(0), Literal::Number(0)],
+    )
+    .unwrap_or_default();
     [
-        ("SELECT", "worker_activetask", format!("SELECT id, leaseOwner, leaseExpires FROM {active} LIMIT 0")),
-        ("UPDATE", "worker_activetask", format!("UPDATE {active} SET leaseOwner = NULL WHERE 1 = 0")),
-        ("DELETE", "worker_activetask", format!("DELETE FROM {active} WHERE 1 = 0")),
         (
-            "INSERT",
-            "worker_archivetask",
-            format!("INSERT INTO {archive} (id, taskClass, failureCount, dataID, priority, dateCreated, \
-                     dateModified, result, duration) SELECT 0, '', 0, 0, 0, 0, 0, 0, 0 FROM DUAL WHERE 1 = 0"),
+            "SELECT",
+            "worker_activetask",
+            format!(
+                "SELECT id, taskClass, leaseOwner, leaseExpires, failureCount, dataID, priority, \
+                 objectPHID, dateCreated FROM {active} LIMIT 0"
+            ),
         ),
+        (
+            "UPDATE",
+            "worker_activetask",
+            format!("UPDATE {active} SET leaseOwner = NULL, leaseExpires = NULL WHERE 1 = 0"),
+        ),
+        (
+            "DELETE",
+            "worker_activetask",
+            format!("DELETE FROM {active} WHERE 1 = 0"),
+        ),
+        ("INSERT", "worker_archivetask", archive),
     ]
 }
 

@@ -71,22 +71,34 @@ impl MysqlStore {
     }
 
     /// Adopts Phorge's webhook tasks ([`crate::adoption`]), leasing them
-    /// under owner strings naming this `host`, `pid` and start time (any
-    /// unit; milliseconds tell apart two runs with one pid): only
-    /// rows whose task a daemon leases (or that have none) are candidates,
-    /// and [`adoption_round`](Self::adoption_round) leases, extends and
-    /// archives.
-    pub fn with_task_adoption(mut self, host: &str, pid: u32, started: u64) -> Self {
-        self.adoption = Some(Arc::new(TaskAdoption::new(host, pid, started)));
+    /// under owner strings naming this `host` and `pid` (and a random
+    /// nonce): only rows whose task a daemon leases (or that have none) are
+    /// candidates; [`adoption_round`](Self::adoption_round) leases and
+    /// extends, [`adoption_archive`](Self::adoption_archive) archives.
+    pub fn with_task_adoption(mut self, host: &str, pid: u32) -> Self {
+        self.adoption = Some(Arc::new(TaskAdoption::new(host, pid)));
         self
     }
 
-    /// One round of task adoption; `None` without it.
+    /// One round of task adoption: daemon leases that are due extended,
+    /// free tasks leased; `None` without adoption.
     pub async fn adoption_round(&self) -> Result<Option<AdoptionRound>, StoreError> {
         match &self.adoption {
             None => Ok(None),
             Some(adoption) => adoption
                 .round(self.connector(), self.namespace())
+                .await
+                .map(Some),
+        }
+    }
+
+    /// Archives the daemon-leased tasks whose request ended; `None`
+    /// without adoption.
+    pub async fn adoption_archive(&self) -> Result<Option<AdoptionRound>, StoreError> {
+        match &self.adoption {
+            None => Ok(None),
+            Some(adoption) => adoption
+                .archive_ended(self.connector(), self.namespace())
                 .await
                 .map(Some),
         }

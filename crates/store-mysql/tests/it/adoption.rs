@@ -16,8 +16,7 @@ const HOOK: &str = "PHID-HWBH-adoptaaaaaaaaaaaaaaa";
 const TASKMASTER: &str = "4242:1700000000:php-host:1";
 
 fn adopting(db: &TestDb, pid: u32) -> MysqlStore {
-    db.store()
-        .with_task_adoption("test-host", pid, 1_800_000_000)
+    db.store().with_task_adoption("test-host", pid)
 }
 
 fn query(now: u64) -> CandidateQuery {
@@ -112,12 +111,30 @@ async fn only_rows_whose_task_a_daemon_leases_are_candidates() {
             let (ending, _, ending_task) = request_with_task(db, &side).await;
             side.set_lease(ending_task, Some("gorge-webhook:elsewhere:9:9:1"), Some(5))
                 .await;
-            let taskless = db.insert_request(&NewRequest::queued(HOOK, "{}")).await;
             let now = db.now().await;
+            // Rows without a task: one just made (Phorge inserts the task
+            // next), one older than the grace by the server's clock.
+            let fresh_taskless = db.insert_request(&NewRequest::queued(HOOK, "{}")).await;
+            let old_taskless = db
+                .insert_request(&NewRequest {
+                    date_created: Some(now - TASK_GRACE_SECS),
+                    ..NewRequest::queued(HOOK, "{}")
+                })
+                .await;
 
-            // The free task is leased on the spot; the taskmaster's task, a
-            // daemon lease about to lapse and a row with no task yet wait.
-            assert_eq!(candidate_ids(&store, now).await, vec![free, other_daemon]);
+            // The free task is leased on the spot; another instance's lease
+            // counts (every instance extends every daemon lease); the
+            // taskmaster's task, a daemon lease about to lapse and a fresh
+            // row with no task yet wait, judged by the server's clock
+            // whatever the poll's says.
+            assert_eq!(
+                candidate_ids(&store, now + 3_600).await,
+                vec![free, other_daemon, old_taskless]
+            );
+            assert_eq!(
+                candidate_ids(&store, now).await,
+                vec![free, other_daemon, old_taskless]
+            );
             let owner = side
                 .active_task(free_task)
                 .await
@@ -126,21 +143,17 @@ async fn only_rows_whose_task_a_daemon_leases_are_candidates() {
             assert!(owner
                 .expect("leased")
                 .starts_with("gorge-webhook:test-host:1:"));
-            // A row without a task goes once Phorge would have queued one.
-            assert_eq!(
-                candidate_ids(&store, now + TASK_GRACE_SECS).await,
-                vec![free, other_daemon, taskless]
-            );
             // Once the taskmaster's lease lapses, its task is adopted and
             // its row goes: at the next look, as a row left to PHP stays out
             // of polls for a few seconds (so many such rows cannot fill
             // every poll).
             side.set_lease(php_task, Some(TASKMASTER), Some(-1)).await;
-            let later = now + TASK_GRACE_SECS;
+            let later = now + 3_600;
             assert!(!candidate_ids(&store, later).await.contains(&php));
             let ids = candidate_ids(&store, later + 5).await;
             assert!(ids.contains(&php), "{ids:?}");
             assert!(!ids.contains(&ending), "{ids:?}");
+            assert!(!ids.contains(&fresh_taskless), "{ids:?}");
             assert!(store.adoption_totals().expect("on").rows_waiting_for_php >= 2);
         })
         .await;
@@ -159,7 +172,7 @@ async fn tasks_of_ended_requests_are_archived_as_phorges_worker_ends_them() {
             let (http, _, http_task) = request_with_task(db, &side).await;
             let (_, _, queued_task) = request_with_task(db, &side).await;
             store.adoption_round().await.expect("round");
-            // A task whose request is gone: adopted and archived in one round.
+            // A task whose request is gone: adopted, then archived.
             let gone_task = side
                 .queue_webhook_task("PHID-HWBR-gonegonegonegonegone")
                 .await;
@@ -179,7 +192,12 @@ async fn tasks_of_ended_requests_are_archived_as_phorges_worker_ends_them() {
             )
             .await;
 
-            let round = store.adoption_round().await.expect("round").expect("on");
+            store.adoption_round().await.expect("round");
+            let round = store
+                .adoption_archive()
+                .await
+                .expect("archive")
+                .expect("on");
             assert_eq!(
                 (round.archived_success, round.archived_failure),
                 (2, 2),
@@ -211,7 +229,11 @@ async fn tasks_of_ended_requests_are_archived_as_phorges_worker_ends_them() {
             );
             assert_eq!(side.archived_count().await, 4);
             // Nothing is archived twice.
-            let again = store.adoption_round().await.expect("round").expect("on");
+            let again = store
+                .adoption_archive()
+                .await
+                .expect("archive")
+                .expect("on");
             assert_eq!((again.archived_success, again.archived_failure), (0, 0));
         })
         .await;
@@ -270,7 +292,7 @@ async fn two_instances_lease_each_task_once_and_archive_each_once() {
             }
             let mut archived = 0;
             for _ in 0..2 {
-                let (a, b) = tokio::join!(one.adoption_round(), two.adoption_round());
+                let (a, b) = tokio::join!(one.adoption_archive(), two.adoption_archive());
                 for round in [a, b] {
                     archived += round.expect("round").expect("on").archived_success;
                 }
@@ -331,6 +353,86 @@ async fn missing_grants_are_named_one_by_one() {
                     format!("INSERT on {ns}_worker.worker_archivetask"),
                 ]
             );
+        })
+        .await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_taskmaster_that_saw_a_lapsed_lease_cannot_take_it_once_readopted() {
+    with_db(|db| async move {
+        let db = &db;
+        with_phorge_side(&db.namespace, |side| async move {
+            let store = adopting(db, 1);
+            let (_, _, task) = request_with_task(db, &side).await;
+            store.adoption_round().await.expect("round");
+            let seen = side
+                .active_task(task)
+                .await
+                .expect("active")
+                .lease_owner
+                .expect("leased");
+            // The lease lapses (a database away too long); a taskmaster's
+            // lease query sees it (SELECT id, leaseOwner ...)...
+            side.set_lease(task, Some(&seen), Some(-1)).await;
+            // ...the daemon takes it again first...
+            let round = store.adoption_round().await.expect("round").expect("on");
+            assert_eq!(round.adopted, 1);
+            // ...and the taskmaster's UPDATE, re-checking the owner it saw,
+            // matches nothing.
+            let mut conn = server_conn().await;
+            conn.exec_drop(
+                format!(
+                    "UPDATE `{}`.worker_activetask SET leaseOwner = ?, \
+                     leaseExpires = UNIX_TIMESTAMP() + 7200 WHERE id = ? AND leaseOwner = ?",
+                    side.worker
+                ),
+                (TASKMASTER, task, &seen),
+            )
+            .await
+            .expect("the taskmaster's update");
+            assert_eq!(
+                conn.affected_rows(),
+                0,
+                "the taskmaster took a re-adopted task"
+            );
+            conn.disconnect().await.expect("disconnect");
+            let owner = side.active_task(task).await.expect("active").lease_owner;
+            assert!(owner
+                .expect("leased")
+                .starts_with("gorge-webhook:test-host:1:"));
+        })
+        .await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_stopped_instances_leases_are_extended_by_the_next() {
+    with_db(|db| async move {
+        let db = &db;
+        with_phorge_side(&db.namespace, |side| async move {
+            let (_, _, task) = request_with_task(db, &side).await;
+            adopting(db, 1).adoption_round().await.expect("round");
+            let owner = side
+                .active_task(task)
+                .await
+                .expect("active")
+                .lease_owner
+                .expect("leased");
+            // Instance 1 stops; its lease runs down while its row waits
+            // (retry spacing, a slow hook).
+            side.set_lease(task, Some(&owner), Some(60)).await;
+            let round = adopting(db, 2)
+                .adoption_round()
+                .await
+                .expect("round")
+                .expect("on");
+            assert_eq!(round.renewed, 1, "{round:?}");
+            let renewed = side.active_task(task).await.expect("active");
+            assert_eq!(renewed.lease_owner.as_deref(), Some(owner.as_str()));
+            assert!(renewed.lease_left_secs.expect("expiry") >= 295);
         })
         .await;
     })
