@@ -5,6 +5,7 @@
 //! deadline, and reads (a bounded part of) the response body only to
 //! discard it.
 
+use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -396,7 +397,7 @@ impl Transport for HyperTransport {
         // One deadline for everything: connect, TLS, send, response, body,
         // every redirect hop. Dropping the exchange drops its connection,
         // so a stalled receiver holds nothing past it.
-        within_deadline(self.exchange(&request), request.timeout).await
+        within_deadline(pin!(self.exchange(&request)), request.timeout).await
     }
 }
 
@@ -413,11 +414,13 @@ pub(crate) const LAST_CHANCE: Duration = Duration::from_millis(50);
 
 /// `exchange`'s result if it finishes within `deadline` (or within
 /// [`LAST_CHANCE`] after it), else [`DeliveryResult::Timeout`].
+///
+/// `exchange` comes pinned by the caller: taken by value and pinned here,
+/// it would be stored twice in every delivery's future.
 pub(crate) async fn within_deadline(
-    exchange: impl std::future::Future<Output = DeliveryResult>,
+    mut exchange: Pin<&mut impl std::future::Future<Output = DeliveryResult>>,
     deadline: Duration,
 ) -> DeliveryResult {
-    let mut exchange = std::pin::pin!(exchange);
     if let Ok(result) = tokio::time::timeout(deadline, &mut exchange).await {
         return result;
     }
@@ -464,7 +467,7 @@ mod tests {
         let deadline = Duration::from_secs(15);
         let rx = answer_at(deadline, DeliveryResult::Response { status: 200 });
         let started = tokio::time::Instant::now();
-        let result = within_deadline(received(rx), deadline).await;
+        let result = within_deadline(pin!(received(rx)), deadline).await;
         assert_eq!(result, DeliveryResult::Response { status: 200 });
         assert_eq!(started.elapsed(), deadline);
     }
@@ -478,13 +481,13 @@ mod tests {
         );
         let started = tokio::time::Instant::now();
         assert_eq!(
-            within_deadline(received(rx), deadline).await,
+            within_deadline(pin!(received(rx)), deadline).await,
             DeliveryResult::Timeout
         );
         assert_eq!(started.elapsed(), deadline + LAST_CHANCE);
         let never = std::future::pending::<DeliveryResult>();
         assert_eq!(
-            within_deadline(never, deadline).await,
+            within_deadline(pin!(never), deadline).await,
             DeliveryResult::Timeout
         );
     }
@@ -497,7 +500,7 @@ mod tests {
         );
         let started = tokio::time::Instant::now();
         assert_eq!(
-            within_deadline(received(rx), Duration::from_secs(15)).await,
+            within_deadline(pin!(received(rx)), Duration::from_secs(15)).await,
             DeliveryResult::Response { status: 500 }
         );
         assert_eq!(started.elapsed(), Duration::from_secs(1));
