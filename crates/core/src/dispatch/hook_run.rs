@@ -18,6 +18,7 @@ use futures::StreamExt;
 
 use crate::model::{Hook, RequestRow};
 use crate::outcome::HookError;
+use crate::properties::Properties;
 use crate::store::{Claim, HookLock};
 
 use super::attempt::{ClaimToken, Claimed};
@@ -302,8 +303,8 @@ impl Dispatcher {
         row: &RequestRow,
         ahead: AheadClaim,
     ) -> Attempted<'a> {
-        let (properties, check, version) = match ahead {
-            AheadClaim::Won(properties, check, version) => (properties, check, version),
+        let (check, version) = match ahead {
+            AheadClaim::Won(check, version) => (check, version),
             AheadClaim::Lost => {
                 self.after_attempt(run, false);
                 return Step::Next.into();
@@ -314,6 +315,12 @@ impl Dispatcher {
         let Some((hook, target, claimed_at)) = run.group.current() else {
             // Not reachable: a claimed row always has its group.
             self.leave_to_lease(row, Duration::ZERO, "run_stopped");
+            return Step::StopRun.into();
+        };
+        // Parsed when it was taken along (`look_ahead`): not reachable.
+        let Ok(properties) = Properties::parse(&row.properties) else {
+            let waited = self.clock.monotonic().saturating_sub(claimed_at);
+            self.leave_to_lease(row, waited, "run_stopped");
             return Step::StopRun.into();
         };
         let (hook, target) = (hook.clone(), target.clone());
