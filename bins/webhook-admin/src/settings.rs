@@ -308,6 +308,11 @@ fn shown_values(
             None,
         ),
         (
+            transport::RESPONSE_HEAD_MAX.name,
+            format!("{} bytes", t.response_head_max),
+            None,
+        ),
+        (
             transport::POOL_IDLE.name,
             secs(t.pool_idle_timeout.as_secs()),
             None,

@@ -238,6 +238,32 @@ async fn a_reused_connection_that_answered_something_is_not_retried() {
 }
 
 #[tokio::test]
+async fn a_response_head_longer_than_its_bound_is_a_protocol_failure() {
+    // The head bound (GORGE_WEBHOOK_RESPONSE_HEAD_MAX) is also each
+    // connection's read buffer; one byte over it fails the call, and a
+    // head that fits is read however the bytes arrive.
+    fn head_of(len: usize) -> Vec<u8> {
+        let start = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nX-Pad: ".to_vec();
+        let pad = len - start.len() - 4;
+        [start, vec![b'a'; pad], b"\r\n\r\n".to_vec()].concat()
+    }
+    for (len, expected) in [
+        (4096, DeliveryResult::Response { status: 200 }),
+        (4097, DeliveryResult::Failed(TransportFailure::Protocol)),
+    ] {
+        let server = raw_server(move |mut socket| async move {
+            read_request(&mut socket).await;
+            write_all(&mut socket, &head_of(len)).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        })
+        .await;
+        let transport = transport(local_config());
+        let result = deliver(&transport, outbound(&server.url("/"), GUARD)).await;
+        assert_eq!(result, expected, "a {len}-byte head");
+    }
+}
+
+#[tokio::test]
 async fn a_reply_that_is_not_http_is_a_protocol_failure() {
     let server = raw_server(|mut socket| async move {
         read_request(&mut socket).await;
