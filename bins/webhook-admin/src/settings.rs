@@ -308,6 +308,12 @@ fn shown_values(
             None,
         ),
         (
+            transport::RESPONSE_HEAD_MAX.name,
+            format!("{} bytes", t.response_head_max),
+            (t.response_head_max == 0)
+                .then(|| "a buffer growing to about 100 KiB, as cURL accepts".to_owned()),
+        ),
+        (
             transport::POOL_IDLE.name,
             secs(t.pool_idle_timeout.as_secs()),
             None,

@@ -23,6 +23,8 @@ const RUNTIME_SHUTDOWN_BOUND: Duration = Duration::from_secs(1);
 /// Reads the settings from the environment and runs the daemon until it
 /// is shut down.
 pub fn run_daemon() -> ExitCode {
+    // Still the only thread: the driver's bounds are environment variables.
+    webhook_store_mysql::bound_driver_buffers();
     let config = match DaemonConfig::from_lookup(&env_lookup) {
         Ok(config) => config,
         Err(err) => {

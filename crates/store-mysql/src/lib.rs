@@ -41,6 +41,9 @@
 //!   ([`MysqlReader::php_delivery_tasks`]), read from Phorge's config and
 //!   worker databases, and silent mode from Phorge's `conf/local/local.json`
 //!   ([`LocalConfig`], the one file this crate reads).
+//! * [`bound_driver_buffers`]: the driver's global buffer pool, bounded
+//!   from `main` before any thread starts (the driver reads its bounds
+//!   from the environment once).
 //!
 //! Values read from the database are validated, never trusted. A request
 //! row whose PHID columns are not UTF-8 or whose `lastRequestResult` is
@@ -54,6 +57,7 @@ mod batch;
 mod candidates;
 pub mod config;
 mod connector;
+mod driver_buffers;
 mod error;
 mod handoff;
 pub mod local_config;
@@ -72,6 +76,7 @@ mod store;
 pub use adoption::{AdoptionRound, AdoptionTotals, TASK_GRACE_SECS, TASK_LEASE};
 pub use candidates::{INLINE_PROPERTIES_MAX, POLL_BYTES_MAX};
 pub use config::{MysqlConfig, DEFAULT_POOL_MAX};
+pub use driver_buffers::{bound_driver_buffers, BUFFER_POOL_CAP, BUFFER_SIZE_CAP};
 pub use error::{MysqlError, NotReady};
 pub use handoff::PhpDeliveryTasks;
 pub use local_config::{LocalConfig, LocalConfigError};

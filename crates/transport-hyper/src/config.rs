@@ -66,6 +66,23 @@ pub const RESPONSE_BODY_LIMIT: Setting<usize> = Setting::new(
     "response bytes read, then discarded",
     non_negative,
 );
+/// `GORGE_WEBHOOK_RESPONSE_HEAD_MAX`: bytes.
+pub const RESPONSE_HEAD_MAX: Setting<usize> = Setting::new(
+    "GORGE_WEBHOOK_RESPONSE_HEAD_MAX",
+    "0",
+    "bytes of a response head (status line and headers) read at most, and each \
+     connection's read buffer; 0 = a buffer growing from 8 KiB to cURL's 100 KiB \
+     (4096 saves about 6 KiB per connection, but fails a receiver's longer head)",
+    non_negative,
+);
+/// The bounds of a non-zero [`RESPONSE_HEAD_MAX`]: below 1 KiB an ordinary
+/// head does not fit; above 100 KiB (cURL's bound on one header line)
+/// every connection would hold as much.
+pub const RESPONSE_HEAD_RANGE: std::ops::RangeInclusive<usize> = 1024..=102_400;
+
+/// The head a connection accepts when [`RESPONSE_HEAD_MAX`] is 0: cURL's
+/// bound, in a buffer that grows only as a head needs.
+pub const RESPONSE_HEAD_GROWING_MAX: usize = 102_400;
 /// `GORGE_WEBHOOK_POOL_IDLE_SEC`
 pub const POOL_IDLE: Setting<Duration> = Setting::new(
     "GORGE_WEBHOOK_POOL_IDLE_SEC",
@@ -115,6 +132,7 @@ pub const VARIABLES: &[SettingInfo] = &[
     CONNECT_TIMEOUT.info(),
     RESOLVE_TIMEOUT.info(),
     RESPONSE_BODY_LIMIT.info(),
+    RESPONSE_HEAD_MAX.info(),
     POOL_IDLE.info(),
     OUTBOUND_DENY.info(),
     OUTBOUND_ALLOW.info(),
@@ -144,6 +162,13 @@ pub struct TransportConfig {
     /// discarded either way; reading it to the end keeps the connection
     /// reusable). Default 64 KiB; 0 = never read it.
     pub response_body_limit: usize,
+    /// A response head (status line and headers) longer than this fails
+    /// the call as a protocol failure. It is also each connection's
+    /// read buffer: at 512 calls in flight 4 KiB instead of hyper's
+    /// adaptive 8 KiB and more saved about 3 MiB (docs/performance.md).
+    /// Default 4 KiB, as nginx's default `proxy_buffer_size` on x86-64;
+    /// cURL allows header lines of up to 100 KiB.
+    pub response_head_max: usize,
     /// How long an idle pooled connection is kept. Default 30 s.
     pub pool_idle_timeout: Duration,
     /// Networks never connected to. Default: Phorge's
@@ -176,6 +201,7 @@ impl fmt::Debug for TransportConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("resolve_timeout", &self.resolve_timeout)
             .field("response_body_limit", &self.response_body_limit)
+            .field("response_head_max", &self.response_head_max)
             .field("pool_idle_timeout", &self.pool_idle_timeout)
             .field("outbound_deny", &self.outbound_deny.len())
             .field("outbound_allow", &self.outbound_allow)
@@ -211,6 +237,7 @@ impl TransportConfig {
             connect_timeout: CONNECT_TIMEOUT.read(get)?,
             resolve_timeout: RESOLVE_TIMEOUT.read(get)?,
             response_body_limit: RESPONSE_BODY_LIMIT.read(get)?,
+            response_head_max: RESPONSE_HEAD_MAX.read(get)?,
             pool_idle_timeout: POOL_IDLE.read(get)?,
             outbound_deny: OUTBOUND_DENY.read(get)?,
             outbound_allow: OUTBOUND_ALLOW.read(get)?,
@@ -221,6 +248,16 @@ impl TransportConfig {
 
     /// Checks every setting and prepares what the transport runs with.
     pub(crate) fn validate(&self) -> Result<Validated, SettingError> {
+        if self.response_head_max != 0 && !RESPONSE_HEAD_RANGE.contains(&self.response_head_max) {
+            return Err(SettingError::new(
+                RESPONSE_HEAD_MAX.name,
+                format!(
+                    "must be 0 or between {} and {} bytes",
+                    RESPONSE_HEAD_RANGE.start(),
+                    RESPONSE_HEAD_RANGE.end()
+                ),
+            ));
+        }
         if self.signature_headers.is_empty() {
             return Err(SettingError::new(
                 SIGNATURE_HEADERS.name,
@@ -407,6 +444,7 @@ mod tests {
         assert_eq!(config.outbound_deny.len(), 29);
         assert!(config.outbound_allow.is_empty());
         assert_eq!(config.request_id_header, None);
+        assert_eq!(config.response_head_max, 0);
         // Pinned as numbers: each is written once, as its variable's
         // default text.
         assert_eq!(config.connect_timeout, Duration::from_millis(5000));
@@ -476,6 +514,8 @@ mod tests {
             ("GORGE_WEBHOOK_CONNECT_TIMEOUT_MS", "0"),
             ("GORGE_WEBHOOK_SIGNATURE_HEADERS", "Content-Type"),
             ("GORGE_WEBHOOK_USER_AGENT", "line\nbreak"),
+            ("GORGE_WEBHOOK_RESPONSE_HEAD_MAX", "1023"),
+            ("GORGE_WEBHOOK_RESPONSE_HEAD_MAX", "102401"),
         ] {
             let err = TransportConfig::from_env_with(env(&[(name, value)]))
                 .expect_err("must be rejected");

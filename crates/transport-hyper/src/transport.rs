@@ -5,6 +5,8 @@
 //! deadline, and reads (a bounded part of) the response body only to
 //! discard it.
 
+use std::convert::Infallible;
+use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,6 +16,7 @@ use http::header::{
     HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, LOCATION, USER_AGENT,
 };
 use http::{Method, Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::capture_connection;
@@ -27,7 +30,7 @@ use webhook_core::{
 
 use crate::auth::BasicAuth;
 use crate::classify::{classify, Stage};
-use crate::config::{TransportConfig, CA_FILE};
+use crate::config::{TransportConfig, CA_FILE, RESPONSE_HEAD_GROWING_MAX};
 use crate::connector::{
     resolve_checked, ConnectionUsage, GuardedConnector, HopError, TcpConnector,
 };
@@ -35,8 +38,10 @@ use crate::lookup::{NameLookup, SystemLookup};
 use crate::policy::OutboundPolicy;
 use crate::uri::HookUri;
 
-/// Request bodies: the payload, or nothing after a 301/302/303.
-type RequestBody = http_body_util::Either<Full<Bytes>, Empty<Bytes>>;
+/// Request bodies: the payload, or nothing after a 301/302/303. Boxed:
+/// every connection's dispatch queue is allocated 32 requests at a time,
+/// so each byte of the request type costs 32 per open connection.
+type RequestBody = BoxBody<Bytes, Infallible>;
 
 /// The hyper + rustls transport. Cheap to share behind an `Arc`; one
 /// instance keeps one connection pool.
@@ -167,7 +172,16 @@ impl HyperTransport {
             .enable_http2()
             .wrap_connector(tcp);
         let connector = GuardedConnector::new(https, config.connect_timeout);
-        let client = Client::builder(TokioExecutor::new())
+        let mut client = Client::builder(TokioExecutor::new());
+        match config.response_head_max {
+            // hyper's buffer, growing from 8 KiB as a head needs, up to
+            // cURL's bound.
+            0 => client.http1_max_buf_size(RESPONSE_HEAD_GROWING_MAX),
+            // One read buffer of exactly this size per connection, and the
+            // longest head it accepts.
+            bound => client.http1_read_buf_exact_size(bound),
+        };
+        let client = client
             // cURL writes header names as PHP gave them: `Content-Type`,
             // `X-Phabricator-Webhook-Signature`, `Host`, ...
             .http1_title_case_headers(true)
@@ -218,10 +232,10 @@ impl HyperTransport {
             builder = builder.header(name, request.request_phid.as_str());
         }
         match hop.method {
-            HopMethod::PostPayload => builder.body(RequestBody::Left(Full::new(body.clone()))),
+            HopMethod::PostPayload => builder.body(Full::new(body.clone()).boxed()),
             HopMethod::PostEmpty => builder
                 .header(CONTENT_LENGTH, HeaderValue::from_static("0"))
-                .body(RequestBody::Right(Empty::new())),
+                .body(Empty::new().boxed()),
         }
     }
 
@@ -396,7 +410,7 @@ impl Transport for HyperTransport {
         // One deadline for everything: connect, TLS, send, response, body,
         // every redirect hop. Dropping the exchange drops its connection,
         // so a stalled receiver holds nothing past it.
-        within_deadline(self.exchange(&request), request.timeout).await
+        within_deadline(pin!(self.exchange(&request)), request.timeout).await
     }
 }
 
@@ -413,11 +427,13 @@ pub(crate) const LAST_CHANCE: Duration = Duration::from_millis(50);
 
 /// `exchange`'s result if it finishes within `deadline` (or within
 /// [`LAST_CHANCE`] after it), else [`DeliveryResult::Timeout`].
+///
+/// `exchange` comes pinned by the caller: taken by value and pinned here,
+/// it would be stored twice in every delivery's future.
 pub(crate) async fn within_deadline(
-    exchange: impl std::future::Future<Output = DeliveryResult>,
+    mut exchange: Pin<&mut impl std::future::Future<Output = DeliveryResult>>,
     deadline: Duration,
 ) -> DeliveryResult {
-    let mut exchange = std::pin::pin!(exchange);
     if let Ok(result) = tokio::time::timeout(deadline, &mut exchange).await {
         return result;
     }
@@ -464,7 +480,7 @@ mod tests {
         let deadline = Duration::from_secs(15);
         let rx = answer_at(deadline, DeliveryResult::Response { status: 200 });
         let started = tokio::time::Instant::now();
-        let result = within_deadline(received(rx), deadline).await;
+        let result = within_deadline(pin!(received(rx)), deadline).await;
         assert_eq!(result, DeliveryResult::Response { status: 200 });
         assert_eq!(started.elapsed(), deadline);
     }
@@ -478,13 +494,13 @@ mod tests {
         );
         let started = tokio::time::Instant::now();
         assert_eq!(
-            within_deadline(received(rx), deadline).await,
+            within_deadline(pin!(received(rx)), deadline).await,
             DeliveryResult::Timeout
         );
         assert_eq!(started.elapsed(), deadline + LAST_CHANCE);
         let never = std::future::pending::<DeliveryResult>();
         assert_eq!(
-            within_deadline(never, deadline).await,
+            within_deadline(pin!(never), deadline).await,
             DeliveryResult::Timeout
         );
     }
@@ -497,7 +513,7 @@ mod tests {
         );
         let started = tokio::time::Instant::now();
         assert_eq!(
-            within_deadline(received(rx), Duration::from_secs(15)).await,
+            within_deadline(pin!(received(rx)), Duration::from_secs(15)).await,
             DeliveryResult::Response { status: 500 }
         );
         assert_eq!(started.elapsed(), Duration::from_secs(1));

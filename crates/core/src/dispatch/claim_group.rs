@@ -65,7 +65,10 @@ pub(super) struct AheadRow {
 /// How the claim of a row taken along went.
 pub(super) enum AheadClaim {
     /// Ours at this version, with its object as checked beside the claim.
-    Won(Properties, ObjectCheck, UnixTime),
+    /// Its properties are parsed again when its turn comes: a group's rows
+    /// wait while the calls before them are in flight, and parsed they
+    /// cost several times their text.
+    Won(ObjectCheck, UnixTime),
     /// Another deliverer has it.
     Lost,
     /// The claim failed: it may or may not have landed.
@@ -230,12 +233,12 @@ impl Dispatcher {
         along: impl Iterator<Item = (&'r RequestRow, Properties, ObjectCheck)>,
         claims: impl Iterator<Item = Result<Claim, StoreError>>,
     ) {
-        let ahead = along.zip(claims).map(|((row, properties, check), claim)| {
+        let ahead = along.zip(claims).map(|((row, _properties, check), claim)| {
             let claim = match claim {
                 Ok(claim) => {
                     self.note_claim(row, &hook.phid, claim);
                     match claim {
-                        Claim::Won(version) => AheadClaim::Won(properties, check, version),
+                        Claim::Won(version) => AheadClaim::Won(check, version),
                         Claim::Lost => AheadClaim::Lost,
                     }
                 }

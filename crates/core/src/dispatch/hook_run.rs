@@ -8,10 +8,11 @@
 //! A row's turn returns what happened ([`Attempted`]): what the run does
 //! next, and the write-back of a delivery still being stored.
 
+use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use futures::future::{join, join_all, BoxFuture};
+use futures::future::{join, join_all, BoxFuture, Either};
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
 
@@ -126,15 +127,18 @@ impl Dispatcher {
             if stop.load(Ordering::Relaxed) && !run.group.has_ahead(row.id) {
                 break;
             }
+            // A row claimed along with an earlier one is in flight: like
+            // the delivery under way, it is sent even if a hold began
+            // meanwhile. The two paths are one future's alternatives, not
+            // one inside the other: a call in flight holds only its own.
+            let turn = match run.group.take_ahead(row.id) {
+                Some(ahead) => Either::Left(self.process_claimed(&mut run, row, ahead)),
+                None => Either::Right(self.process(&mut run, row, &rows[i + 1..])),
+            };
             let Attempted {
                 step,
                 pending_write,
-            } = alongside(
-                self.process(&mut run, row, &rows[i + 1..]),
-                &mut storing,
-                drop,
-            )
-            .await;
+            } = alongside(pin!(turn), &mut storing, drop).await;
             storing.extend(pending_write);
             if storing.len() > WRITES_BEHIND_MAX {
                 while storing.next().await.is_some() {}
@@ -188,18 +192,14 @@ impl Dispatcher {
     /// before the next claim, whose breaker count must see it.
     ///
     /// The claim may take some of the `upcoming` rows along (see
-    /// [`ClaimGroup`]); when their turn comes they skip steps 1–5.
+    /// [`ClaimGroup`]); when their turn comes they skip steps 1–5
+    /// ([`Dispatcher::process_claimed`] instead).
     async fn process<'a>(
         &'a self,
         run: &mut HookRun,
         row: &RequestRow,
         upcoming: &[RequestRow],
     ) -> Attempted<'a> {
-        // A row claimed along with an earlier one is in flight: like the
-        // delivery under way, it is sent even if a hold began meanwhile.
-        if let Some(ahead) = run.group.take_ahead(row.id) {
-            return self.process_claimed(run, row, ahead).await;
-        }
         if self.hold_now().await {
             return Step::StopRun.into();
         }
@@ -211,11 +211,14 @@ impl Dispatcher {
                 return Step::Next.into();
             }
         }
+        // Boxed: its states (the hook lookup, the triage) are live only
+        // before the claim, and inline they would size the whole turn,
+        // which lives as long as the call.
         let Ready {
             properties,
             hook,
             target,
-        } = match self.prepare(run, row).await {
+        } = match Box::pin(self.prepare(run, row)).await {
             Ok(ready) => ready,
             Err(step) => return step.into(),
         };
@@ -308,8 +311,8 @@ impl Dispatcher {
         row: &RequestRow,
         ahead: AheadClaim,
     ) -> Attempted<'a> {
-        let (properties, check, version) = match ahead {
-            AheadClaim::Won(properties, check, version) => (properties, check, version),
+        let (check, version) = match ahead {
+            AheadClaim::Won(check, version) => (check, version),
             AheadClaim::Lost => {
                 self.after_attempt(run, false);
                 return Step::Next.into();
@@ -320,6 +323,12 @@ impl Dispatcher {
         let Some((hook, target, claimed_at)) = run.group.current() else {
             // Not reachable: a claimed row always has its group.
             self.leave_to_lease(row, Duration::ZERO, "run_stopped");
+            return Step::StopRun.into();
+        };
+        // Parsed when it was taken along (`look_ahead`): not reachable.
+        let Ok(properties) = Properties::parse(&row.properties) else {
+            let waited = self.clock.monotonic().saturating_sub(claimed_at);
+            self.leave_to_lease(row, waited, "run_stopped");
             return Step::StopRun.into();
         };
         let (hook, target) = (hook.clone(), target.clone());

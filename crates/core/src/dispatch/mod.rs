@@ -32,7 +32,7 @@ mod write_back;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::future::{poll_fn, Future};
-use std::pin::pin;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
@@ -191,12 +191,15 @@ impl Dispatcher {
 /// polled may hold the pooled connection `work` is waiting for, and with
 /// the pool exhausted neither would ever move (a stall until the connect
 /// timeout). Likewise a run's write-backs progress while it goes on.
+///
+/// `work` comes pinned by the caller (`pin!(…)`): taken by value and
+/// pinned here, it would be stored twice in this future (the argument and
+/// the pinned local), and a hook run's row is one per call in flight.
 async fn alongside<'a, T, R>(
-    work: impl Future<Output = T>,
+    mut work: Pin<&mut impl Future<Output = T>>,
     others: &mut FuturesUnordered<BoxFuture<'a, R>>,
     mut finished: impl FnMut(R),
 ) -> T {
-    let mut work = pin!(work);
     poll_fn(|cx| {
         while let Poll::Ready(Some(done)) = others.poll_next_unpin(cx) {
             finished(done);

@@ -103,14 +103,14 @@ impl Dispatcher {
         loop {
             let now = self.clock.monotonic();
             if !stopping && now >= next_poll && backlog.startable(|h| self.is_slow(h)) < low_water {
-                if alongside(self.hold_now(), &mut runs, |r| finished.push(r)).await {
+                if alongside(pin!(self.hold_now()), &mut runs, |r| finished.push(r)).await {
                     backlog.drop_waiting();
                 }
                 let found = if self.held() {
                     Found::Nothing
                 } else {
                     alongside(
-                        self.poll_once(&mut backlog, &mut poller, limit, &mut last_poll),
+                        pin!(self.poll_once(&mut backlog, &mut poller, limit, &mut last_poll)),
                         &mut runs,
                         |r| finished.push(r),
                     )
@@ -141,7 +141,7 @@ impl Dispatcher {
                 runs.push(self.hook_run(hook, rows, kept, pace, &stop).boxed());
             }
             alongside(
-                self.release_idle_locks(&mut held, runs.len(), stopping),
+                pin!(self.release_idle_locks(&mut held, runs.len(), stopping)),
                 &mut runs,
                 |r| finished.push(r),
             )

@@ -237,6 +237,48 @@ async fn a_reused_connection_that_answered_something_is_not_retried() {
     assert_eq!(seen.load(Ordering::SeqCst), 2);
 }
 
+/// A response head of exactly `len` bytes.
+fn head_of(len: usize) -> Vec<u8> {
+    let start = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nX-Pad: ".to_vec();
+    let pad = len - start.len() - 4;
+    [start, vec![b'a'; pad], b"\r\n\r\n".to_vec()].concat()
+}
+
+#[tokio::test]
+async fn a_response_head_longer_than_its_bound_is_a_protocol_failure() {
+    // The head bound (GORGE_WEBHOOK_RESPONSE_HEAD_MAX) is also each
+    // connection's read buffer; one byte over it fails the call, and a
+    // head that fits is read however the bytes arrive. By default (0) the
+    // buffer grows to about cURL's 100 KiB (hyper checks it per read).
+    for (bound, len, expected) in [
+        (4096, 4096, DeliveryResult::Response { status: 200 }),
+        (
+            4096,
+            4097,
+            DeliveryResult::Failed(TransportFailure::Protocol),
+        ),
+        (0, 60_000, DeliveryResult::Response { status: 200 }),
+        (
+            0,
+            200_000,
+            DeliveryResult::Failed(TransportFailure::Protocol),
+        ),
+    ] {
+        let server = raw_server(move |mut socket| async move {
+            read_request(&mut socket).await;
+            write_all(&mut socket, &head_of(len)).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        })
+        .await;
+        let transport = transport(TransportConfig {
+            response_head_max: bound,
+            ..local_config()
+        });
+        let result = deliver(&transport, outbound(&server.url("/"), GUARD)).await;
+        assert_eq!(result, expected, "a {len}-byte head, bound {bound}");
+    }
+}
+
 #[tokio::test]
 async fn a_reply_that_is_not_http_is_a_protocol_failure() {
     let server = raw_server(|mut socket| async move {
