@@ -1,8 +1,9 @@
 //! Task adoption's schedule in the daemon (`GORGE_WEBHOOK_ADOPT_PHP_TASKS`):
 //! once the database answers, the grants it needs are checked (a missing
-//! one stops the daemon, named), then every [`ADOPTION_EVERY`] one round
-//! of the store's adoption extends leases and leases free tasks, and every
-//! [`ARCHIVE_EVERY`] finished tasks are archived. What each does is
+//! one stops the daemon, named), then every [`SWEEP_EVERY`] new tasks are
+//! leased, every [`ADOPTION_EVERY`] one round of the store's adoption
+//! extends leases and leases any free task, and every [`ARCHIVE_EVERY`]
+//! finished tasks are archived. What each does is
 //! store-mysql's `adoption`.
 
 use std::sync::Arc;
@@ -11,8 +12,14 @@ use std::time::Duration;
 use tracing::{info, warn};
 use webhook_store_mysql::{MysqlStore, TASK_LEASE};
 
-/// How often adoption runs: a task Phorge queues is leased within about
-/// this long, unless a candidate poll meets its request first.
+/// How often the tasks Phorge queued are looked for (those with no owner,
+/// through an index): a new task is leased within about this long, unless
+/// a candidate poll meets its request first; until then a taskmaster may
+/// take it (then the daemon leaves it to PHP).
+pub const SWEEP_EVERY: Duration = Duration::from_millis(200);
+
+/// How often the full round runs: leases that are due extended, and
+/// tasks with a lapsed lease or a yield leased.
 pub const ADOPTION_EVERY: Duration = Duration::from_secs(1);
 
 /// How often finished tasks are archived: the step reads every
@@ -47,15 +54,23 @@ pub async fn adopt_php_tasks(store: Arc<MysqlStore>) -> Vec<String> {
         lease_secs = TASK_LEASE.as_secs(),
         "leasing Phorge's HeraldWebhookWorker tasks so phd does not run them"
     );
-    let mut rounds = tokio::time::interval(ADOPTION_EVERY);
-    rounds.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut sweeps = tokio::time::interval(SWEEP_EVERY);
+    sweeps.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_failure_logged: Option<tokio::time::Instant> = None;
+    let mut last_round: Option<tokio::time::Instant> = None;
     let mut last_archive: Option<tokio::time::Instant> = None;
     loop {
-        rounds.tick().await;
-        let mut outcome = store.adoption_round().await.map(|_| ());
+        sweeps.tick().await;
         let now = tokio::time::Instant::now();
-        if outcome.is_ok() && last_archive.is_none_or(|at| now - at >= ARCHIVE_EVERY) {
+        let due =
+            |last: Option<tokio::time::Instant>, every| last.is_none_or(|at| now - at >= every);
+        let mut outcome = if due(last_round, ADOPTION_EVERY) {
+            last_round = Some(now);
+            store.adoption_round().await.map(|_| ())
+        } else {
+            store.adoption_sweep().await.map(|_| ())
+        };
+        if outcome.is_ok() && due(last_archive, ARCHIVE_EVERY) {
             last_archive = Some(now);
             outcome = store.adoption_archive().await.map(|_| ());
         }

@@ -9,7 +9,8 @@
 //! finished one by moving it to `worker_archivetask` in one transaction.
 //! This module speaks that protocol:
 //!
-//! - **Leases** ([`TaskAdoption::round`]): every webhook task no
+//! - **Leases** ([`TaskAdoption::round`], and for new tasks the frequent
+//!   [`TaskAdoption::sweep_unleased`]): every webhook task no
 //!   taskmaster runs (no owner, a lapsed lease, or a yield) is leased for
 //!   [`TASK_LEASE`] under an owner string of this instance
 //!   (`gorge-webhook:<host>:<pid>:<start>:<n>`, a new `n` for every lease
@@ -200,6 +201,24 @@ impl TaskAdoption {
             archived_failure: read(&self.totals.archived_failure),
             rows_waiting_for_php: read(&self.totals.rows_waiting_for_php),
         }
+    }
+
+    /// Leases the tasks Phorge queued since the last sweep (no owner yet):
+    /// cheap enough to run several times a second, so a taskmaster rarely
+    /// meets one first. The count leased.
+    pub(crate) async fn sweep_unleased(
+        &self,
+        connector: &Connector,
+        namespace: &str,
+    ) -> Result<u64, StoreError> {
+        let found = connector
+            .all_rows(sql::tasks_unleased(namespace).as_str(), (ROUND_LIMIT,))
+            .await?;
+        let ids = found
+            .into_iter()
+            .map(|mut row| rows::unsigned(&mut row, 0, "id", 0))
+            .collect::<Result<Vec<u64>, _>>()?;
+        self.adopt(connector, namespace, &ids).await
     }
 
     /// Extends the daemon leases that are due and leases free tasks.

@@ -298,6 +298,16 @@ pub fn tasks_adoptable(namespace: &str) -> String {
 /// The server's clock, which Phorge's task protocol runs on.
 pub const SERVER_NOW: &str = "SELECT UNIX_TIMESTAMP()";
 
+/// Up to `?` webhook tasks with no owner at all, lowest id first: what
+/// Phorge queues, found through `key_owner` without reading the leased
+/// ones, for the frequent sweep. Parameters: the limit.
+pub fn tasks_unleased(namespace: &str) -> String {
+    format!(
+        "SELECT id FROM `{namespace}_worker`.worker_activetask \
+         WHERE leaseOwner IS NULL AND taskClass = '{WEBHOOK_TASK_CLASS}' ORDER BY id LIMIT ?"
+    )
+}
+
 /// Leases the listed tasks that are still adoptable: the compare-and-set
 /// against Phorge's taskmasters, whose own lease re-checks the owner it
 /// saw. Parameters: the owner, the lease in seconds, then `count` ids.

@@ -92,6 +92,18 @@ impl MysqlStore {
         }
     }
 
+    /// Leases the webhook tasks Phorge queued since the last sweep (those
+    /// with no owner); `None` without adoption.
+    pub async fn adoption_sweep(&self) -> Result<Option<u64>, StoreError> {
+        match &self.adoption {
+            None => Ok(None),
+            Some(adoption) => adoption
+                .sweep_unleased(self.connector(), self.namespace())
+                .await
+                .map(Some),
+        }
+    }
+
     /// Archives the daemon-leased tasks whose request ended; `None`
     /// without adoption.
     pub async fn adoption_archive(&self) -> Result<Option<AdoptionRound>, StoreError> {

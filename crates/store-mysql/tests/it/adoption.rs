@@ -438,3 +438,32 @@ async fn a_stopped_instances_leases_are_extended_by_the_next() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn the_frequent_sweep_leases_new_tasks_only() {
+    with_db(|db| async move {
+        let db = &db;
+        with_phorge_side(&db.namespace, |side| async move {
+            let store = adopting(db, 1);
+            let (_, _, fresh) = request_with_task(db, &side).await;
+            let (_, _, yielded) = request_with_task(db, &side).await;
+            side.set_lease(yielded, Some("(yield)"), Some(15)).await;
+            let other_class = side.queue_task("PhabricatorSearchWorker", None).await;
+            assert_eq!(store.adoption_sweep().await.expect("sweep"), Some(1));
+            let leased = |task: Option<webhook_test_support::worker_tasks::ActiveTask>| {
+                task.and_then(|t| t.lease_owner)
+            };
+            assert!(leased(side.active_task(fresh).await)
+                .expect("leased")
+                .starts_with("gorge-webhook:"));
+            // A yield waits for the full round; other classes are never taken.
+            assert_eq!(
+                leased(side.active_task(yielded).await).as_deref(),
+                Some("(yield)")
+            );
+            assert_eq!(leased(side.active_task(other_class).await), None);
+        })
+        .await;
+    })
+    .await;
+}
