@@ -211,9 +211,19 @@ impl TaskAdoption {
         connector: &Connector,
         namespace: &str,
     ) -> Result<u64, StoreError> {
-        let found = connector
-            .all_rows(sql::tasks_unleased(namespace).as_str(), (ROUND_LIMIT,))
-            .await?;
+        self.adopt_found(connector, namespace, &sql::tasks_unleased(namespace))
+            .await
+    }
+
+    /// Leases the tasks `statement` finds (it selects their ids, taking the
+    /// limit as its parameter).
+    async fn adopt_found(
+        &self,
+        connector: &Connector,
+        namespace: &str,
+        statement: &str,
+    ) -> Result<u64, StoreError> {
+        let found = connector.all_rows(statement, (ROUND_LIMIT,)).await?;
         let ids = found
             .into_iter()
             .map(|mut row| rows::unsigned(&mut row, 0, "id", 0))
@@ -231,14 +241,9 @@ impl TaskAdoption {
             renewed: self.renew(connector, namespace).await?,
             ..AdoptionRound::default()
         };
-        let free = connector
-            .all_rows(sql::tasks_adoptable(namespace).as_str(), (ROUND_LIMIT,))
+        round.adopted = self
+            .adopt_found(connector, namespace, &sql::tasks_adoptable(namespace))
             .await?;
-        let ids = free
-            .into_iter()
-            .map(|mut row| rows::unsigned(&mut row, 0, "id", 0))
-            .collect::<Result<Vec<u64>, _>>()?;
-        round.adopted = self.adopt(connector, namespace, &ids).await?;
         Ok(round)
     }
 

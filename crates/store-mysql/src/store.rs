@@ -83,37 +83,37 @@ impl MysqlStore {
     /// One round of task adoption: daemon leases that are due extended,
     /// free tasks leased; `None` without adoption.
     pub async fn adoption_round(&self) -> Result<Option<AdoptionRound>, StoreError> {
-        match &self.adoption {
-            None => Ok(None),
-            Some(adoption) => adoption
-                .round(self.connector(), self.namespace())
-                .await
-                .map(Some),
-        }
+        let Some(adoption) = &self.adoption else {
+            return Ok(None);
+        };
+        adoption
+            .round(self.connector(), self.namespace())
+            .await
+            .map(Some)
     }
 
     /// Leases the webhook tasks Phorge queued since the last sweep (those
     /// with no owner); `None` without adoption.
     pub async fn adoption_sweep(&self) -> Result<Option<u64>, StoreError> {
-        match &self.adoption {
-            None => Ok(None),
-            Some(adoption) => adoption
-                .sweep_unleased(self.connector(), self.namespace())
-                .await
-                .map(Some),
-        }
+        let Some(adoption) = &self.adoption else {
+            return Ok(None);
+        };
+        adoption
+            .sweep_unleased(self.connector(), self.namespace())
+            .await
+            .map(Some)
     }
 
     /// Archives the daemon-leased tasks whose request ended; `None`
     /// without adoption.
     pub async fn adoption_archive(&self) -> Result<Option<AdoptionRound>, StoreError> {
-        match &self.adoption {
-            None => Ok(None),
-            Some(adoption) => adoption
-                .archive_ended(self.connector(), self.namespace())
-                .await
-                .map(Some),
-        }
+        let Some(adoption) = &self.adoption else {
+            return Ok(None);
+        };
+        adoption
+            .archive_ended(self.connector(), self.namespace())
+            .await
+            .map(Some)
     }
 
     /// Task adoption's totals since start; `None` without it.

@@ -13,7 +13,7 @@ use webhook_core::{Hook, NewRequest, RequestStatus};
 use webhook_test_support::mariadb::{with_phorge_side, PhorgeSide};
 use webhook_test_support::{with_db, Receiver, Reply, TestDb};
 
-use crate::daemon::{database_env, Daemon};
+use crate::daemon::Daemon;
 use crate::support::until;
 
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -22,18 +22,17 @@ const FOREVER: &str = r#"{"retry":"forever","triggerPHIDs":["PHID-HRUL-adoption"
 const NEVER: &str = r#"{"retry":"never","triggerPHIDs":["PHID-HRUL-adoption"]}"#;
 const TASKMASTER: &str = "31337:1700000000:php-host:1";
 
+/// The hand-off tests' daemon, adopting Phorge's tasks, with short
+/// retries.
 fn env(namespace: &str) -> Vec<(String, String)> {
-    let mut env = database_env(namespace);
+    let mut env = crate::handoff::env(namespace);
     env.extend(
         [
-            ("GORGE_WEBHOOK_POLL_INTERVAL_MS", "100"),
-            ("GORGE_WEBHOOK_OUTBOUND_ALLOW", "127.0.0.1/32"),
             ("GORGE_WEBHOOK_ADOPT_PHP_TASKS", "1"),
             ("GORGE_WEBHOOK_RETRY_BACKOFF_SEC", "1"),
             // Retries wait out the claim lease at least: keep it short.
             ("GORGE_WEBHOOK_DELIVERY_TIMEOUT", "2"),
             ("GORGE_WEBHOOK_CLAIM_LEASE_SEC", "4"),
-            ("GORGE_LOG_LEVEL", "info"),
         ]
         .map(|(k, v)| (k.to_owned(), v.to_owned())),
     );

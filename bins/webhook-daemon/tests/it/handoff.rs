@@ -19,7 +19,9 @@ const DEADLINE: Duration = Duration::from_secs(60);
 const HOOK: &str = "PHID-HWBH-handoffaaaaaaaaaaaaa";
 const NEVER: &str = r#"{"retry":"never","triggerPHIDs":["PHID-HRUL-handoff"]}"#;
 
-fn env(namespace: &str) -> Vec<(String, String)> {
+/// A daemon on the test's database, polling every 100 ms, calling
+/// loopback receivers, logging at info.
+pub(crate) fn env(namespace: &str) -> Vec<(String, String)> {
     let mut env = database_env(namespace);
     env.extend(
         [
