@@ -144,7 +144,8 @@ pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
     )
     .with_silent_mode(silent_mode)
     .with_objects(Arc::clone(&store) as Arc<dyn PhorgeObjects>)
-    .with_events(Arc::clone(&events) as Arc<dyn EventSink>);
+    .with_events(Arc::clone(&events) as Arc<dyn EventSink>)
+    .with_signing(config.delivery.signing.clone());
     if adopting {
         // Nobody else will fail the rows while Phorge is silent.
         dispatcher = dispatcher.failing_when_silent();

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use tracing_subscriber::EnvFilter;
 use webhook_core::setting::{text, whole_number, Lookup, Setting, SettingError, SettingInfo};
-use webhook_core::{windows, withheld, Settings, Windows};
+use webhook_core::{signing, windows, withheld, Settings, SigningSettings, Windows};
 use webhook_store_mysql::local_config::{self, LocalConfig};
 use webhook_store_mysql::{config as mysql, MysqlConfig};
 use webhook_transport_hyper::{config as transport, TransportConfig};
@@ -99,6 +99,7 @@ pub const REGISTRY: &[&[SettingInfo]] = &[
     mysql::VARIABLES,
     local_config::VARIABLES,
     windows::VARIABLES,
+    signing::VARIABLES,
     OWN_AFTER_WINDOWS,
     transport::VARIABLES,
     OWN_LAST,
@@ -127,8 +128,8 @@ pub enum LogFormat {
 }
 
 /// What delivering needs, and `webhook-admin` validates as the daemon
-/// does: the windows, the database, the transport and Phorge's local
-/// config.
+/// does: the windows, the signing, the database, the transport and
+/// Phorge's local config.
 #[derive(Debug, Clone)]
 pub struct DeliveryConfig {
     /// The delivery windows.
@@ -140,12 +141,15 @@ pub struct DeliveryConfig {
     /// Phorge's `conf/local/local.json`, where `bin/config set` keeps
     /// `phabricator.silent`; `None` = not read.
     pub local_config: Option<LocalConfig>,
+    /// Standard Webhooks headers and the key grace.
+    pub signing: SigningSettings,
 }
 
 impl DeliveryConfig {
     /// Parses and validates the delivery settings, windows first.
     pub fn from_lookup(get: Lookup<'_>) -> Result<Self, SettingError> {
         let windows = Settings::from_lookup(get).and_then(Windows::try_new)?;
+        let signing = SigningSettings::from_lookup(get)?;
         let mysql = MysqlConfig::from_lookup(get)?;
         let transport = TransportConfig::from_env_with(get)?;
         let local_config = LocalConfig::from_lookup(get)?;
@@ -154,6 +158,7 @@ impl DeliveryConfig {
             mysql,
             transport,
             local_config,
+            signing,
         })
     }
 }

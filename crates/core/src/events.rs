@@ -62,6 +62,12 @@ pub enum EventKind {
         /// Whether delivery is held now.
         on: bool,
     },
+    /// The hook's HMAC key differs from the one its last request was
+    /// signed with; the previous key signs too until `grace_until`.
+    KeyChanged {
+        /// When the previous key stops signing (absent: no grace).
+        grace_until: Option<UnixTime>,
+    },
 }
 
 impl EventKind {
@@ -76,6 +82,7 @@ impl EventKind {
             Self::BreakerOpened { .. } => "breaker_opened",
             Self::BreakerClosed { .. } => "breaker_closed",
             Self::SilentHold { .. } => "silent_hold",
+            Self::KeyChanged { .. } => "key_changed",
         }
     }
 }
@@ -132,6 +139,7 @@ impl Event {
                 threshold,
             } => json!({"failures": failures, "threshold": threshold}),
             EventKind::SilentHold { on } => json!({"held": on}),
+            EventKind::KeyChanged { grace_until } => json!({"graceUntil": grace_until}),
         };
         if let (Some(target), Value::Object(fields)) = (value.as_object_mut(), extra) {
             target.extend(fields);

@@ -30,6 +30,7 @@ pub mod payload;
 mod phpjson;
 pub mod properties;
 pub mod setting;
+pub mod signing;
 pub mod store;
 pub mod transport;
 pub mod triage;
@@ -53,6 +54,7 @@ pub use outcome::{
 pub use payload::{sign, verify, Payload};
 pub use properties::{ErrorCode, ErrorType, Properties, PropertiesError};
 pub use setting::{withheld, Lookup, Setting, SettingError, SettingInfo};
+pub use signing::{Signatures, Signer, SigningSettings, StandardScope, StandardSignature};
 pub use store::{CandidateQuery, Claim, HookLock, QueueStats, Store, StoreError, Written};
 pub use transport::{OutboundRequest, Resolution, Target, Transport};
 pub use triage::{triage, triage_looked_up, HookLookup, Triage};

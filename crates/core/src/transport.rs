@@ -9,6 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::outcome::{DeliveryResult, TransportFailure, UriRefusal};
+use crate::signing::Signatures;
 
 /// A URI that passed the outbound check, with the addresses that were
 /// checked. A transport may resolve again when it connects, but must then
@@ -95,8 +96,10 @@ pub struct OutboundRequest {
     pub target: Target,
     /// The exact payload bytes.
     pub body: Vec<u8>,
-    /// Lower-case hex HMAC-SHA256 of `body`.
-    pub signature: String,
+    /// Phorge's signature header (under the current and, during a key's
+    /// grace, the previous key) and the Standard Webhooks headers where
+    /// enabled ([`crate::signing`]).
+    pub signatures: Signatures,
     /// The request row's PHID (stable across retries).
     pub request_phid: String,
     /// Deadline for the whole exchange, redirects included.

@@ -339,6 +339,23 @@ const RESERVED_HEADERS: &[HeaderName] = &[
     http::header::CONNECTION,
 ];
 
+/// The Standard Webhooks headers' names, set by the transport too.
+const STANDARD_HEADERS: [&str; 3] = ["webhook-id", "webhook-timestamp", "webhook-signature"];
+
+/// Standard Webhooks' message id header (the request PHID).
+pub(crate) const STANDARD_ID: HeaderName = HeaderName::from_static("webhook-id");
+/// Standard Webhooks' timestamp header (the attempt's Unix time).
+pub(crate) const STANDARD_TIMESTAMP: HeaderName = HeaderName::from_static("webhook-timestamp");
+/// Standard Webhooks' signature list header.
+pub(crate) const STANDARD_SIGNATURE: HeaderName = HeaderName::from_static("webhook-signature");
+
+/// The header carrying the previous key's signature during a key's grace:
+/// the signature header's name with `-Previous` appended.
+pub(crate) fn previous_signature_header(name: &HeaderName) -> HeaderName {
+    HeaderName::from_bytes(format!("{}-previous", name.as_str()).as_bytes())
+        .unwrap_or_else(|_| name.clone())
+}
+
 fn header_name(variable: &'static str, name: &str) -> Result<HeaderName, SettingError> {
     let header = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
         SettingError::new(
@@ -349,7 +366,7 @@ fn header_name(variable: &'static str, name: &str) -> Result<HeaderName, Setting
             ),
         )
     })?;
-    if RESERVED_HEADERS.contains(&header) {
+    if RESERVED_HEADERS.contains(&header) || STANDARD_HEADERS.contains(&header.as_str()) {
         return Err(SettingError::new(
             variable,
             format!(

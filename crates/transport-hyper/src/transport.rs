@@ -30,7 +30,10 @@ use webhook_core::{
 
 use crate::auth::BasicAuth;
 use crate::classify::{classify, Stage};
-use crate::config::{TransportConfig, CA_FILE, RESPONSE_HEAD_GROWING_MAX};
+use crate::config::{
+    previous_signature_header, TransportConfig, CA_FILE, RESPONSE_HEAD_GROWING_MAX, STANDARD_ID,
+    STANDARD_SIGNATURE, STANDARD_TIMESTAMP,
+};
 use crate::connector::{
     resolve_checked, ConnectionUsage, GuardedConnector, HopError, TcpConnector,
 };
@@ -60,6 +63,8 @@ pub struct HyperTransport {
 #[derive(Debug)]
 struct FixedHeaders {
     signature: Vec<http::HeaderName>,
+    /// Each signature header's `-Previous` twin, in the same order.
+    previous_signature: Vec<http::HeaderName>,
     user_agent: HeaderValue,
     request_id: Option<http::HeaderName>,
 }
@@ -195,6 +200,11 @@ impl HyperTransport {
             lookup,
             policy,
             headers: FixedHeaders {
+                previous_signature: valid
+                    .signature_headers
+                    .iter()
+                    .map(previous_signature_header)
+                    .collect(),
                 signature: valid.signature_headers,
                 user_agent: valid.user_agent,
                 request_id: valid.request_id_header,
@@ -225,8 +235,20 @@ impl HyperTransport {
             // cURL keeps custom headers on every hop, so `Content-Type` and
             // the signature stay after a 301/302/303 too.
             .header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let signatures = &request.signatures;
         for name in &self.headers.signature {
-            builder = builder.header(name, request.signature.as_str());
+            builder = builder.header(name, signatures.phorge.as_str());
+        }
+        if let Some(previous) = &signatures.phorge_previous {
+            for name in &self.headers.previous_signature {
+                builder = builder.header(name, previous.as_str());
+            }
+        }
+        if let Some(standard) = &signatures.standard {
+            builder = builder
+                .header(STANDARD_ID, standard.id.as_str())
+                .header(STANDARD_TIMESTAMP, standard.timestamp)
+                .header(STANDARD_SIGNATURE, standard.signature.as_str());
         }
         if let Some(name) = &self.headers.request_id {
             builder = builder.header(name, request.request_phid.as_str());

@@ -18,4 +18,5 @@ mod raw;
 mod reliability;
 mod secrets;
 mod sessions;
+mod signatures;
 mod support;

@@ -9,11 +9,13 @@ use std::time::Duration;
 use futures::FutureExt;
 use tracing::warn;
 
+use crate::events::EventKind;
 use crate::metrics::{bump, Metrics};
 use crate::model::{Hook, RequestRow, UnixTime};
 use crate::outcome::{attempt_write, AttemptOutcome, DeliveryResult, TransportFailure};
 use crate::payload::Payload;
 use crate::properties::Properties;
+use crate::signing::Signatures;
 use crate::transport::{OutboundRequest, Target};
 
 use super::hook_run::{Attempted, HookRun, Step};
@@ -137,11 +139,11 @@ impl Dispatcher {
         hook: &Hook,
         target: Target,
     ) -> (DeliveryResult, Duration) {
-        let signature = payload.sign(&hook.hmac_key);
+        let signatures = self.sign(row, hook, payload.as_bytes());
         let request = OutboundRequest {
             target,
             body: payload.into_bytes(),
-            signature,
+            signatures,
             request_phid: row.phid.clone(),
             timeout: self.windows.delivery_timeout(),
         };
@@ -163,6 +165,37 @@ impl Dispatcher {
             self.note_slow(&hook.phid, latency);
         }
         (result, latency)
+    }
+
+    /// Signs the attempt, reporting a key change once (log and event) and
+    /// a key that cannot give Standard Webhooks headers once per hook.
+    fn sign(&self, row: &RequestRow, hook: &Hook, body: &[u8]) -> Signatures {
+        let signed = self.signer.sign(hook, &row.phid, self.clock.now(), body);
+        if let Some(change) = signed.key_changed {
+            warn!(target: LOG_TARGET, event = "hook_key_changed", hook = %hook.phid,
+                  grace_until = change.grace_until.unwrap_or(0),
+                  "this hook's HMAC key changed: requests are signed with the previous key too \
+                   until grace_until (0: not at all, GORGE_WEBHOOK_KEY_GRACE_SEC=0)");
+            self.emit(
+                Some(&row.phid),
+                Some(&hook.phid),
+                EventKind::KeyChanged {
+                    grace_until: change.grace_until,
+                },
+            );
+        }
+        if signed.standard_unavailable {
+            let mut reported = self
+                .standard_unavailable_reported
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if reported.insert(hook.phid.clone()) {
+                warn!(target: LOG_TARGET, event = "standard_signature_unavailable", hook = %hook.phid,
+                      "this hook's HMAC key is not base64, so it cannot be a Standard Webhooks \
+                       secret: its requests carry Phorge's signature only");
+            }
+        }
+        signed.signatures
     }
 
     /// Reports a slow hook at most once per [`SLOW_REPORT_INTERVAL`].

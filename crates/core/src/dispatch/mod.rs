@@ -45,7 +45,9 @@ use crate::clock::Clock;
 use crate::events::{EventKind, EventSink};
 use crate::hold::SilentMode;
 use crate::metrics::Metrics;
+use crate::model::UnixTime;
 use crate::objects::{PhorgeObjects, Unseen};
+use crate::signing::{Signer, SigningSettings};
 use crate::store::Store;
 use crate::transport::Transport;
 use crate::windows::Windows;
@@ -82,6 +84,11 @@ pub struct Dispatcher {
     reported_hold: AtomicBool,
     /// Silent mode fails rows instead of holding them.
     fail_when_silent: bool,
+    /// Signs each attempt and remembers each hook's previous key.
+    signer: Signer,
+    /// Hooks whose key could not give Standard Webhooks headers, each
+    /// logged once.
+    standard_unavailable_reported: Mutex<HashSet<String>>,
 }
 
 impl fmt::Debug for Dispatcher {
@@ -116,7 +123,21 @@ impl Dispatcher {
             events: None,
             reported_hold: AtomicBool::new(false),
             fail_when_silent: false,
+            signer: Signer::default(),
+            standard_unavailable_reported: Mutex::new(HashSet::new()),
         }
+    }
+
+    /// Signs with these settings (Standard Webhooks headers, the key
+    /// grace) instead of the defaults ([`crate::signing`]).
+    pub fn with_signing(mut self, settings: SigningSettings) -> Self {
+        self.signer = Signer::new(settings);
+        self
+    }
+
+    /// Hooks whose previous HMAC key still signs, with when it stops.
+    pub fn keys_in_grace(&self) -> Vec<(String, UnixTime)> {
+        self.signer.in_grace(self.clock.now())
     }
 
     /// Reports what happens to `events` (see [`crate::events`]).

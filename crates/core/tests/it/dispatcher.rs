@@ -67,7 +67,11 @@ fn a_fresh_row_is_delivered_once_with_signed_exact_bytes() {
     let row = h.store.row(id).expect("row");
     let expected = Payload::build(&row, &Properties::parse(stored).expect("parses"));
     assert_eq!(posts[0].body, expected.as_bytes());
-    assert!(verify(KEY.as_bytes(), &posts[0].body, &posts[0].signature));
+    assert!(verify(
+        KEY.as_bytes(),
+        &posts[0].body,
+        &posts[0].signatures.phorge
+    ));
 
     assert_eq!(row.status, RequestStatus::Sent);
     assert_eq!(row.last_request_result, LastResult::Okay);

@@ -5,5 +5,6 @@
 mod dispatcher;
 mod objects;
 mod reliability;
+mod signing;
 mod simulation;
 mod support;

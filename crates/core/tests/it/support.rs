@@ -12,8 +12,8 @@ use futures::task::LocalSpawnExt;
 use futures::FutureExt;
 use webhook_core::{
     Clock, DeliveryResult, Dispatcher, Event, EventSink, Hook, ManualClock, MemoryStore,
-    OutboundRequest, Resolution, Settings, SilentMode, Target, Transport, TransportFailure,
-    UriRefusal, Windows,
+    OutboundRequest, Resolution, Settings, Signatures, SilentMode, Target, Transport,
+    TransportFailure, UriRefusal, Windows,
 };
 
 pub const START: u64 = 1_700_000_000;
@@ -46,7 +46,7 @@ pub struct Post {
     pub uri: String,
     pub request_phid: String,
     pub body: Vec<u8>,
-    pub signature: String,
+    pub signatures: Signatures,
     pub started: Duration,
     pub finished: Option<Duration>,
 }
@@ -148,7 +148,7 @@ impl Transport for FakeTransport {
                 uri: uri.clone(),
                 request_phid: request.request_phid.clone(),
                 body: request.body.clone(),
-                signature: request.signature.clone(),
+                signatures: request.signatures.clone(),
                 started: self.clock.monotonic(),
                 finished: None,
             });

@@ -6,6 +6,7 @@ mod exchange;
 mod failures;
 mod outbound;
 mod redirects;
+mod standard;
 mod support;
 mod tls;
 mod wire;

@@ -26,7 +26,7 @@ use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
-use webhook_core::{sign, DeliveryResult, OutboundRequest, Target, Transport};
+use webhook_core::{sign, DeliveryResult, OutboundRequest, Signatures, Target, Transport};
 use webhook_transport_hyper::{
     parse_cidr_list, HyperTransport, LookupError, NameLookup, TransportConfig,
 };
@@ -416,7 +416,11 @@ pub fn outbound_with(uri: &str, body: &[u8], timeout: Duration) -> OutboundReque
             addrs: Vec::new(),
         },
         body: body.to_vec(),
-        signature: sign(KEY, body),
+        signatures: Signatures {
+            phorge: sign(KEY, body),
+            phorge_previous: None,
+            standard: None,
+        },
         request_phid: "PHID-HWBR-abcdefghijklmnopqrst".to_owned(),
         timeout,
     }
