@@ -8,15 +8,44 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::error::EXIT_STATUS_HELP;
 
-/// The environment note every database-backed command's help carries.
+/// The environment note every read-only database-backed command's help
+/// carries.
 const ENVIRONMENT_HELP: &str = "\
 Reads the daemon's GORGE_* environment (GORGE_WEBHOOK_MYSQL_HOST/_PORT/_USER/
 _PASS, GORGE_WEBHOOK_NAMESPACE, the window settings, ...) and validates it as
-the daemon does. Only ever SELECTs: never writes, claims or locks a row.";
+the daemon does. This command only ever SELECTs: it never writes, claims or
+locks a row (requeue --apply is the one command that writes).";
+
+/// `requeue`'s own note: the one command that writes.
+const REQUEUE_HELP: &str = "\
+This is the only webhook-admin command that writes, and only with --apply.
+
+Selects final failures (status failed). ID|PHID is a row id (42) or a request
+PHID (PHID-HWBR-...); with none named, every failed row is considered. The
+filters AND together, and at least one selector is required. --since and
+--until match the last attempt's time (lastRequestEpoch), so they never match
+a row that was never attempted (hook errors: disabled, uri, not-found, ...).
+TIME is Unix seconds (1764666000), an RFC 3339 UTC timestamp
+(2026-12-02T09:00:00Z) or HH:MM (today, UTC). --error TYPE[/CODE] matches the
+recorded errorType and errorCode: http, http/500, http/5xx, timeout/28,
+hook/disabled.
+
+Without --apply it lists the rows it would requeue and writes nothing. With
+--apply each row is set to status queued, lastRequestResult none,
+lastRequestEpoch now and a new dateModified, by one compare-and-set UPDATE on
+the state it was read in: a row that changed meanwhile (a daemon, Phorge or
+another operator) is left alone and counted. properties are not changed. A
+requeued row waits one claim lease, then the daemons deliver it by the normal
+protocol. Exit status 0 when the selection ran, even if some rows changed
+meanwhile; 1 when a named row does not exist (nothing is written then).
+
+Reads the daemon's GORGE_* environment (GORGE_WEBHOOK_MYSQL_HOST/_PORT/_USER/
+_PASS, GORGE_WEBHOOK_NAMESPACE, ...) and validates it as the daemon does.";
 
 /// Operator's tool for the gorge-webhook daemon: inspect settings and the
-/// queue, explain why a request is (not) being delivered, and test
-/// receivers and signatures.
+/// queue, explain why a request is (not) being delivered, test receivers
+/// and signatures, and requeue failed requests. Every command only reads,
+/// except `requeue --apply`, the one command that writes.
 #[derive(Debug, Parser)]
 #[command(
     name = "webhook-admin",
@@ -96,6 +125,34 @@ pub enum Command {
         /// it be eligible at 1700000100?").
         #[arg(long, value_name = "UNIX_SECONDS")]
         at: Option<u64>,
+    },
+
+    /// Put failed requests back in the queue (dry run unless --apply): the
+    /// only command that writes.
+    #[command(after_help = format!("{REQUEUE_HELP}\n\n{EXIT_STATUS_HELP}"))]
+    Requeue {
+        /// Row ids or request PHIDs; none = every failed row the filters
+        /// select.
+        #[arg(value_name = "ID|PHID")]
+        requests: Vec<String>,
+        /// Only requests of this hook.
+        #[arg(long, value_name = "PHID")]
+        hook: Option<String>,
+        /// Only rows whose last attempt was at or after TIME.
+        #[arg(long, value_name = "TIME")]
+        since: Option<String>,
+        /// Only rows whose last attempt was at or before TIME.
+        #[arg(long, value_name = "TIME")]
+        until: Option<String>,
+        /// Only rows with this recorded error: TYPE or TYPE/CODE (http/5xx).
+        #[arg(long, value_name = "TYPE[/CODE]")]
+        error: Option<String>,
+        /// Write: requeue the selected rows (without it, a dry run).
+        #[arg(long)]
+        apply: bool,
+        /// Script-friendly output.
+        #[command(flatten)]
+        output: Output,
     },
 
     /// Print the exact body bytes that would be POSTed for this request,

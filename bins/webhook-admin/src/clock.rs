@@ -3,7 +3,9 @@
 //! `now` as an argument, so the explain logic is tested without sleeping.
 //!
 //! Times are shown in UTC next to the raw Unix seconds Phorge stores, so
-//! an operator can match them against the table without converting.
+//! an operator can match them against the table without converting, and
+//! read ([`parse_time`]) as Unix seconds, an RFC 3339 UTC timestamp or a
+//! time of today (UTC).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -57,6 +59,99 @@ pub fn span(secs: u64) -> String {
     }
 }
 
+/// A `TIME` argument: Unix seconds (`1764666000`), an RFC 3339 UTC
+/// timestamp (`2026-12-02T09:00:00Z`) or `HH:MM` (that time today, UTC, by
+/// `now`). The error says what is accepted.
+pub fn parse_time(text: &str, now: UnixTime) -> Result<UnixTime, String> {
+    let text = text.trim();
+    let bad = || {
+        format!(
+            "{text:?} is not a time: use Unix seconds (1764666000), an RFC 3339 UTC \
+             timestamp (2026-12-02T09:00:00Z) or HH:MM (today, UTC)"
+        )
+    };
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return text.parse().map_err(|_| bad());
+    }
+    if let Some((hour, minute)) = text.split_once(':').filter(|_| text.len() == 5) {
+        let (hour, minute) = (
+            two_digits(hour).ok_or_else(bad)?,
+            two_digits(minute).ok_or_else(bad)?,
+        );
+        if hour > 23 || minute > 59 {
+            return Err(bad());
+        }
+        return Ok(now / 86_400 * 86_400 + hour * 3_600 + minute * 60);
+    }
+    let stamp = text
+        .strip_suffix(['Z', 'z'])
+        .or_else(|| text.strip_suffix("+00:00"))
+        .ok_or_else(bad)?;
+    let (date, time) = stamp.split_once(['T', 't']).ok_or_else(bad)?;
+    let mut date = date.split('-');
+    let mut time = time.split(':');
+    let (Some(year), Some(month), Some(day), None) =
+        (date.next(), date.next(), date.next(), date.next())
+    else {
+        return Err(bad());
+    };
+    let (Some(hour), Some(minute), Some(second), None) =
+        (time.next(), time.next(), time.next(), time.next())
+    else {
+        return Err(bad());
+    };
+    let year: u64 = (year.len() == 4 && year.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| year.parse().ok())
+        .flatten()
+        .filter(|year| *year >= 1970)
+        .ok_or_else(bad)?;
+    let [month, day, hour, minute, second] = [month, day, hour, minute, second].map(two_digits);
+    let (Some(month), Some(day), Some(hour), Some(minute), Some(second)) =
+        (month, day, hour, minute, second)
+    else {
+        return Err(bad());
+    };
+    if !(1..=12).contains(&month)
+        || day == 0
+        || day > days_in_month(year, month)
+        || hour > 23
+        || minute > 59
+        || second > 59
+    {
+        return Err(bad());
+    }
+    Ok(days_from_civil(year, month, day) * 86_400 + hour * 3_600 + minute * 60 + second)
+}
+
+/// Exactly two ASCII digits.
+fn two_digits(text: &str) -> Option<u64> {
+    (text.len() == 2 && text.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| text.parse().ok())
+        .flatten()
+}
+
+fn days_in_month(year: u64, month: u64) -> u64 {
+    match month {
+        2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// A proleptic Gregorian date (year 1970 or later) to days since
+/// 1970-01-01: [`civil_from_days`] backwards (Howard Hinnant's
+/// `days_from_civil`).
+fn days_from_civil(year: u64, month: u64, day: u64) -> u64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year / 400;
+    let yoe = year - era * 400;
+    let mp = if month > 2 { month - 3 } else { month + 9 };
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's
 /// `civil_from_days`), so no date crate is needed for one line of output.
 fn civil_from_days(days: u64) -> (u64, u64, u64) {
@@ -82,6 +177,42 @@ mod tests {
         assert_eq!(utc(1_700_000_000), "2023-11-14 22:13:20 UTC");
         assert_eq!(utc(951_782_400), "2000-02-29 00:00:00 UTC");
         assert_eq!(utc(4_102_444_799), "2099-12-31 23:59:59 UTC");
+    }
+
+    #[test]
+    fn times_are_read_as_seconds_rfc3339_or_a_time_today() {
+        assert_eq!(parse_time("1700000000", 0), Ok(1_700_000_000));
+        assert_eq!(parse_time("2023-11-14T22:13:20Z", 0), Ok(1_700_000_000));
+        assert_eq!(parse_time("2000-02-29T00:00:00+00:00", 0), Ok(951_782_400));
+        assert_eq!(parse_time("2099-12-31t23:59:59z", 0), Ok(4_102_444_799));
+        assert_eq!(parse_time("1970-01-01T00:00:00Z", 5), Ok(0));
+        // 2023-11-14 22:13:20 UTC; 09:00 that day.
+        assert_eq!(parse_time("09:00", 1_700_000_000), Ok(1_699_952_400));
+        assert_eq!(parse_time("00:00", 1_700_000_000), Ok(1_699_920_000));
+        for bad in [
+            "",
+            "9:00",
+            "24:00",
+            "12:60",
+            "2023-02-29T00:00:00Z",
+            "2023-11-14T22:13:20",
+            "2023-11-14T22:13:20+01:00",
+            "2023-11-14 22:13:20Z",
+            "1969-12-31T23:59:59Z",
+            "2023-13-01T00:00:00Z",
+            "-5",
+            "yesterday",
+        ] {
+            assert!(parse_time(bad, 1_700_000_000).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn days_from_civil_inverts_civil_from_days() {
+        for days in [0, 59, 60, 365, 10_956, 11_016, 19_675, 47_481] {
+            let (year, month, day) = civil_from_days(days);
+            assert_eq!(days_from_civil(year, month, day), days);
+        }
     }
 
     #[test]

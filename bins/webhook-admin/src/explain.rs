@@ -48,7 +48,7 @@ pub struct LastError {
 }
 
 impl LastError {
-    fn of(row: &RequestRow) -> Self {
+    pub(crate) fn of(row: &RequestRow) -> Self {
         match Properties::parse(&row.properties) {
             Ok(properties) => {
                 let (error_type, error_code) = properties.error();

@@ -19,7 +19,7 @@ use crate::out::{emit, emit_bytes, emit_line};
 use crate::settings::AdminConfig;
 
 /// Connections the tool needs at most: it runs one statement at a time.
-const POOL_MAX: usize = 2;
+pub(crate) const POOL_MAX: usize = 2;
 
 /// The reader and what to name in error messages.
 #[derive(Debug)]
@@ -268,7 +268,7 @@ pub async fn hooks(
 }
 
 /// Left-aligned columns two spaces apart; the last column is not padded.
-fn columns(table: &[Vec<String>]) -> String {
+pub(crate) fn columns(table: &[Vec<String>]) -> String {
     let n = table.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..n)
         .map(|i| {

@@ -2,10 +2,13 @@
 //! effective settings and their pitfalls, the queue's numbers, why one
 //! request is or is not being delivered (by the dispatcher's own rules),
 //! the exact bytes and signature it would send, a local receiver to try
-//! hooks against, and a live view of the daemon's events.
+//! hooks against, a live view of the daemon's events, and `requeue` for
+//! failed requests.
 //!
 //! It composes the workspace's libraries and holds no delivery logic of
-//! its own; it never writes to Phorge's tables (read-only `SELECT`s only).
+//! its own. Every command reads Phorge's tables through the read-only
+//! `MysqlReader` (plain `SELECT`s), except `requeue --apply`, the one
+//! command that writes (module `requeue`, the only one given the writer).
 //! Exit statuses are documented in [`error::EXIT_STATUS_HELP`].
 
 mod cli;
@@ -16,6 +19,7 @@ mod explain;
 mod inspect;
 mod listen;
 mod out;
+mod requeue;
 mod settings;
 mod signing;
 mod sse;
@@ -144,6 +148,38 @@ fn run(cli: Cli) -> Result<u8, AdminError> {
                 &db,
                 doctor::run(&db, config.local_config.as_ref(), output.json),
             ))
+        }
+        Command::Requeue {
+            requests,
+            hook,
+            since,
+            until,
+            error,
+            apply,
+            output,
+        } => {
+            let now = clock::now();
+            let time = |text: Option<String>, flag: &str| {
+                text.map(|t| clock::parse_time(&t, now))
+                    .transpose()
+                    .map_err(|reason| AdminError::Usage(format!("{flag}: {reason}")))
+            };
+            let selection = requeue::Selection {
+                named: requests
+                    .iter()
+                    .map(|r| RequestRef::parse(r))
+                    .collect::<Result<_, _>>()?,
+                hook,
+                since: time(since, "--since")?,
+                until: time(until, "--until")?,
+                error: error
+                    .as_deref()
+                    .map(requeue::ErrorFilter::parse)
+                    .transpose()?,
+            };
+            selection.check()?;
+            let config = AdminConfig::from_lookup(&env_lookup)?;
+            runtime()?.block_on(requeue::run(&config, &selection, apply, output.json))
         }
         Command::Payload { request } => {
             let which = RequestRef::parse(&request)?;

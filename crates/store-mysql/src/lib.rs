@@ -25,6 +25,10 @@
 //!   [`MysqlReader::hook_summaries`], [`HookSummary`], …), a ping and
 //!   `IS_USED_LOCK`, with no method that writes, claims or locks. A
 //!   [`MysqlStore`] is built on one ([`MysqlStore::reader`]).
+//! * [`MysqlRequeue`] is the tool's one writer, for `webhook-admin
+//!   requeue` alone: final failures a page at a time, and one
+//!   compare-and-set `UPDATE` that puts a row back in the queue in
+//!   Phorge's own values ([`sql::REQUEUE_STATEMENTS`]).
 //! * [`MysqlReader::ready`] is the `/readyz` probe; [`MysqlReader::check_schema`]
 //!   the startup check of the columns and of the `key_status` index.
 //! * [`MysqlHookLock`] is Phorge's per-hook `GET_LOCK`, so a daemon and a
@@ -67,6 +71,7 @@ mod objects;
 mod queued_floor;
 mod reader;
 mod reads;
+mod requeue;
 mod rows;
 mod schema;
 mod session;
@@ -82,8 +87,9 @@ pub use handoff::PhpDeliveryTasks;
 pub use local_config::{LocalConfig, LocalConfigError};
 pub use lock::MysqlHookLock;
 pub use object_tables::{object_tables, ObjectTables, OBJECT_TABLES};
-pub use queued_floor::{BELOW_MAX, GAP_GRACE, RESCAN_EVERY};
+pub use queued_floor::{BELOW_MAX, GAP_GRACE, LOOK_EVERY, LOOK_WINDOW, RESCAN_EVERY};
 pub use reader::MysqlReader;
 pub use reads::HookSummary;
+pub use requeue::{MysqlRequeue, Requeued};
 pub use schema::{SchemaWarning, HOOK_COLUMNS, REQUEST_COLUMNS};
 pub use store::MysqlStore;

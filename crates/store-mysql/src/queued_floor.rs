@@ -29,7 +29,15 @@
 //!    and the frontier `P + 1`. Without `key_status` this is the one
 //!    statement that still reads every retained row (one old-style poll
 //!    per period); it is also what finds a row set back to `queued` by
-//!    hand below the frontier, within a rescan period.
+//!    hand below the frontier, within a rescan period;
+//! 4. every [`LOOK_EVERY`] (by the poll's `now`, not at every poll, so an
+//!    idle poll costs what it did), looks for rows `webhook-admin
+//!    requeue` set back to `queued` below the frontier: queued, result
+//!    `none` and `lastRequestEpoch` within [`LOOK_WINDOW`], one short
+//!    `key_ratelimit` range per hook ([`sql::floor_requeued_sql`]), and adds
+//!    them to `below` as far as [`BELOW_MAX`] allows (the rest: the next
+//!    rescan). Only fresh PHP rows (`none`, epoch 0, never in the window)
+//!    and requeued rows have result `none` on a queued row.
 //!
 //! The grace compares Phorge's `dateCreated` (its web hosts' clocks) with
 //! the poll's `now` (this host's), as the claim lease compares
@@ -73,6 +81,18 @@ pub const RESCAN_EVERY: u64 = 600;
 /// costs that timeout.
 const RESCAN_RETRY: u64 = 60;
 
+/// How often the look for requeued rows below the frontier runs (seconds
+/// of the poll's clock), its first poll included.
+pub const LOOK_EVERY: u64 = 5;
+
+/// How far back the look reads `lastRequestEpoch` (seconds): two rescan
+/// periods, so a look that failed or was skipped for a while is caught up
+/// by the next rescan long before a requeued row leaves the window.
+pub const LOOK_WINDOW: u64 = 2 * RESCAN_EVERY;
+
+/// Hooks one statement of the look lists at most.
+const LOOK_HOOKS_MAX: usize = 256;
+
 /// Queued ids remembered below the frontier at most; the walk stops at
 /// the first that does not fit, so the range covers the rest.
 pub const BELOW_MAX: usize = 1_024;
@@ -115,6 +135,8 @@ struct FloorState {
     below: BTreeSet<u64>,
     /// `None`: at the next poll.
     rescan_due: Option<UnixTime>,
+    /// The look for requeued rows; `None`: at the next poll.
+    look_due: Option<UnixTime>,
 }
 
 /// One row of a walk page: id, queued, dateCreated.
@@ -161,6 +183,74 @@ impl QueuedFloor {
         if let Err(err) = self.walk(conn, now).await {
             debug!(event = "scan_floor_step_failed", step = "walk", error = %err);
         }
+        if self.state().look_due.is_none_or(|due| now >= due) {
+            if let Err(err) = self.look(conn, now).await {
+                debug!(event = "scan_floor_step_failed", step = "look", error = %err);
+            }
+            // Failed or not, the next look is a period away: a failing
+            // look must not cost a statement per poll.
+            self.state().look_due = Some(now.saturating_add(LOOK_EVERY));
+        }
+    }
+
+    /// Step 4: remembers the rows requeued recently below the frontier.
+    async fn look(&self, conn: &mut Session, now: UnixTime) -> Result<(), MysqlError> {
+        let frontier = self.state().frontier;
+        if frontier == 0 {
+            return Ok(());
+        }
+        let hooks: Vec<Row> = conn.exec(sql::FLOOR_HOOKS, ()).await?;
+        let hooks = hooks
+            .into_iter()
+            .map(|row| {
+                mysql_async::from_row_opt::<Vec<u8>>(row).map_err(|err| {
+                    MysqlError::UnexpectedResult {
+                        statement: "scan floor hooks",
+                        detail: format!("not a PHID: {:?}", err.0),
+                    }
+                })
+            })
+            .collect::<Result<Vec<Vec<u8>>, _>>()?;
+        let since = now.saturating_sub(LOOK_WINDOW);
+        let limit = u64::try_from(BELOW_MAX).unwrap_or(u64::MAX);
+        let mut found = Vec::new();
+        for chunk in hooks.chunks(LOOK_HOOKS_MAX) {
+            // Padded (repeating the last) so the text is one of a few.
+            let listed = chunk.len().next_power_of_two();
+            let mut params: Vec<Value> =
+                chunk.iter().map(|phid| Value::from(phid.clone())).collect();
+            params.resize(listed, params.last().cloned().unwrap_or(Value::NULL));
+            params.extend([since, frontier, limit].map(Value::from));
+            let rows: Vec<Row> = conn.exec(sql::floor_requeued_sql(listed), params).await?;
+            for row in rows {
+                found.push(one_id(row, "scan floor look")?);
+            }
+        }
+        let mut state = self.state();
+        if state.frontier < frontier {
+            // Only a rescan lowers it, and a rescan saw the table itself.
+            return Ok(());
+        }
+        let before = state.below.len();
+        let mut left_out = 0;
+        for id in found {
+            if state.below.contains(&id) {
+                continue;
+            }
+            if state.below.len() >= BELOW_MAX {
+                left_out += 1;
+                continue;
+            }
+            state.below.insert(id);
+        }
+        let added = state.below.len() - before;
+        if added > 0 || left_out > 0 {
+            debug!(
+                event = "scan_floor_requeued_found",
+                added, left_out, frontier
+            );
+        }
+        Ok(())
     }
 
     /// Step 3, when due; whether the floor was rebuilt.
@@ -172,8 +262,10 @@ impl QueuedFloor {
                     frontier = fresh.frontier,
                     below = fresh.below.len()
                 );
-                *self.state() = FloorState {
+                let mut state = self.state();
+                *state = FloorState {
                     rescan_due: Some(now.saturating_add(RESCAN_EVERY)),
+                    look_due: state.look_due,
                     ..fresh
                 };
                 true
@@ -276,12 +368,12 @@ fn rescanned(safe_point: u64, queued: &[u64]) -> FloorState {
         Some(&first_left_out) => FloorState {
             frontier: first_left_out,
             below: queued[..BELOW_MAX].iter().copied().collect(),
-            rescan_due: None,
+            ..FloorState::default()
         },
         None => FloorState {
             frontier: safe_point.saturating_add(1),
             below: queued.iter().copied().collect(),
-            rescan_due: None,
+            ..FloorState::default()
         },
     }
 }
@@ -353,7 +445,7 @@ mod tests {
         FloorState {
             frontier,
             below: below.iter().copied().collect(),
-            rescan_due: None,
+            ..FloorState::default()
         }
     }
 

@@ -119,6 +119,28 @@ pub const FLOOR_SAFE_POINT: &str = "SELECT id FROM herald_webhookrequest \
 pub const FLOOR_RESCAN: &str = "SELECT id FROM herald_webhookrequest \
      WHERE id <= ? AND status = 'queued' ORDER BY id ASC LIMIT ?";
 
+/// The hooks the scan floor's look ranges over ([`floor_requeued_sql`]).
+pub const FLOOR_HOOKS: &str = "SELECT phid FROM herald_webhook ORDER BY id ASC";
+
+/// The scan floor's look for rows set back to `queued` recently below the
+/// frontier (`webhook-admin requeue` writes `none` and the server's now)
+/// for `hooks` listed hooks: one short range of `key_ratelimit
+/// (webhookPHID, lastRequestResult, lastRequestEpoch)` per hook, so it
+/// reads the matching rows, not the table. (A join from `herald_webhook`
+/// is a `ref` on the first two columns instead, and reads every `none`
+/// row of the hook, its hook errors included.) A fresh row of PHP's
+/// (`none`, epoch 0) is never in the range; a row whose hook is gone is
+/// left to the rescan. Parameters: the hook PHIDs, the window's start,
+/// the frontier, how many at most.
+pub fn floor_requeued_sql(hooks: usize) -> String {
+    format!(
+        "SELECT id FROM herald_webhookrequest WHERE webhookPHID IN ({}) \
+         AND lastRequestResult = 'none' AND lastRequestEpoch >= ? \
+         AND status = 'queued' AND id < ? ORDER BY id ASC LIMIT ?",
+        marks(hooks)
+    )
+}
+
 /// The `properties` of one candidate too long to come inline, fetched
 /// alone, only while the row is still at the version the candidate query
 /// saw (no row: it changed since, and is no longer this poll's candidate).
@@ -237,6 +259,40 @@ pub const HOOK_SUMMARIES: &str = "SELECT h.id, h.phid, h.name, h.webhookURI, h.s
 pub const BREAKER_FAILURE_EPOCHS: &str = "SELECT lastRequestEpoch FROM herald_webhookrequest \
      WHERE webhookPHID = ? AND lastRequestResult = 'fail' AND lastRequestEpoch >= ? \
      ORDER BY lastRequestEpoch ASC";
+
+// `webhook-admin requeue`, the tool's one writing command: these are all
+// `MysqlRequeue` runs ([`REQUEUE_STATEMENTS`]).
+
+/// One page of final failures, lowest id first, with
+/// [`REQUEST_SELECT_LIST`]. Parameters: the last id of the previous page
+/// (0 at first), the page size. `key_status (status, id)` serves it where
+/// the hand-off patch added it; on the stock schema it walks the primary
+/// key a page at a time.
+pub const FAILED_PAGE: &str = "SELECT id, phid, webhookPHID, objectPHID, status, properties, \
+     lastRequestResult, lastRequestEpoch, dateCreated, dateModified \
+     FROM herald_webhookrequest WHERE status = 'failed' AND id > ? ORDER BY id ASC LIMIT ?";
+
+/// Puts a final failure back in the queue in Phorge's own values, as a
+/// compare-and-set on the state it was read in: exactly one changed row is
+/// a requeue, none a row that changed meanwhile (left alone). Parameters:
+/// id, then the `dateModified`, `lastRequestResult` and
+/// `lastRequestEpoch` read.
+///
+/// `properties` stay as the last attempt left them (errorType/errorCode),
+/// as on a `retry=forever` row waiting for its retry. `lastRequestEpoch`
+/// is the server's now, so the scan floor's look
+/// finds the row below the frontier ([`floor_requeued_sql`]); with `dateModified` bumped as a
+/// claim bumps it the row is not fresh, and the candidate query takes it
+/// once the claim lease has passed.
+pub const REQUEUE: &str = "UPDATE herald_webhookrequest \
+     SET status = 'queued', lastRequestResult = 'none', lastRequestEpoch = UNIX_TIMESTAMP(), \
+     dateModified = GREATEST(dateModified + 1, UNIX_TIMESTAMP()) \
+     WHERE id = ? AND status = 'failed' AND dateModified = ? \
+     AND lastRequestResult = ? AND lastRequestEpoch = ?";
+
+/// Every statement `MysqlRequeue` runs: its one write and the reads that
+/// choose the rows.
+pub const REQUEUE_STATEMENTS: [&str; 4] = [REQUEST_BY_ID, REQUEST_BY_PHID, FAILED_PAGE, REQUEUE];
 
 /// The session holding a named lock, NULL when free; takes nothing.
 /// Parameter: the lock name.
@@ -634,6 +690,34 @@ mod tests {
         ));
         assert!(BREAKER_FAILURES.contains(
             "WHERE webhookPHID = ? AND lastRequestResult = 'fail' AND lastRequestEpoch >= ?"
+        ));
+    }
+
+    #[test]
+    fn the_requeue_writes_with_exactly_one_compare_and_set_update() {
+        let writes: Vec<&str> = REQUEUE_STATEMENTS
+            .into_iter()
+            .filter(|statement| !statement.starts_with("SELECT "))
+            .collect();
+        assert_eq!(writes, [REQUEUE]);
+        assert!(REQUEUE.starts_with("UPDATE herald_webhookrequest SET status = 'queued', "));
+        assert!(REQUEUE.ends_with(
+            "WHERE id = ? AND status = 'failed' AND dateModified = ? \
+             AND lastRequestResult = ? AND lastRequestEpoch = ?"
+        ));
+        assert!(!REQUEUE.contains("properties"));
+        assert_eq!(REQUEUE.matches('?').count(), 4);
+        assert_eq!(
+            FAILED_PAGE,
+            format!(
+                "SELECT {REQUEST_SELECT_LIST} FROM herald_webhookrequest \
+                 WHERE status = 'failed' AND id > ? ORDER BY id ASC LIMIT ?"
+            )
+        );
+        assert_eq!(floor_requeued_sql(2).matches('?').count(), 5);
+        assert!(floor_requeued_sql(1).starts_with(
+            "SELECT id FROM herald_webhookrequest WHERE webhookPHID IN (?) \
+             AND lastRequestResult = 'none' AND lastRequestEpoch >= ? "
         ));
     }
 

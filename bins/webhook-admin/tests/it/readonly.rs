@@ -1,6 +1,7 @@
 //! No command changes a row: both tables are read in full before and after
-//! running every database-backed command over every seeded case, and must
-//! be identical; no hook lock is left held.
+//! running every database-backed command over every seeded case (`requeue`
+//! as a dry run: without `--apply` it writes nothing), and must be
+//! identical; no hook lock is left held.
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Row, Value};
@@ -10,7 +11,8 @@ use webhook_test_support::{with_db, TestDb};
 use crate::explain::{seed_every_case, HOOK_GONE, HOOK_OFF, HOOK_OK, HOOK_TRIPPED};
 use crate::support::{on_db, KEY};
 
-async fn snapshot(db: &TestDb) -> Vec<Vec<Value>> {
+/// Both tables, every column, in id order.
+pub async fn snapshot(db: &TestDb) -> Vec<Vec<Value>> {
     let mut conn = db.conn().await;
     let mut all = Vec::new();
     for table in ["herald_webhookrequest", "herald_webhook"] {
@@ -38,6 +40,9 @@ async fn no_command_changes_a_row() {
             &["stats", "--json"],
             &["hooks"],
             &["hooks", "--json", "--show-uri"],
+            &["requeue", "--hook", HOOK_OK],
+            &["requeue", "--error", "http", "--json"],
+            &["requeue", "--since", "0"],
         ] {
             let out = on_db(&db, args).await;
             assert_eq!(out.status, 0, "{args:?}: {out:?}");
@@ -49,6 +54,7 @@ async fn no_command_changes_a_row() {
                 &["explain", &id][..],
                 &["explain", &id, "--json"],
                 &["payload", &id],
+                &["requeue", &id],
             ] {
                 let out = on_db(&db, args).await;
                 assert!(

@@ -16,6 +16,7 @@ mod objects;
 mod outage;
 mod raw;
 mod reliability;
+mod requeue;
 mod secrets;
 mod sessions;
 mod signatures;

@@ -2,15 +2,19 @@
 //! first poll over the retained rows, idle polls read from the end of the
 //! table, the walk catches up with rows it has not seen a bounded number
 //! at a time, a row set back to `queued` by hand is found by the next
-//! rescan, and the conformance suite holds there too. Checked with the
+//! rescan, a row `webhook-admin requeue` put back below the frontier by
+//! the floor's look within its period, and the conformance suite holds
+//! there too. Checked with the
 //! store's frontier and `EXPLAIN`, never with wall time.
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Row, Value};
 use webhook_core::{CandidateQuery, Cutoffs, NewRequest, Store, UnixTime};
-use webhook_store_mysql::{sql, MysqlStore, GAP_GRACE, RESCAN_EVERY};
+use webhook_store_mysql::{
+    sql, MysqlRequeue, MysqlStore, Requeued, GAP_GRACE, LOOK_EVERY, LOOK_WINDOW, RESCAN_EVERY,
+};
 
-use crate::fixture::{with_db, TestDb};
+use crate::fixture::{config, with_db, TestDb};
 
 const HOOK: &str = "PHID-HWBH-flooraaaaaaaaaaaaaaaa";
 
@@ -175,6 +179,154 @@ async fn a_row_queued_again_by_hand_below_the_floor_is_found_by_the_next_rescan(
             "the rescan finds it"
         );
         store.disconnect().await.expect("close pool");
+    })
+    .await;
+}
+
+/// Candidates at `now` with every claim lease already over, so what is
+/// found depends on the floor alone.
+async fn candidate_ids_leases_over(store: &MysqlStore, now: UnixTime) -> Vec<u64> {
+    let query = CandidateQuery {
+        cutoffs: Cutoffs {
+            now,
+            lease_cutoff: now + RESCAN_EVERY,
+            retry_cutoff: now,
+        },
+        ..query(now)
+    };
+    store
+        .candidates(&query)
+        .await
+        .expect("candidate query")
+        .into_iter()
+        .map(|row| row.id)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_requeued_row_below_the_floor_is_found_by_the_look_within_its_period() {
+    with_db(|db| async move {
+        drop_key_status(&db).await;
+        let now = db.now().await;
+        retain(&db, 2_000, now - 86_400).await;
+        db.insert_hook(&webhook_core::Hook {
+            phid: HOOK.to_owned(),
+            name: "floor".to_owned(),
+            uri: "http://127.0.0.1:9/".to_owned(),
+            status: "enabled".to_owned(),
+            hmac_key: "abcdefghijklmnopqrstuvwxyz234567".to_owned(),
+        })
+        .await;
+        db.exec(&format!(
+            "UPDATE herald_webhookrequest SET status = 'failed', lastRequestResult = 'fail', \
+             lastRequestEpoch = {} WHERE id = 10",
+            now - 3_600
+        ))
+        .await;
+        let store = db.store();
+        assert!(candidate_ids_leases_over(&store, now).await.is_empty());
+        assert!(store.scan_floor() > 10, "row 10 is below the frontier");
+
+        let writer = MysqlRequeue::new(&config(&db.namespace)).expect("valid config");
+        let failed = db.row(10).await;
+        assert_eq!(
+            writer.requeue(&failed).await.expect("requeue"),
+            Requeued::Yes
+        );
+
+        // Not at every poll: within the look's period the floor does not
+        // know the row yet.
+        assert!(candidate_ids_leases_over(&store, now + LOOK_EVERY - 1)
+            .await
+            .is_empty());
+        assert_eq!(
+            candidate_ids_leases_over(&store, now + LOOK_EVERY).await,
+            vec![10],
+            "the look finds it, long before the rescan at {}",
+            now + RESCAN_EVERY
+        );
+        // Remembered in `below` from then on, like any queued row there.
+        assert_eq!(
+            candidate_ids_leases_over(&store, now + LOOK_EVERY + 1).await,
+            vec![10]
+        );
+        writer.disconnect().await.expect("close pool");
+        store.disconnect().await.expect("close pool");
+    })
+    .await;
+}
+
+/// `Handler_icp_attempts + Handler_read_next` of this session: index
+/// entries the engine read.
+async fn index_reads(conn: &mut mysql_async::Conn) -> u64 {
+    let rows: Vec<(String, String)> = conn
+        .query(
+            "SHOW SESSION STATUS WHERE Variable_name IN \
+             ('Handler_icp_attempts', 'Handler_read_next')",
+        )
+        .await
+        .expect("SHOW SESSION STATUS");
+    rows.iter()
+        .map(|(_, value)| value.parse::<u64>().expect("a counter"))
+        .sum()
+}
+
+#[tokio::test]
+async fn the_look_reads_one_key_ratelimit_range_per_hook() {
+    with_db(|db| async move {
+        drop_key_status(&db).await;
+        let now = db.now().await;
+        retain(&db, 20_000, now - 86_400).await;
+        // A week of hook errors (failed / none / epoch 0) of the same hook:
+        // the rows a join's `ref` on (webhookPHID, lastRequestResult) reads.
+        db.exec(&format!(
+            "INSERT INTO herald_webhookrequest (phid, webhookPHID, objectPHID, status, \
+             properties, lastRequestResult, lastRequestEpoch, dateCreated, dateModified) \
+             SELECT CONCAT('PHID-HWBR-hookerr', seq), '{HOOK}', 'PHID-TASK-floor', 'failed', \
+                    '{{}}', 'none', 0, {created}, {created} FROM seq_1_to_5000",
+            created = now - 86_400
+        ))
+        .await;
+        db.exec(&format!(
+            "INSERT INTO herald_webhookrequest (phid, webhookPHID, objectPHID, status, \
+             properties, lastRequestResult, lastRequestEpoch, dateCreated, dateModified) \
+             SELECT CONCAT('PHID-HWBR-requeued', seq), '{HOOK}', 'PHID-TASK-floor', 'queued', \
+                    '{{}}', 'none', {now}, {created}, {now} FROM seq_1_to_3",
+            created = now - 86_400
+        ))
+        .await;
+        db.exec("ANALYZE TABLE herald_webhookrequest").await;
+        let end = max_id(&db).await + 1;
+        let statement = sql::floor_requeued_sql(2);
+        let params = || {
+            vec![
+                Value::from(HOOK),
+                Value::from("PHID-HWBH-otheraaaaaaaaaaaaaaa"),
+                Value::from(now - LOOK_WINDOW),
+                Value::from(end),
+                Value::from(1_024u64),
+            ]
+        };
+        let mut conn = db.conn().await;
+        let mut plan: Vec<Row> = conn
+            .exec(format!("EXPLAIN {statement}"), params())
+            .await
+            .expect("EXPLAIN");
+        let row = &mut plan[0];
+        let kind: Option<String> = row.take("type").expect("type");
+        let key: Option<String> = row.take("key").expect("key");
+        let rows: Option<u64> = row.take("rows").expect("rows");
+        let extra: Option<String> = row.take("Extra").expect("Extra");
+        eprintln!("EXPLAIN: type={kind:?} key={key:?} rows={rows:?} extra={extra:?}");
+        assert_eq!(kind.as_deref(), Some("range"));
+        assert_eq!(key.as_deref(), Some("key_ratelimit"));
+        assert!(rows.unwrap_or(u64::MAX) < 100, "estimate {rows:?} rows");
+
+        let before = index_reads(&mut conn).await;
+        let found: Vec<u64> = conn.exec(&statement, params()).await.expect("look");
+        let read = index_reads(&mut conn).await - before;
+        assert_eq!(found.len(), 3);
+        assert!(read <= 10, "the look read {read} index entries for 3 rows");
     })
     .await;
 }

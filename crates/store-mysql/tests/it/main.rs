@@ -15,6 +15,7 @@ mod objects;
 mod properties;
 mod readiness;
 mod reads;
+mod requeue;
 mod rows;
 mod schema;
 mod sizes;
