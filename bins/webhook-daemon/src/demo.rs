@@ -193,6 +193,7 @@ fn settings() -> Settings {
         breaker_threshold: 3,
         retry_backoff_secs: 2,
         claim_lease_secs: 4,
+        retry_after_max_secs: 3600,
         batch_size: 0,
     }
 }

@@ -5,5 +5,6 @@
 mod dispatcher;
 mod objects;
 mod reliability;
+mod retry_after;
 mod simulation;
 mod support;
