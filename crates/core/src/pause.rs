@@ -49,7 +49,7 @@ impl HookPauses {
 
     /// Pauses `hook` for `pause` from now, replacing any earlier pause of
     /// it (the receiver's latest answer wins); returns when it ends.
-    pub(crate) fn start(&self, hook: &str, pause: Duration) -> UnixTime {
+    pub fn start(&self, hook: &str, pause: Duration) -> UnixTime {
         let ends = self.clock.monotonic().saturating_add(pause);
         let whole_secs = pause.as_secs() + u64::from(pause.subsec_nanos() > 0);
         let until = self.clock.now().saturating_add(whole_secs);

@@ -16,6 +16,7 @@ mod objects;
 mod outage;
 mod raw;
 mod reliability;
+mod retry_after;
 mod secrets;
 mod sessions;
 mod support;
