@@ -155,6 +155,7 @@ fn explained(windows: &Windows, store: &MemoryStore, row: &RequestRow) -> Verdic
         hook: hook.as_ref(),
         breaker_failure_epochs: &epochs,
         lock_holder: None,
+        paused_until: None,
     };
     explain(windows, NOW, &facts).verdict
 }
