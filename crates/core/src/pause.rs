@@ -51,8 +51,7 @@ impl HookPauses {
     /// it (the receiver's latest answer wins); returns when it ends.
     pub fn start(&self, hook: &str, pause: Duration) -> UnixTime {
         let ends = self.clock.monotonic().saturating_add(pause);
-        let whole_secs = pause.as_secs() + u64::from(pause.subsec_nanos() > 0);
-        let until = self.clock.now().saturating_add(whole_secs);
+        let until = self.clock.now().saturating_add(whole_secs(pause));
         self.live().insert(hook.to_owned(), Pause { ends, until });
         until
     }
@@ -93,6 +92,11 @@ impl HookPauses {
         by_hook.retain(|_, pause| pause.ends > now);
         by_hook
     }
+}
+
+/// A pause in whole seconds, rounded up, as operators are told it.
+pub(crate) fn whole_secs(pause: Duration) -> u64 {
+    pause.as_secs() + u64::from(pause.subsec_nanos() > 0)
 }
 
 #[cfg(test)]

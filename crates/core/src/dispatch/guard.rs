@@ -14,6 +14,7 @@ use tracing::{debug, info, warn};
 use crate::events::EventKind;
 use crate::metrics::bump;
 use crate::model::{RequestRow, UnixTime};
+use crate::pause::whole_secs;
 use crate::store::HookLock;
 
 use super::hook_run::HookRun;
@@ -158,7 +159,7 @@ impl Dispatcher {
         let until = self.pauses.start(&row.webhook_phid, pause);
         bump(&self.metrics.retry_after_pauses);
         self.count_paused();
-        let seconds = pause.as_secs() + u64::from(pause.subsec_nanos() > 0);
+        let seconds = whole_secs(pause);
         warn!(target: LOG_TARGET, event = "hook_paused", hook = %row.webhook_phid, request = %row.phid,
               status, retry_after_secs = asked.as_secs(), pause_secs = seconds, until,
               "the receiver asked to slow down: none of this hook's rows is sent until then");
