@@ -110,10 +110,15 @@ pub enum Command {
     /// daemon's own rules, with the payload and signature it would send.
     #[command(after_help = format!(
         "REQUEST is a row id (42) or a request PHID (PHID-HWBR-...).\n\n\
-         Verdicts: sent, failed (final); eligible; in-lease, retry-backoff, breaker-open \
-         (waiting, with the time it ends); hook-disabled, hook-missing, \
+         Verdicts: sent, failed (final); eligible; in-lease, retry-backoff, paused, \
+         breaker-open (waiting, with the time it ends); hook-disabled, hook-missing, \
          properties-unparseable, invalid-row (the daemon will fail the row). Exit status 0 \
-         whatever the verdict.\n\n{ENVIRONMENT_HELP}\n\n{EXIT_STATUS_HELP}"
+         whatever the verdict.\n\n\
+         paused comes from the daemon, not the database: its receiver answered 429 or 503 \
+         with Retry-After. For a queued row explain asks the daemon (GET /api/webhook/hooks \
+         at --url, else 127.0.0.1 at GORGE_LISTEN_ADDR's port, with GORGE_SERVICE_TOKEN); \
+         when it cannot, it says so in one note and judges from the database alone.\n\n\
+         {ENVIRONMENT_HELP}\n\n{EXIT_STATUS_HELP}"
     ))]
     Explain {
         /// Row id or request PHID.
@@ -125,6 +130,10 @@ pub enum Command {
         /// it be eligible at 1700000100?").
         #[arg(long, value_name = "UNIX_SECONDS")]
         at: Option<u64>,
+        /// The daemon's diagnostics address, asked for its Retry-After
+        /// pauses (e.g. http://127.0.0.1:8160).
+        #[arg(long, value_name = "URL")]
+        url: Option<String>,
     },
 
     /// Put failed requests back in the queue (dry run unless --apply): the
@@ -223,8 +232,9 @@ pub enum Command {
     },
 
     /// Follow the daemon's live events (GET /api/webhook/events): one line
-    /// per claim, delivery, failed attempt, hook error, breaker change and
-    /// silent-mode hold, with a running summary per hook.
+    /// per claim, delivery, failed attempt, hook error, breaker change,
+    /// Retry-After pause and silent-mode hold, with a running summary per
+    /// hook.
     #[command(after_help = format!(
         "Sends GORGE_SERVICE_TOKEN as X-Service-Token. Without --url it connects to \
          127.0.0.1 at GORGE_LISTEN_ADDR's port (the host too, when that names one). Colour \
@@ -243,7 +253,8 @@ pub enum Command {
         #[arg(long, value_name = "PHID")]
         hook: Option<String>,
         /// Hide claims and deliveries: show failed attempts, hook errors,
-        /// breaker changes, silent-mode holds and dropped events.
+        /// breaker changes, Retry-After pauses, silent-mode holds and
+        /// dropped events.
         #[arg(long)]
         failures_only: bool,
         /// Print each event's JSON line as received (summaries as JSON too).

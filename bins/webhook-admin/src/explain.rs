@@ -8,12 +8,14 @@
 //!    inside its retry backoff, is not even selected;
 //! 3. then, as the dispatcher processes a candidate (SPEC §5, in order): its
 //!    [`triage`](webhook_core::triage()) (a row `defect`, unparseable
-//!    properties, a missing hook, a `disabled` hook) and the hook's
+//!    properties, a missing hook, a `disabled` hook), the hook's pause (a
+//!    receiver's `Retry-After`, as the daemon reports it) and the hook's
 //!    [`Breaker`](webhook_core::Breaker).
 //!
-//! Pure: it reads no clock and no database. The caller gathers the facts
-//! (the row, its hook, the breaker's failure epochs, the lock holder) and
-//! passes `now`, so every case is unit-tested with a fixed time.
+//! Pure: it reads no clock, no database and no daemon. The caller gathers
+//! the facts (the row, its hook, the breaker's failure epochs, the lock
+//! holder, the daemon's pause of the hook) and passes `now`, so every case
+//! is unit-tested with a fixed time.
 
 use serde_json::{json, Value};
 use webhook_core::{
@@ -35,6 +37,9 @@ pub struct Facts<'a> {
     pub breaker_failure_epochs: &'a [UnixTime],
     /// The database session holding the hook's lock, if any.
     pub lock_holder: Option<u64>,
+    /// When the daemon's pause of the hook ends (its receiver sent
+    /// `Retry-After`), if the daemon said it has one.
+    pub paused_until: Option<UnixTime>,
 }
 
 /// `errorType` / `errorCode` as stored (the code keeps its JSON type:
@@ -121,6 +126,12 @@ pub enum Verdict {
         /// First second at which the row is a candidate again.
         until: UnixTime,
     },
+    /// The daemon paused the hook: its receiver answered 429 or 503 with
+    /// `Retry-After`, and none of its rows is claimed until then.
+    Paused {
+        /// When the pause ends.
+        until: UnixTime,
+    },
     /// The hook's breaker is open: it is skipped without claiming.
     BreakerOpen {
         /// Failed rows of the hook in the window.
@@ -164,6 +175,7 @@ impl Verdict {
             Self::Eligible { .. } => "eligible",
             Self::InLease { .. } => "in-lease",
             Self::RetryBackoff { .. } => "retry-backoff",
+            Self::Paused { .. } => "paused",
             Self::BreakerOpen { .. } => "breaker-open",
             Self::HookDisabled { .. } => "hook-disabled",
             Self::HookMissing { .. } => "hook-missing",
@@ -177,6 +189,7 @@ impl Verdict {
         match self {
             Self::InLease { until, .. }
             | Self::RetryBackoff { until, .. }
+            | Self::Paused { until }
             | Self::BreakerOpen { until, .. } => Some(*until),
             _ => None,
         }
@@ -264,6 +277,12 @@ impl Verdict {
                  {backoff_secs} s",
                 moment(*until, now)
             ),
+            Self::Paused { until } => format!(
+                "hook paused until {}: its receiver answered 429 or 503 with Retry-After, so \
+                 this daemon instance claims none of the hook's rows before then (the row's own \
+                 retry spacing still applies after it)",
+                moment(*until, now)
+            ),
             Self::BreakerOpen {
                 failures,
                 threshold,
@@ -314,6 +333,7 @@ impl Verdict {
             } => json!({"failures": failures, "threshold": threshold}),
             Self::InLease { lease_secs, .. } => json!({"leaseSecs": lease_secs}),
             Self::RetryBackoff { backoff_secs, .. } => json!({"backoffSecs": backoff_secs}),
+            Self::Paused { .. } => json!({"reason": "retry-after"}),
             Self::BreakerOpen {
                 failures,
                 threshold,
@@ -433,9 +453,9 @@ fn candidate_waits(windows: &Windows, now: UnixTime, row: &RequestRow) -> Vec<Ve
 }
 
 /// SPEC §5's checks on a candidate, through the dispatcher's own
-/// [`triage`](webhook_core::triage()), then the breaker, stopping at the
-/// first that applies (the URI check needs the network and is left to the
-/// daemon).
+/// [`triage`](webhook_core::triage()), then the daemon's pause of the hook
+/// and the breaker (the guard's order), stopping at the first that applies
+/// (the URI check needs the network and is left to the daemon).
 fn processing(windows: &Windows, now: UnixTime, facts: &Facts<'_>) -> Verdict {
     let row = facts.row;
     let hook = match facts.hook {
@@ -466,6 +486,9 @@ fn processing(windows: &Windows, now: UnixTime, facts: &Facts<'_>) -> Verdict {
                 hook_phid: hook.phid,
             }
         }
+    }
+    if let Some(until) = facts.paused_until.filter(|until| *until > now) {
+        return Verdict::Paused { until };
     }
     let breaker = windows.breaker();
     let counted = breaker.counted_failures(now, facts.breaker_failure_epochs);
@@ -576,6 +599,7 @@ mod tests {
                 hook,
                 breaker_failure_epochs: epochs,
                 lock_holder: None,
+                paused_until: None,
             },
         )
     }
@@ -664,6 +688,7 @@ mod tests {
                 hook: Some(&hook("enabled")),
                 breaker_failure_epochs: &[],
                 lock_holder: None,
+                paused_until: None,
             },
         );
         assert!(at_until.verdict.deliverable_now(), "{at_until:?}");
@@ -692,6 +717,7 @@ mod tests {
                 hook: Some(&hook("enabled")),
                 breaker_failure_epochs: &[],
                 lock_holder: None,
+                paused_until: None,
             },
         );
         assert_eq!(e.verdict.until(), Some(NOW - 10 + 17));
@@ -762,6 +788,7 @@ mod tests {
                 hook: Some(&hook("enabled")),
                 breaker_failure_epochs: &epochs,
                 lock_holder: None,
+                paused_until: None,
             },
         );
         assert_eq!(
@@ -781,9 +808,48 @@ mod tests {
                 hook: Some(&hook("enabled")),
                 breaker_failure_epochs: &epochs,
                 lock_holder: None,
+                paused_until: None,
             },
         );
         assert_eq!(before.verdict.code(), "breaker-open");
+    }
+
+    #[test]
+    fn a_hook_the_daemon_paused_waits_until_the_pause_ends_before_the_breaker() {
+        let r = row(RequestStatus::Queued, NOW - 1, NOW - 1);
+        let open: Vec<UnixTime> = (0..10).map(|i| NOW - 100 + i).collect();
+        let judge_paused = |at: UnixTime, epochs: &[UnixTime]| {
+            explain(
+                &windows(),
+                at,
+                &Facts {
+                    row: &r,
+                    hook: Some(&hook("enabled")),
+                    breaker_failure_epochs: epochs,
+                    lock_holder: None,
+                    paused_until: Some(NOW + 5),
+                },
+            )
+        };
+        let e = judge_paused(NOW, &open);
+        assert_eq!(
+            e.verdict,
+            Verdict::Paused { until: NOW + 5 },
+            "before the breaker"
+        );
+        assert_eq!(e.verdict.until(), Some(NOW + 5));
+        let text = e.verdict.describe(NOW);
+        assert!(
+            text.starts_with("hook paused until 2023-11-14 22:13:25 UTC (1700000005, in 5s)"),
+            "{text}"
+        );
+        assert!(text.contains("Retry-After"), "{text}");
+        assert_eq!(e.verdict.to_json(NOW)["code"], "paused");
+        assert_eq!(
+            judge_paused(NOW + 5, &[]).verdict.code(),
+            "eligible",
+            "ended"
+        );
     }
 
     #[test]
@@ -883,6 +949,7 @@ mod tests {
             hook: Some(&hook("enabled")),
             breaker_failure_epochs: &[],
             lock_holder: Some(42),
+            paused_until: None,
         };
         let e = explain(&windows(), NOW, &facts);
         assert!(e.verdict.deliverable_now());

@@ -1,22 +1,26 @@
 //! The database-backed commands: `stats`, `hooks`, `explain` and
 //! `payload`. They read through `webhook-store-mysql`'s `MysqlReader`
 //! only, which has no method that writes: no claim, no write-back, no
-//! lock.
+//! lock. `explain` also asks the daemon which hooks it has paused
+//! (`daemon_api`), since that lives in the daemon's memory.
 //!
 //! A hook's HMAC key is loaded only to sign a payload and is never printed;
 //! a hook's URI is printed only when asked for.
 
 use serde_json::{json, Value};
 use webhook_core::{
-    Hook, ObjectLookup, Payload, PhorgeObjects, Properties, RequestRow, StoreError, UnixTime,
+    Hook, ObjectLookup, Payload, PhorgeObjects, Properties, RequestRow, RequestStatus, StoreError,
+    UnixTime,
 };
 use webhook_store_mysql::{HookSummary, MysqlReader};
 
 use crate::clock::{moment, utc};
+use crate::daemon_api;
 use crate::error::{exit, AdminError};
 use crate::explain::{explain, row_summary, Explanation, Facts};
 use crate::out::{emit, emit_bytes, emit_line};
 use crate::settings::AdminConfig;
+use crate::watch::StreamUrl;
 
 /// Connections the tool needs at most: it runs one statement at a time.
 pub(crate) const POOL_MAX: usize = 2;
@@ -345,6 +349,34 @@ pub async fn payload(db: &Db, which: &RequestRef) -> Result<u8, AdminError> {
     Ok(exit::OK)
 }
 
+/// Where `explain` asks which hooks the daemon has paused: the daemon's
+/// diagnostics address (or why there is none) and its service token.
+#[derive(Debug, Clone)]
+pub struct DaemonAsk {
+    /// `--url`, else `GORGE_LISTEN_ADDR` on loopback.
+    pub url: Result<StreamUrl, String>,
+    /// `GORGE_SERVICE_TOKEN`.
+    pub token: Option<String>,
+}
+
+impl DaemonAsk {
+    /// When the daemon's pause of `hook` ends, if it has one; or, when the
+    /// daemon could not say, the one-line note that says so.
+    async fn pause_of(&self, hook: &str) -> Result<Option<UnixTime>, String> {
+        let url = self.url.as_ref().map_err(|why| {
+            format!("the daemon was not asked whether it paused this hook (Retry-After): {why}; judged from the database alone")
+        })?;
+        match daemon_api::paused_hooks(url, self.token.as_deref()).await {
+            Ok(paused) => Ok(paused.get(hook).copied()),
+            Err(why) => Err(format!(
+                "the daemon at {} could not say whether it paused this hook (Retry-After): \
+                 {why}; judged from the database alone",
+                daemon_api::hooks_url(url)
+            )),
+        }
+    }
+}
+
 /// `explain`: gathers the facts, lets [`explain`] judge, prints.
 pub async fn explain_request(
     db: &Db,
@@ -352,8 +384,19 @@ pub async fn explain_request(
     which: &RequestRef,
     now: UnixTime,
     json_out: bool,
+    daemon: &DaemonAsk,
 ) -> Result<u8, AdminError> {
     let row = db.request(which).await?;
+    // Only a queued row can wait for a pause; the daemon is not asked
+    // about final ones.
+    let (paused_until, daemon_note) = if row.status == RequestStatus::Queued {
+        match daemon.pause_of(&row.webhook_phid).await {
+            Ok(until) => (until, None),
+            Err(note) => (None, Some(note)),
+        }
+    } else {
+        (None, None)
+    };
     let hook: Option<Hook> = db
         .reader
         .hook(&row.webhook_phid)
@@ -370,7 +413,7 @@ pub async fn explain_request(
         .hook_lock_holder(&row.webhook_phid)
         .await
         .map_err(|e| db.fail(e))?;
-    let explanation = explain(
+    let mut explanation = explain(
         &config.windows,
         now,
         &Facts {
@@ -378,8 +421,10 @@ pub async fn explain_request(
             hook: hook.as_ref(),
             breaker_failure_epochs: &epochs,
             lock_holder,
+            paused_until,
         },
     );
+    explanation.notes.extend(daemon_note);
     let payload = payload_for(db, &row).await?;
     // Signed with the hook's key, which is used here and never shown.
     let signature = match (&payload, &hook) {

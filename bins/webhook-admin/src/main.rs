@@ -13,6 +13,7 @@
 
 mod cli;
 mod clock;
+mod daemon_api;
 mod doctor;
 mod error;
 mod explain;
@@ -34,7 +35,7 @@ use webhook_daemon::config::{LISTEN, SERVICE_TOKEN};
 
 use crate::cli::{Cli, Command};
 use crate::error::{exit, AdminError};
-use crate::inspect::{Db, RequestRef};
+use crate::inspect::{DaemonAsk, Db, RequestRef};
 use crate::settings::AdminConfig;
 
 fn main() -> ExitCode {
@@ -133,13 +134,22 @@ fn run(cli: Cli) -> Result<u8, AdminError> {
             request,
             output,
             at,
+            url,
         } => {
             let which = RequestRef::parse(&request)?;
+            let daemon = DaemonAsk {
+                url: match url {
+                    Some(url) => Ok(watch::StreamUrl::parse(&url)?),
+                    None => watch::StreamUrl::from_listen_addr(env_lookup(LISTEN.name).as_deref())
+                        .map_err(|err| err.to_string()),
+                },
+                token: env_lookup(SERVICE_TOKEN.name),
+            };
             let (config, db, rt) = open_db()?;
             let now = at.unwrap_or_else(clock::now);
             rt.block_on(closing(
                 &db,
-                inspect::explain_request(&db, &config, &which, now, output.json),
+                inspect::explain_request(&db, &config, &which, now, output.json, &daemon),
             ))
         }
         Command::Doctor(output) => {

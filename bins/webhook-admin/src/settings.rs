@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use webhook_core::setting::{Lookup, SettingInfo};
 use webhook_core::windows::{
     BATCH_SIZE, BREAKER_THRESHOLD, BREAKER_WINDOW, CLAIM_LEASE, DELIVERY_TIMEOUT, MAX_CONCURRENT,
-    POLL_INTERVAL, RETRY_BACKOFF,
+    POLL_INTERVAL, RETRY_AFTER_MAX, RETRY_BACKOFF,
 };
 use webhook_core::WindowWarning;
 use webhook_daemon::config::{own_variables, variables, SERVICE_TOKEN};
@@ -280,6 +280,14 @@ fn shown_values(
                 "effective lease {} s = max(this, delivery timeout + 2 s)",
                 w.lease_secs()
             )),
+        ),
+        (
+            RETRY_AFTER_MAX.name,
+            secs(s.retry_after_max_secs),
+            Some(match s.retry_after_max_secs {
+                0 => "Retry-After ignored: a 429/503 pauses nothing".to_owned(),
+                max => format!("a 429/503 with Retry-After pauses its hook 1 to {max} s"),
+            }),
         ),
         (
             BATCH_SIZE.name,

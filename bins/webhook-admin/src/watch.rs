@@ -31,7 +31,7 @@ use crate::sse::{Message, Parser};
 const EVENTS_PATH: &str = "/api/webhook/events";
 
 /// Bound on connecting and on getting the response head.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The daemon sends a keep-alive comment every 15 s; this long without a
 /// byte means the stream is dead.
@@ -64,11 +64,11 @@ pub struct WatchOptions {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamUrl {
     /// `host:port` as given (also the `Host` header).
-    authority: String,
-    host: String,
-    port: u16,
+    pub(crate) authority: String,
+    pub(crate) host: String,
+    pub(crate) port: u16,
     /// A path prefix (a proxy's), without the trailing slash.
-    prefix: String,
+    pub(crate) prefix: String,
 }
 
 impl StreamUrl {
@@ -302,6 +302,15 @@ impl View {
                     "breaker closed: {} failed rows, threshold {}",
                     number("failures"),
                     number("threshold")
+                ),
+            ),
+            "hook_paused" => (
+                "1;33",
+                format!(
+                    "paused: answered {} with Retry-After; not called for {} s, until {}",
+                    number("status"),
+                    number("seconds"),
+                    clock::utc(number("until"))
                 ),
             ),
             "silent_hold" => (
@@ -628,6 +637,24 @@ data: {\"type\":\"silent_hold\",\"at\":1700000003,\"request\":null,\"hook\":null
             "-- final summary, 5 events: delivered 1, failed 1, dropped 5; in backoff: PHID-HWBH-b\n   \
              PHID-HWBH-a                     delivered    1  failed    0\n   \
              PHID-HWBH-b                     delivered    0  failed    1  breaker open"
+        );
+    }
+
+    #[test]
+    fn a_hook_paused_by_retry_after_says_until_when() {
+        let stream =
+            "event: hook_paused\nid: 4\ndata: {\"type\":\"hook_paused\",\"at\":1700000000,\
+            \"request\":\"PHID-HWBR-1\",\"hook\":\"PHID-HWBH-a\",\"status\":429,\"seconds\":5,\
+            \"until\":1700000005}\n\n";
+        let mut view = View::new(ViewOptions::default());
+        let mut out = Vec::new();
+        for message in Parser::new().feed(stream.as_bytes()) {
+            view.on_message(&message, &mut out);
+        }
+        assert_eq!(
+            out,
+            ["22:13:20  hook_paused    PHID-HWBR-1                    PHID-HWBH-a                    \
+              paused: answered 429 with Retry-After; not called for 5 s, until 2023-11-14 22:13:25 UTC"]
         );
     }
 

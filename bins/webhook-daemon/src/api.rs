@@ -25,7 +25,7 @@ use ring::hmac;
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 use tracing::warn;
-use webhook_core::{Metrics, QueueStats, Store, StoreError};
+use webhook_core::{HookPauses, Metrics, QueueStats, Store, StoreError};
 use webhook_store_mysql::AdoptionTotals;
 
 use crate::handoff::{self, HandOff};
@@ -150,6 +150,7 @@ pub struct Api {
     db_turns: Semaphore,
     rows_unreadable: Option<RowsUnreadable>,
     adoption: Option<AdoptionCounts>,
+    pauses: Option<Arc<HookPauses>>,
 }
 
 impl std::fmt::Debug for Api {
@@ -226,6 +227,7 @@ impl Api {
             events: None,
             rows_unreadable: None,
             adoption: None,
+            pauses: None,
             db_turns: Semaphore::new(DB_ROUTES_AT_ONCE),
         }
     }
@@ -262,6 +264,13 @@ impl Api {
     /// Reports task adoption's totals in `/metrics`.
     pub fn with_adoption(mut self, totals: AdoptionCounts) -> Self {
         self.adoption = Some(totals);
+        self
+    }
+
+    /// Lists the dispatcher's paused hooks (`Retry-After`) in
+    /// `/api/webhook/hooks`; without them the list is empty.
+    pub fn with_pauses(mut self, pauses: Arc<HookPauses>) -> Self {
+        self.pauses = Some(pauses);
         self
     }
 
@@ -420,7 +429,20 @@ impl Api {
             .with_turn(DB_QUEUE_WAIT, None, self.store.hook_count())
             .await
         {
-            Ok(total) => Reply::json(StatusCode::OK, &json!({"data": {"total": total}})),
+            Ok(total) => {
+                let paused: Vec<Value> = self
+                    .pauses
+                    .iter()
+                    .flat_map(|pauses| pauses.current())
+                    .map(|pause| {
+                        json!({"hookPHID": pause.hook, "until": pause.until, "reason": "retry-after"})
+                    })
+                    .collect();
+                Reply::json(
+                    StatusCode::OK,
+                    &json!({"data": {"total": total, "paused": paused}}),
+                )
+            }
             Err(why) => unanswered("hooks", why),
         }
     }
@@ -594,6 +616,29 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn hooks_lists_the_hooks_paused_by_retry_after() {
+        let (api, _) = api("", Ok(()));
+        let clock = ManualClock::new(1_700_000_000);
+        let pauses = Arc::new(HookPauses::new(Arc::new(clock.clone())));
+        pauses.start("PHID-HWBH-b", std::time::Duration::from_secs(5));
+        let api = api.with_pauses(Arc::clone(&pauses));
+        assert_eq!(
+            get(&api, "/api/webhook/hooks", None, None).await,
+            (
+                200,
+                json!({"data": {"total": 1, "paused": [
+                    {"hookPHID": "PHID-HWBH-b", "until": 1_700_000_005u64, "reason": "retry-after"}
+                ]}})
+            )
+        );
+        clock.advance(std::time::Duration::from_secs(5));
+        assert_eq!(
+            get(&api, "/api/webhook/hooks", None, None).await.1["data"]["paused"],
+            json!([])
+        );
+    }
+
+    #[tokio::test]
     async fn routes_and_envelopes() {
         let (api, _) = api("", Ok(()));
         assert_eq!(
@@ -614,7 +659,7 @@ mod tests {
         );
         assert_eq!(
             get(&api, "/api/webhook/hooks", None, None).await,
-            (200, json!({"data": {"total": 1}}))
+            (200, json!({"data": {"total": 1, "paused": []}}))
         );
         let (status, body) = get(&api, "/nope", None, None).await;
         assert_eq!(

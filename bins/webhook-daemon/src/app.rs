@@ -173,6 +173,7 @@ pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
         )
         .with_handoff(Arc::clone(&handoff))
         .with_events(Arc::clone(&events))
+        .with_pauses(dispatcher.pauses())
         .with_rows_unreadable({
             let store = Arc::clone(&store);
             Arc::new(move || store.rows_unreadable())

@@ -193,6 +193,7 @@ fn settings() -> Settings {
         breaker_threshold: 3,
         retry_backoff_secs: 2,
         claim_lease_secs: 4,
+        retry_after_max_secs: 3600,
         batch_size: 0,
     }
 }
@@ -242,7 +243,8 @@ pub async fn run(listen: Option<SocketAddr>) -> Result<(), String> {
             dispatcher.metrics(),
             ServiceToken::new(""),
         )
-        .with_events(Arc::clone(&events)),
+        .with_events(Arc::clone(&events))
+        .with_pauses(dispatcher.pauses()),
     );
     let (api_stop, mut api_stopped) = watch::channel(false);
     let api_server = tokio::spawn(server::serve(api_listener, api, async move {

@@ -129,6 +129,11 @@ impl Collector for ScrapeCollector {
                 d.breaker_skips,
             ),
             (
+                "gorge_webhook_retry_after_pauses",
+                "Hook pauses started by a 429 or 503 with Retry-After (none of the hook's rows is sent until it ends)",
+                d.retry_after_pauses,
+            ),
+            (
                 "gorge_webhook_lock_busy",
                 "Hook runs skipped because another deliverer held the hook",
                 d.lock_busy,
@@ -201,6 +206,12 @@ impl Collector for ScrapeCollector {
             "gorge_webhook_breaker_open_hooks",
             "Hooks whose breaker this instance last saw open",
             &[(none(), signed(d.breaker_open_hooks))],
+        )?;
+        gauge(
+            &mut encoder,
+            "gorge_webhook_paused_hooks",
+            "Hooks this instance has paused now because their receiver sent Retry-After",
+            &[(none(), signed(d.paused_hooks))],
         )?;
         gauge(
             &mut encoder,

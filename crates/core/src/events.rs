@@ -1,7 +1,8 @@
 //! A live account of what the dispatcher does, for a stream to operators:
 //! claims won and lost, deliveries, failed attempts, hook errors, breaker
-//! transitions and silent-mode holds. Each event names the request and
-//! hook by PHID and never carries a URI, a key, a body or SQL.
+//! transitions, hooks paused by `Retry-After` and silent-mode holds. Each
+//! event names the request and hook by PHID and never carries a URI, a
+//! key, a body or SQL.
 //!
 //! The dispatcher hands events to an [`EventSink`] synchronously; a sink
 //! must never block (drop rather than wait), so a slow watcher cannot slow
@@ -57,6 +58,16 @@ pub enum EventKind {
         /// The threshold.
         threshold: u64,
     },
+    /// The hook's receiver answered 429 or 503 with `Retry-After`: none of
+    /// the hook's rows is sent until the pause ends.
+    HookPaused {
+        /// The status that asked for it.
+        status: u16,
+        /// The pause, in whole seconds, after the bounds.
+        seconds: u64,
+        /// The Unix second it ends.
+        until: UnixTime,
+    },
     /// Phorge's global silent mode started (`on`) or ended holding delivery.
     SilentHold {
         /// Whether delivery is held now.
@@ -81,6 +92,7 @@ impl EventKind {
             Self::HookError { .. } => "hook_error",
             Self::BreakerOpened { .. } => "breaker_opened",
             Self::BreakerClosed { .. } => "breaker_closed",
+            Self::HookPaused { .. } => "hook_paused",
             Self::SilentHold { .. } => "silent_hold",
             Self::KeyChanged { .. } => "key_changed",
         }
@@ -138,6 +150,11 @@ impl Event {
                 failures,
                 threshold,
             } => json!({"failures": failures, "threshold": threshold}),
+            EventKind::HookPaused {
+                status,
+                seconds,
+                until,
+            } => json!({"status": status, "seconds": seconds, "until": until}),
             EventKind::SilentHold { on } => json!({"held": on}),
             EventKind::KeyChanged { grace_until } => json!({"graceUntil": grace_until}),
         };

@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod model;
 pub mod objects;
 pub mod outcome;
+pub mod pause;
 pub mod payload;
 mod phpjson;
 pub mod properties;
@@ -51,6 +52,7 @@ pub use objects::{ObjectLookup, PhorgeObjects, Unseen};
 pub use outcome::{
     DeliveryResult, HookError, LocalFailure, ResultWrite, TransportFailure, UriRefusal,
 };
+pub use pause::{HookPause, HookPauses};
 pub use payload::{sign, verify, Payload};
 pub use properties::{ErrorCode, ErrorType, Properties, PropertiesError};
 pub use setting::{withheld, Lookup, Setting, SettingError, SettingInfo};

@@ -32,6 +32,8 @@ pub struct Metrics {
     pub(crate) local_failures: AtomicU64,
     pub(crate) in_flight: AtomicU64,
     pub(crate) breaker_open_hooks: AtomicU64,
+    pub(crate) retry_after_pauses: AtomicU64,
+    pub(crate) paused_hooks: AtomicU64,
     pub(crate) objects_found: AtomicU64,
     pub(crate) objects_gone: AtomicU64,
     pub(crate) objects_unseen: AtomicU64,
@@ -88,6 +90,11 @@ pub struct MetricsSnapshot {
     pub in_flight: u64,
     /// Hooks whose breaker this instance last saw open.
     pub breaker_open_hooks: u64,
+    /// Hook pauses started by a 429 or 503 with `Retry-After`.
+    pub retry_after_pauses: u64,
+    /// Hooks paused by `Retry-After` now (as of the dispatcher's last look:
+    /// every poll, pause and call).
+    pub paused_hooks: u64,
     /// Object checks that found the object (its transactions as loaded).
     pub objects_found: u64,
     /// Object checks that found the object gone (hook error `object`).
@@ -154,6 +161,8 @@ impl Metrics {
             local_failures: get(&self.local_failures),
             in_flight: get(&self.in_flight),
             breaker_open_hooks: get(&self.breaker_open_hooks),
+            retry_after_pauses: get(&self.retry_after_pauses),
+            paused_hooks: get(&self.paused_hooks),
             objects_found: get(&self.objects_found),
             objects_gone: get(&self.objects_gone),
             objects_unseen: get(&self.objects_unseen),

@@ -2,6 +2,7 @@
 //! delivery result or a hook error to Phorge's value domain.
 
 use std::fmt;
+use std::time::Duration;
 
 use crate::model::{LastResult, RequestStatus, UnixTime};
 use crate::properties::{ErrorCode, ErrorType, Properties};
@@ -89,6 +90,16 @@ pub enum DeliveryResult {
     Response {
         /// HTTP status code.
         status: u16,
+    },
+    /// A final 429 or 503 whose `Retry-After` asked the deliverer to wait:
+    /// written back exactly like [`Self::Response`] with this status, and
+    /// the hook is paused (see [`crate::windows::Windows::retry_after_pause`]).
+    Throttled {
+        /// HTTP status code (429 or 503).
+        status: u16,
+        /// How long the receiver asked for, unbounded (bounds are the
+        /// dispatcher's).
+        retry_after: Duration,
     },
     /// The whole exchange ran past the delivery timeout.
     Timeout,
@@ -207,7 +218,9 @@ pub enum AttemptOutcome {
 /// which records nothing.
 pub fn attempt_error(result: &DeliveryResult) -> Option<(ErrorType, i64)> {
     match result {
-        DeliveryResult::Response { status } => Some((ErrorType::Http, i64::from(*status))),
+        DeliveryResult::Response { status } | DeliveryResult::Throttled { status, .. } => {
+            Some((ErrorType::Http, i64::from(*status)))
+        }
         DeliveryResult::Timeout => Some((ErrorType::Timeout, CURL_TIMEOUT_CODE)),
         DeliveryResult::Failed(failure) => Some((ErrorType::Http, failure.curl_code())),
         DeliveryResult::Refused(_) | DeliveryResult::Local(_) => None,
@@ -332,6 +345,14 @@ mod tests {
         let cases = [
             (DeliveryResult::Response { status: 500 }, "http", 500),
             (DeliveryResult::Response { status: 302 }, "http", 302),
+            (
+                DeliveryResult::Throttled {
+                    status: 429,
+                    retry_after: Duration::from_secs(5),
+                },
+                "http",
+                429,
+            ),
             (DeliveryResult::Timeout, "timeout", 28),
             (DeliveryResult::Failed(TransportFailure::Resolve), "http", 6),
             (DeliveryResult::Failed(TransportFailure::Connect), "http", 7),

@@ -67,6 +67,15 @@ pub const CLAIM_LEASE: Setting<u64> = Setting::new(
     "claim lease in seconds (raised to delivery timeout + 2)",
     whole_number,
 );
+/// `GORGE_WEBHOOK_RETRY_AFTER_MAX_SEC`: the longest pause a receiver's
+/// `Retry-After` (on a 429 or 503) may put on its hook; 0 ignores the
+/// header.
+pub const RETRY_AFTER_MAX: Setting<u64> = Setting::new(
+    "GORGE_WEBHOOK_RETRY_AFTER_MAX_SEC",
+    "3600",
+    "longest pause a 429/503 Retry-After puts on its hook (from 1 s); 0 = ignore",
+    whole_number,
+);
 /// `GORGE_WEBHOOK_BATCH_SIZE`
 pub const BATCH_SIZE: Setting<usize> = Setting::new(
     "GORGE_WEBHOOK_BATCH_SIZE",
@@ -84,6 +93,7 @@ pub const VARIABLES: &[SettingInfo] = &[
     BREAKER_THRESHOLD.info(),
     RETRY_BACKOFF.info(),
     CLAIM_LEASE.info(),
+    RETRY_AFTER_MAX.info(),
     BATCH_SIZE.info(),
 ];
 
@@ -110,6 +120,8 @@ pub struct Settings {
     pub retry_backoff_secs: u64,
     /// Seconds a claim protects a row from other claimers, as configured.
     pub claim_lease_secs: u64,
+    /// Longest hook pause a `Retry-After` may ask for; 0 = ignore it.
+    pub retry_after_max_secs: u64,
     /// Candidate rows kept ready per instance; 0 = derive from concurrency.
     pub batch_size: usize,
 }
@@ -136,6 +148,7 @@ impl Settings {
             breaker_threshold: BREAKER_THRESHOLD.read(get)?,
             retry_backoff_secs: RETRY_BACKOFF.read(get)?,
             claim_lease_secs: CLAIM_LEASE.read(get)?,
+            retry_after_max_secs: RETRY_AFTER_MAX.read(get)?,
             batch_size: BATCH_SIZE.read(get)?,
         })
     }
@@ -221,6 +234,10 @@ pub struct Windows {
 /// `dateModified` is truncated to whole seconds, one for the write-back.
 const LEASE_MARGIN_SECS: u64 = 2;
 
+/// The shortest hook pause a `Retry-After` sets: `Retry-After: 0` from a
+/// receiver that answered 429 still means "not at once".
+const RETRY_AFTER_MIN: Duration = Duration::from_secs(1);
+
 impl Windows {
     /// Validates `settings`; the error names the offending variable.
     pub fn try_new(settings: Settings) -> Result<Self, SettingError> {
@@ -273,6 +290,13 @@ impl Windows {
             "s",
         )?;
         check_range(CLAIM_LEASE.name, settings.claim_lease_secs, 1, 86_400, "s")?;
+        check_range(
+            RETRY_AFTER_MAX.name,
+            settings.retry_after_max_secs,
+            0,
+            86_400,
+            "s",
+        )?;
         check_range(BATCH_SIZE.name, settings.batch_size as u64, 0, 10_000, "")?;
         let lease_secs = settings
             .claim_lease_secs
@@ -327,6 +351,16 @@ impl Windows {
             .saturating_sub(self.settings.delivery_timeout)
             .saturating_sub(Duration::from_secs(LEASE_MARGIN_SECS))
             / 2
+    }
+
+    /// How long a hook is paused after a 429 or 503 whose `Retry-After`
+    /// asked for `asked`: clamped to 1 s up to the configured maximum, or
+    /// `None` when that maximum is 0 (the header is ignored).
+    pub fn retry_after_pause(&self, asked: Duration) -> Option<Duration> {
+        match self.settings.retry_after_max_secs {
+            0 => None,
+            max => Some(asked.clamp(RETRY_AFTER_MIN, Duration::from_secs(max))),
+        }
     }
 
     /// Deliveries in flight at once.

@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{Request, Response, StatusCode};
+use http::header::RETRY_AFTER;
+use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -33,6 +34,8 @@ pub struct Reply {
     pub status: u16,
     /// Wait this long before answering.
     pub delay: Duration,
+    /// A `Retry-After` header to send with it.
+    pub retry_after: Option<&'static str>,
 }
 
 impl Reply {
@@ -41,12 +44,21 @@ impl Reply {
         Self {
             status,
             delay: Duration::ZERO,
+            retry_after: None,
         }
     }
 
     /// The same answer after `delay`.
     pub fn after(self, delay: Duration) -> Self {
         Self { delay, ..self }
+    }
+
+    /// The same answer with a `Retry-After: value` header.
+    pub fn with_retry_after(self, value: &'static str) -> Self {
+        Self {
+            retry_after: Some(value),
+            ..self
+        }
     }
 }
 
@@ -429,6 +441,11 @@ async fn answer(request: Request<Incoming>, serving: Serving) -> Response<Full<B
     }
     let mut response = Response::new(Full::new(Bytes::from_static(b"ok\n")));
     *response.status_mut() = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK);
+    if let Some(value) = reply.retry_after {
+        response
+            .headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from_static(value));
+    }
     response
 }
 

@@ -41,6 +41,7 @@
 //! | what happened | result |
 //! |---|---|
 //! | a final response (after redirects), body read up to the limit | `Response { status }` |
+//! | the same, a 429 or 503 whose `Retry-After` is delay-seconds or an HTTP date in the future | `Throttled { status, retry_after }`: written back like `Response`, and the dispatcher pauses the hook (the header on any other status, a past date or anything else: `Response`) |
 //! | the delivery deadline passed, at any stage | `Timeout` (28) |
 //! | connection setup (lookup + TCP + TLS) exceeded the connect timeout, or TCP connect timed out | `Timeout` (28), as cURL reports its connect timeout |
 //! | a hop's URI is not http(s) with a host, its host does not exist, or has a denied address | `Refused(..)` (a permanent hook error `uri`) |
@@ -71,6 +72,7 @@ pub mod config;
 mod connector;
 mod lookup;
 mod policy;
+mod retry_after;
 mod transport;
 mod uri;
 

@@ -8,7 +8,7 @@
 use std::convert::Infallible;
 use std::pin::{pin, Pin};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -39,6 +39,7 @@ use crate::connector::{
 };
 use crate::lookup::{NameLookup, SystemLookup};
 use crate::policy::OutboundPolicy;
+use crate::retry_after::final_response;
 use crate::uri::HookUri;
 
 /// Request bodies: the payload, or nothing after a 301/302/303. Boxed:
@@ -289,10 +290,9 @@ impl HyperTransport {
             };
             match next {
                 Next::Final => {
+                    let answer = final_response(status, response.headers(), SystemTime::now());
                     return match drain(response.into_body(), self.response_body_limit).await {
-                        Ok(()) => DeliveryResult::Response {
-                            status: status.as_u16(),
-                        },
+                        Ok(()) => answer,
                         Err(err) => {
                             let result = classify(&err, Stage::Body);
                             debug!(event = "response_body_failed", request = %request.request_phid,

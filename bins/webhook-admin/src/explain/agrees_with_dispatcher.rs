@@ -5,6 +5,7 @@
 //! made, or nothing at all.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::channel::oneshot;
@@ -12,9 +13,9 @@ use futures::executor::{block_on, LocalPool};
 use futures::task::LocalSpawnExt;
 use futures::FutureExt;
 use webhook_core::{
-    Clock, DeliveryResult, Dispatcher, Hook, LastResult, ManualClock, MemoryStore, NewRequest,
-    OutboundRequest, Properties, RequestRow, RequestStatus, Resolution, Settings, Store, Target,
-    Transport, UnixTime, Windows,
+    Clock, DeliveryResult, Dispatcher, Hook, HookPauses, LastResult, ManualClock, MemoryStore,
+    NewRequest, OutboundRequest, Properties, RequestRow, RequestStatus, Resolution, Settings,
+    Store, Target, Transport, UnixTime, Windows,
 };
 
 use super::{explain, Facts, Verdict};
@@ -24,6 +25,8 @@ const HOOK_OK: &str = "PHID-HWBH-agreeokaaaaaaaaaaaa";
 const HOOK_OFF: &str = "PHID-HWBH-agreeoffaaaaaaaaaaa";
 const HOOK_TRIPPED: &str = "PHID-HWBH-agreetrippedaaaaaa";
 const HOOK_GONE: &str = "PHID-HWBH-agreegoneaaaaaaaaaa";
+/// Paused by its receiver's `Retry-After` in the dispatcher's memory.
+const HOOK_PAUSED: &str = "PHID-HWBH-agreepausedaaaaaaa";
 const RETRY: &str = r#"{"retry":"forever"}"#;
 
 /// Answers every POST with 200 and remembers which request it carried.
@@ -96,6 +99,7 @@ fn seed(store: &MemoryStore) -> Vec<u64> {
     store.put_hook(hook(HOOK_OK, "enabled"));
     store.put_hook(hook(HOOK_OFF, "disabled"));
     store.put_hook(hook(HOOK_TRIPPED, "firehose"));
+    store.put_hook(hook(HOOK_PAUSED, "enabled"));
     // Ten failed attempts of the tripped hook in the breaker's window (final
     // rows themselves, so they are never candidates).
     for epoch in NOW - 100..NOW - 90 {
@@ -129,12 +133,20 @@ fn seed(store: &MemoryStore) -> Vec<u64> {
     // it on its own.
     add(queued(HOOK_TRIPPED, "not json"), None);
     add(queued(HOOK_TRIPPED, RETRY), None);
+    // Triage comes before the pause, so this one is failed all the same.
+    add(queued(HOOK_PAUSED, "not json"), None);
+    add(queued(HOOK_PAUSED, RETRY), None);
     add(queued(HOOK_OK, r#"{"retry":"never"}"#), None);
     ids
 }
 
 /// `explain`'s answer for a row, with the facts the admin tool would read.
-fn explained(windows: &Windows, store: &MemoryStore, row: &RequestRow) -> Verdict {
+fn explained(
+    windows: &Windows,
+    store: &MemoryStore,
+    pauses: &HookPauses,
+    row: &RequestRow,
+) -> Verdict {
     let hook = block_on(store.hook(&row.webhook_phid)).expect("the memory store answers");
     let since = windows.breaker().since(NOW);
     // As `breaker_failure_epochs` reads them: the hook's failed rows from
@@ -155,6 +167,8 @@ fn explained(windows: &Windows, store: &MemoryStore, row: &RequestRow) -> Verdic
         hook: hook.as_ref(),
         breaker_failure_epochs: &epochs,
         lock_holder: None,
+        // As the daemon's `GET /api/webhook/hooks` reports them.
+        paused_until: pauses.until(&row.webhook_phid),
     };
     explain(windows, NOW, &facts).verdict
 }
@@ -215,17 +229,18 @@ fn explain_says_what_the_dispatcher_does_row_by_row() {
     let ids = seed(&store);
     let before: Vec<RequestRow> = ids.iter().filter_map(|id| store.row(*id)).collect();
     assert_eq!(before.len(), ids.len());
-    let verdicts: Vec<Verdict> = before
-        .iter()
-        .map(|row| explained(&windows, &store, row))
-        .collect();
-
     let dispatcher = Dispatcher::new(
         Arc::new(store.clone()),
         Arc::clone(&transport) as Arc<dyn Transport>,
         Arc::new(clock.clone()) as Arc<dyn Clock>,
-        windows,
+        windows.clone(),
     );
+    let pauses = dispatcher.pauses();
+    pauses.start(HOOK_PAUSED, Duration::from_secs(60));
+    let verdicts: Vec<Verdict> = before
+        .iter()
+        .map(|row| explained(&windows, &store, &pauses, row))
+        .collect();
     one_poll(dispatcher, &clock);
 
     let mut fates = Vec::new();
@@ -249,5 +264,6 @@ fn explain_says_what_the_dispatcher_does_row_by_row() {
     }
     assert!(fates.contains(&Fate::Delivered));
     assert!(verdicts.iter().any(|v| v.code() == "breaker-open"));
+    assert!(verdicts.iter().any(|v| v.code() == "paused"));
     assert!(fates.contains(&Fate::LeftAlone));
 }

@@ -1,8 +1,12 @@
 //! `explain` on a seeded database: one row per verdict, judged at a fixed
 //! `--at` so every `until` is an exact number, by id and by PHID, as text
-//! and as JSON, with the payload and the signature (never the key).
+//! and as JSON, with the payload and the signature (never the key); and a
+//! hook the daemon paused for `Retry-After`, asked of a stand-in daemon,
+//! or a note when no daemon answers.
 
-use serde_json::Value;
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
 use webhook_core::{LastResult, NewRequest, RequestStatus};
 use webhook_test_support::{with_db, TestDb};
 
@@ -411,6 +415,88 @@ async fn a_held_hook_lock_is_noted_and_left_alone() {
         webhook_core::HookLock::release(Box::new(lock))
             .await
             .expect("release");
+    })
+    .await;
+}
+
+/// A stand-in daemon answering every request with `/api/webhook/hooks`'s
+/// body listing `paused`; returns its URL and the requests it got.
+async fn daemon_pausing(paused: Value) -> (String, tokio::task::JoinHandle<Vec<String>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let body = json!({"data": {"total": 3, "paused": paused}}).to_string();
+    let served = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.expect("accept");
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).await.expect("read") == 1 {
+            head.push(byte[0]);
+        }
+        let answer = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+             connection: close\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(answer.as_bytes()).await.expect("write");
+        vec![String::from_utf8_lossy(&head).into_owned()]
+    });
+    (url, served)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hook_the_daemon_paused_is_explained_from_the_daemons_answer() {
+    with_db(|db| async move {
+        db.insert_hook(&hook(HOOK_OK, "ok hook", "enabled")).await;
+        let id = db.insert_request(&fresh(HOOK_OK, "{}")).await.to_string();
+        let now = NOW.to_string();
+        let (url, served) = daemon_pausing(json!([
+            {"hookPHID": HOOK_OK, "until": NOW + 5, "reason": "retry-after"}
+        ]))
+        .await;
+        let env = db_env(&db, &[("GORGE_SERVICE_TOKEN", "t0ken")]);
+        let out = run(&env, &["explain", &id, "--at", &now, "--url", &url]).await;
+        assert_eq!(out.status, 0, "{out:?}");
+        assert!(
+            out.stdout.contains(
+                "verdict: paused (not being delivered now)\n  hook paused until \
+                 2023-11-14 22:13:25 UTC (1700000005, in 5s): its receiver answered 429 or 503 \
+                 with Retry-After"
+            ),
+            "{}",
+            out.stdout
+        );
+        let asked = served.await.expect("served");
+        assert!(asked[0].starts_with("GET /api/webhook/hooks "), "{asked:?}");
+        assert!(
+            asked[0]
+                .to_ascii_lowercase()
+                .contains("x-service-token: t0ken"),
+            "{asked:?}"
+        );
+
+        // Nobody listening: one note, and the database's verdict.
+        let closed = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let nobody = format!("http://{}", closed.local_addr().expect("addr"));
+        drop(closed);
+        let out = on_db(
+            &db,
+            &["explain", &id, "--json", "--at", &now, "--url", &nobody],
+        )
+        .await;
+        assert_eq!(out.status, 0, "{out:?}");
+        let json = out.json();
+        assert_eq!(json["verdict"]["code"], "eligible");
+        let notes = json["notes"].as_array().expect("notes");
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        let note = notes[0].as_str().unwrap_or_default();
+        assert!(
+            note.starts_with(&format!(
+                "the daemon at {nobody}/api/webhook/hooks could not say whether it paused this \
+                 hook (Retry-After): cannot connect"
+            )),
+            "{note}"
+        );
+        assert!(note.ends_with("judged from the database alone"), "{note}");
     })
     .await;
 }

@@ -17,6 +17,7 @@ mod outage;
 mod raw;
 mod reliability;
 mod requeue;
+mod retry_after;
 mod secrets;
 mod sessions;
 mod signatures;

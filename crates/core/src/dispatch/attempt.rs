@@ -96,6 +96,13 @@ impl Dispatcher {
             Err(failure) => (DeliveryResult::Failed(failure), Duration::ZERO),
         };
         self.count_result(&result);
+        if let DeliveryResult::Throttled {
+            status,
+            retry_after,
+        } = result
+        {
+            self.note_retry_after(row, status, retry_after);
+        }
         let now = self.clock.now();
         let Some((write, outcome)) = attempt_write(row.id, claim.version, properties, &result, now)
         else {
@@ -220,7 +227,9 @@ impl Dispatcher {
     fn count_result(&self, result: &DeliveryResult) {
         let counter = match result {
             r if r.is_success() => &self.metrics.delivered_ok,
-            DeliveryResult::Response { .. } => &self.metrics.delivered_http_error,
+            DeliveryResult::Response { .. } | DeliveryResult::Throttled { .. } => {
+                &self.metrics.delivered_http_error
+            }
             DeliveryResult::Timeout => &self.metrics.delivered_timeout,
             DeliveryResult::Failed(_) => &self.metrics.delivered_transport_error,
             DeliveryResult::Refused(_) => &self.metrics.hook_errors,

@@ -1,9 +1,10 @@
-//! The guard before every call (SPEC §5 step 6): the hook's named lock —
-//! taken once per run or kept between runs, refused while a claim of the
-//! hook may still be in flight, asked before each call whether it is still
-//! ours — and the hook's breaker, counted when the lock is taken and again
-//! after any failure. Together: no two deliverers ever call one hook at
-//! once, and a failing hook is not called.
+//! The guard before every call (SPEC §5 step 6): the hook's pause (its
+//! receiver's `Retry-After`, started here and asked first), the hook's
+//! named lock — taken once per run or kept between runs, refused while a
+//! claim of the hook may still be in flight, asked before each call whether
+//! it is still ours — and the hook's breaker, counted when the lock is
+//! taken and again after any failure. Together: no two deliverers ever
+//! call one hook at once, and a paused or failing hook is not called.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -12,7 +13,8 @@ use tracing::{debug, info, warn};
 
 use crate::events::EventKind;
 use crate::metrics::bump;
-use crate::model::RequestRow;
+use crate::model::{RequestRow, UnixTime};
+use crate::pause::whole_secs;
 use crate::store::HookLock;
 
 use super::hook_run::HookRun;
@@ -20,10 +22,14 @@ use super::Dispatcher;
 use super::LOG_TARGET;
 
 impl Dispatcher {
-    /// SPEC §5 step 6: the per-hook lock (kept for the rest of the run, and
-    /// checked before each call: see [`Self::lock_still_ours`]) and the
-    /// breaker.
+    /// SPEC §5 step 6: the hook's pause, the per-hook lock (kept for the
+    /// rest of the run, and checked before each call: see
+    /// [`Self::lock_still_ours`]) and the breaker.
     pub(super) async fn may_call(&self, run: &mut HookRun, hook_phid: &str) -> bool {
+        if let Some(until) = self.paused_until(hook_phid) {
+            debug!(target: LOG_TARGET, event = "hook_paused_skip", hook = %hook_phid, until);
+            return false;
+        }
         if run.lock.is_none() {
             match self.store.lock_hook(hook_phid).await {
                 Ok(Some(lock)) => {
@@ -127,6 +133,45 @@ impl Dispatcher {
         let waited = self.clock.monotonic().saturating_sub(claimed_at);
         self.leave_to_lease(row, waited, "lock_lost");
         false
+    }
+
+    /// When `hook_phid`'s pause ends, if it is paused now; keeps the
+    /// paused-hooks gauge current.
+    pub(super) fn paused_until(&self, hook_phid: &str) -> Option<UnixTime> {
+        let until = self.pauses.until(hook_phid);
+        self.count_paused();
+        until
+    }
+
+    pub(super) fn count_paused(&self) {
+        self.metrics
+            .paused_hooks
+            .store(self.pauses.len() as u64, Ordering::Relaxed);
+    }
+
+    /// A 429 or 503 with `Retry-After`: the hook is paused within the
+    /// configured bounds (or not at all when they say to ignore it), said
+    /// once per pause.
+    pub(super) fn note_retry_after(&self, row: &RequestRow, status: u16, asked: Duration) {
+        let Some(pause) = self.windows.retry_after_pause(asked) else {
+            return;
+        };
+        let until = self.pauses.start(&row.webhook_phid, pause);
+        bump(&self.metrics.retry_after_pauses);
+        self.count_paused();
+        let seconds = whole_secs(pause);
+        warn!(target: LOG_TARGET, event = "hook_paused", hook = %row.webhook_phid, request = %row.phid,
+              status, retry_after_secs = asked.as_secs(), pause_secs = seconds, until,
+              "the receiver asked to slow down: none of this hook's rows is sent until then");
+        self.emit(
+            Some(&row.phid),
+            Some(&row.webhook_phid),
+            EventKind::HookPaused {
+                status,
+                seconds,
+                until,
+            },
+        );
     }
 
     /// Logs breaker transitions once each, never per row or per tick.

@@ -13,7 +13,7 @@
 //! - `hook_run`: one hook's rows, one at a time: SPEC §5's steps in order;
 //! - `prepare`: steps 1–5 (the [`triage`](crate::triage()), the hook
 //!   lookup, the URI) and the object check;
-//! - `guard`: the hook's lock and its breaker, before every call;
+//! - `guard`: the hook's pause, lock and breaker, before every call;
 //! - `claim_group`: rows claimed together, and the hook's pace;
 //! - `attempt`: the POST and what it says;
 //! - `write_back`: storing a result, with retries;
@@ -47,6 +47,7 @@ use crate::hold::SilentMode;
 use crate::metrics::Metrics;
 use crate::model::UnixTime;
 use crate::objects::{PhorgeObjects, Unseen};
+use crate::pause::HookPauses;
 use crate::signing::{Signer, SigningSettings};
 use crate::store::Store;
 use crate::transport::Transport;
@@ -68,6 +69,8 @@ pub struct Dispatcher {
     windows: Windows,
     metrics: Arc<Metrics>,
     open_breakers: Mutex<HashSet<String>>,
+    /// Hooks whose receiver asked for a pause (`Retry-After`).
+    pauses: Arc<HookPauses>,
     hooks: Mutex<HashMap<String, CachedHook>>,
     silent_mode: Option<Arc<SilentMode>>,
     objects: Option<Arc<dyn PhorgeObjects>>,
@@ -110,6 +113,7 @@ impl Dispatcher {
         Self {
             store,
             transport,
+            pauses: Arc::new(HookPauses::new(Arc::clone(&clock))),
             clock,
             windows,
             metrics: Arc::new(Metrics::default()),
@@ -174,6 +178,12 @@ impl Dispatcher {
     /// The live counters, for a metrics endpoint.
     pub fn metrics(&self) -> Arc<Metrics> {
         Arc::clone(&self.metrics)
+    }
+
+    /// The hooks paused now by their receiver's `Retry-After`, for a
+    /// diagnostics endpoint.
+    pub fn pauses(&self) -> Arc<HookPauses> {
+        Arc::clone(&self.pauses)
     }
 
     /// The windows in force.

@@ -51,8 +51,8 @@ impl Dispatcher {
 
     /// A claimed row that will not be sent now: it is retried once its
     /// lease ends, like a row whose deliverer died.
-    /// `reason`: `late` (past the budget), `run_stopped` (breaker open,
-    /// store error), `lock_lost` (the lock's session broke) or
+    /// `reason`: `late` (past the budget), `run_stopped` (hook paused,
+    /// breaker open, store error), `lock_lost` (the lock's session broke) or
     /// `local_failure` (this host could not make the call).
     pub(super) fn leave_to_lease(&self, row: &RequestRow, waited: Duration, reason: &'static str) {
         bump(&self.metrics.claims_unused);

@@ -253,6 +253,7 @@ impl Dispatcher {
         last_poll: &mut LastPoll,
     ) -> Found {
         backlog.end_exclusions(self.clock.monotonic());
+        self.count_paused();
         let mut query = CandidateQuery {
             cutoffs: self.windows.cutoffs(self.clock.now()),
             limit,

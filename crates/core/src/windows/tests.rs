@@ -25,6 +25,25 @@ fn defaults_are_valid_and_match_the_spec() {
     );
     assert_eq!(windows.settings().claim_lease_secs, 30);
     assert_eq!(windows.settings().retry_backoff_secs, 60);
+    assert_eq!(windows.settings().retry_after_max_secs, 3600);
+}
+
+#[test]
+fn a_retry_after_pause_is_clamped_to_one_second_up_to_the_maximum() {
+    let pause = |max: u64, asked: u64| {
+        Windows::try_new(Settings {
+            retry_after_max_secs: max,
+            ..Settings::default()
+        })
+        .expect("valid")
+        .retry_after_pause(Duration::from_secs(asked))
+    };
+    let secs = |n: u64| Some(Duration::from_secs(n));
+    assert_eq!(pause(3600, 5), secs(5));
+    assert_eq!(pause(3600, 0), secs(1), "0 still means not at once");
+    assert_eq!(pause(3600, u64::MAX), secs(3600));
+    assert_eq!(pause(10, 60), secs(10));
+    assert_eq!(pause(0, 5), None, "0 ignores Retry-After");
 }
 
 #[test]
@@ -162,6 +181,13 @@ fn bad_values_name_the_variable() {
                 ..Settings::default()
             },
             "GORGE_WEBHOOK_CLAIM_LEASE_SEC",
+        ),
+        (
+            Settings {
+                retry_after_max_secs: 86_401,
+                ..Settings::default()
+            },
+            "GORGE_WEBHOOK_RETRY_AFTER_MAX_SEC",
         ),
     ];
     for (settings, name) in cases {

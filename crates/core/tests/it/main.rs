@@ -5,6 +5,7 @@
 mod dispatcher;
 mod objects;
 mod reliability;
+mod retry_after;
 mod signing;
 mod simulation;
 mod support;

@@ -43,6 +43,7 @@ fn settings() -> Settings {
         breaker_threshold: 4,
         retry_backoff_secs: 3,
         claim_lease_secs: 5,
+        retry_after_max_secs: 3600,
         batch_size: 8,
     }
 }

@@ -34,6 +34,17 @@ impl Reply {
         }
     }
 
+    /// A 429 or 503 whose `Retry-After` asked for `retry_after`.
+    pub fn throttled(status: u16, retry_after: Duration) -> Self {
+        Self {
+            latency: Duration::ZERO,
+            result: DeliveryResult::Throttled {
+                status,
+                retry_after,
+            },
+        }
+    }
+
     pub fn after(mut self, latency: Duration) -> Self {
         self.latency = latency;
         self

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use http::{Method, Response};
 use http_body_util::BodyExt;
@@ -200,4 +200,79 @@ async fn idle_connections_are_dropped_after_the_idle_timeout() {
     let result = deliver(&transport, outbound(&server.url("/"), GUARD)).await;
     assert_eq!(result, DeliveryResult::Response { status: 200 });
     assert_eq!(server.accepts(), 2);
+}
+
+/// A response with this status and `Retry-After` value.
+fn retry_after(status: u16, value: &str) -> Response<ResponseBody> {
+    let mut response = respond(status, "slow down");
+    response.headers_mut().insert(
+        http::header::RETRY_AFTER,
+        value.parse().expect("a header value"),
+    );
+    response
+}
+
+#[tokio::test]
+async fn a_final_429_or_503_with_retry_after_reports_the_wait() {
+    let server = http_server(handler(|recorded| async move {
+        let in_an_hour = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(3_600));
+        match recorded.path.as_str() {
+            "/429-seconds" => retry_after(429, "5"),
+            "/503-date" => retry_after(503, &in_an_hour),
+            "/429-past" => retry_after(429, "Sun, 06 Nov 1994 08:49:37 GMT"),
+            "/429-garbage" => retry_after(429, "soon"),
+            "/500-seconds" => retry_after(500, "5"),
+            "/200-seconds" => retry_after(200, "5"),
+            "/302-seconds" => {
+                let mut hop = redirect(302, "/429-plain");
+                hop.headers_mut()
+                    .insert(http::header::RETRY_AFTER, "5".parse().expect("value"));
+                hop
+            }
+            "/302-then-429" => redirect(302, "/429-seconds"),
+            "/429-plain" => respond(429, "slow down"),
+            other => panic!("unexpected path {other}"),
+        }
+    }))
+    .await;
+    let transport = transport(local_config());
+    let result = |path: &'static str| {
+        let request = outbound(&server.url(path), GUARD);
+        let transport = &transport;
+        async move { deliver(transport, request).await }
+    };
+    let throttled = |status, secs| DeliveryResult::Throttled {
+        status,
+        retry_after: Duration::from_secs(secs),
+    };
+    assert_eq!(result("/429-seconds").await, throttled(429, 5));
+    match result("/503-date").await {
+        DeliveryResult::Throttled {
+            status: 503,
+            retry_after,
+        } => assert!(
+            (3_590..=3_600).contains(&retry_after.as_secs()),
+            "{retry_after:?}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    for (path, status) in [
+        ("/429-past", 429),
+        ("/429-garbage", 429),
+        ("/429-plain", 429),
+        ("/500-seconds", 500),
+        ("/200-seconds", 200),
+        ("/302-seconds", 429),
+    ] {
+        assert_eq!(
+            result(path).await,
+            DeliveryResult::Response { status },
+            "{path}"
+        );
+    }
+    assert_eq!(
+        result("/302-then-429").await,
+        throttled(429, 5),
+        "after redirects"
+    );
 }
