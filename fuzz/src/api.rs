@@ -407,7 +407,7 @@ impl Model<'_> {
                 if take(&mut self.hook_count_failures) {
                     return internal();
                 }
-                ok(json!({"data": {"total": self.setup.hooks.len(), "paused": []}}))
+                ok(json!({"data": {"total": self.setup.hooks.len(), "paused": [], "keyGrace": []}}))
             }
             "/metrics" => {
                 // The queue gauge is left out when the store fails; the

@@ -94,9 +94,17 @@ pub enum Command {
     #[command(after_help = format!("{ENVIRONMENT_HELP}\n\n{EXIT_STATUS_HELP}"))]
     Stats(Output),
 
-    /// Every hook: name, PHID, status, queued and failed rows, and whether
-    /// its breaker is open now. URIs only with --show-uri; keys never.
-    #[command(after_help = format!("{ENVIRONMENT_HELP}\n\n{EXIT_STATUS_HELP}"))]
+    /// Every hook: name, PHID, status, queued and failed rows, whether its
+    /// breaker is open now, and what the daemon knows of it (a Retry-After
+    /// pause, a key grace). URIs only with --show-uri; keys never.
+    #[command(after_help = format!(
+        "The DAEMON column comes from the daemon's memory, not the database: a pause after \
+         its receiver answered 429 or 503 with Retry-After, and a key grace (the hook's HMAC \
+         key changed and the previous key signs too until GORGE_WEBHOOK_KEY_GRACE_SEC has \
+         passed). hooks asks the daemon (GET /api/webhook/hooks at --url, else 127.0.0.1 at \
+         GORGE_LISTEN_ADDR's port, with GORGE_SERVICE_TOKEN); when it cannot, it says so in \
+         one note.\n\n{ENVIRONMENT_HELP}\n\n{EXIT_STATUS_HELP}"
+    ))]
     Hooks {
         /// Script-friendly output.
         #[command(flatten)]
@@ -104,6 +112,10 @@ pub enum Command {
         /// Also show each hook's URI (it may contain credentials).
         #[arg(long)]
         show_uri: bool,
+        /// The daemon's diagnostics address, asked for its pauses and key
+        /// graces (e.g. http://127.0.0.1:8160).
+        #[arg(long, value_name = "URL")]
+        url: Option<String>,
     },
 
     /// Why this request is or is not being delivered right now, by the

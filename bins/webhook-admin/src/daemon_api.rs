@@ -1,9 +1,10 @@
 //! The admin tool's one plain request to the daemon's diagnostics API
-//! besides `watch`'s stream: `GET /api/webhook/hooks`, for its `paused`
-//! list — the hooks a daemon paused because their receiver sent
-//! `Retry-After`, which live in that daemon's memory, not in the database.
-//! `explain` asks it; every failure comes back as one sentence, never as an
-//! error of the command. Bounded in time; it changes nothing in the daemon.
+//! besides `watch`'s stream: `GET /api/webhook/hooks`, for what lives in
+//! that daemon's memory, not in the database: its `paused` list (hooks
+//! whose receiver sent `Retry-After`) and its `keyGrace` list (hooks whose
+//! previous HMAC key still signs). `explain` and `hooks` ask it; every
+//! failure comes back as one sentence, never as an error of the command.
+//! Bounded in time; it changes nothing in the daemon.
 
 use std::collections::HashMap;
 
@@ -26,12 +27,20 @@ const BODY_LIMIT: usize = 1 << 20;
 /// Why the daemon could not say, in words for one line.
 pub type Unreachable = String;
 
-/// The hooks `url`'s daemon has paused now, by PHID, with when each pause
-/// ends.
-pub async fn paused_hooks(
+/// What a daemon knows of hooks that the database does not, by hook PHID.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DaemonHooks {
+    /// When each Retry-After pause ends.
+    pub paused: HashMap<String, UnixTime>,
+    /// When each previous key stops signing.
+    pub key_grace: HashMap<String, UnixTime>,
+}
+
+/// What `url`'s daemon knows of its hooks now.
+pub async fn daemon_hooks(
     url: &StreamUrl,
     token: Option<&str>,
-) -> Result<HashMap<String, UnixTime>, Unreachable> {
+) -> Result<DaemonHooks, Unreachable> {
     let asked = async {
         let tcp = TcpStream::connect((url.host.as_str(), url.port))
             .await
@@ -78,8 +87,9 @@ pub async fn paused_hooks(
         .unwrap_or_else(|_| Err(format!("no answer within {CONNECT_TIMEOUT:?}")))
 }
 
-/// `{"data":{"total":N,"paused":[{"hookPHID":…,"until":…},…]}}`.
-fn parse(body: &[u8]) -> Result<HashMap<String, UnixTime>, Unreachable> {
+/// `{"data":{"total":N,"paused":[{"hookPHID":…,"until":…},…],"keyGrace":[…]}}`;
+/// a daemon older than key graces sends no `keyGrace` (none, then).
+fn parse(body: &[u8]) -> Result<DaemonHooks, Unreachable> {
     let value: Value =
         serde_json::from_slice(body).map_err(|_| "the answer is not JSON".to_owned())?;
     let Some(paused) = value["data"]["paused"].as_array() else {
@@ -87,10 +97,20 @@ fn parse(body: &[u8]) -> Result<HashMap<String, UnixTime>, Unreachable> {
             "the answer has no paused list (a daemon older than Retry-After pauses?)".into(),
         );
     };
-    Ok(paused
+    let key_grace = value["data"]["keyGrace"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice);
+    Ok(DaemonHooks {
+        paused: by_hook(paused),
+        key_grace: by_hook(key_grace),
+    })
+}
+
+fn by_hook(entries: &[Value]) -> HashMap<String, UnixTime> {
+    entries
         .iter()
         .filter_map(|p| Some((p["hookPHID"].as_str()?.to_owned(), p["until"].as_u64()?)))
-        .collect())
+        .collect()
 }
 
 /// `http://host:port/api/webhook/hooks`, for messages.
@@ -103,12 +123,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_paused_list_is_read_by_hook() {
-        let body = br#"{"data":{"total":2,"paused":[{"hookPHID":"PHID-HWBH-a","until":1700000005,"reason":"retry-after"}]}}"#;
+    fn the_paused_and_key_grace_lists_are_read_by_hook() {
+        let body = br#"{"data":{"total":2,"paused":[{"hookPHID":"PHID-HWBH-a","until":1700000005,"reason":"retry-after"}],"keyGrace":[{"hookPHID":"PHID-HWBH-b","until":1700086400}]}}"#;
         assert_eq!(
             parse(body),
-            Ok(HashMap::from([("PHID-HWBH-a".to_owned(), 1_700_000_005)]))
+            Ok(DaemonHooks {
+                paused: HashMap::from([("PHID-HWBH-a".to_owned(), 1_700_000_005)]),
+                key_grace: HashMap::from([("PHID-HWBH-b".to_owned(), 1_700_086_400)]),
+            })
         );
+        let older = br#"{"data":{"total":2,"paused":[]}}"#;
+        assert_eq!(parse(older), Ok(DaemonHooks::default()));
         assert!(parse(br#"{"data":{"total":2}}"#).is_err());
         assert!(parse(b"<html>").is_err());
     }

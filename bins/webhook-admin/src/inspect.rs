@@ -15,7 +15,7 @@ use webhook_core::{
 use webhook_store_mysql::{HookSummary, MysqlReader};
 
 use crate::clock::{moment, utc};
-use crate::daemon_api;
+use crate::daemon_api::{self, DaemonHooks};
 use crate::error::{exit, AdminError};
 use crate::explain::{explain, row_summary, Explanation, Facts};
 use crate::out::{emit, emit_bytes, emit_line};
@@ -153,14 +153,23 @@ struct HookView {
     closes_about: Option<UnixTime>,
 }
 
-/// `hooks`: the API's total plus a per-hook view.
+/// `hooks`: the API's total plus a per-hook view, with what the daemon
+/// knows of each (a Retry-After pause, a key grace) when it can be asked.
 pub async fn hooks(
     db: &Db,
     config: &AdminConfig,
     now: UnixTime,
     json_out: bool,
     show_uri: bool,
+    daemon: &DaemonAsk,
 ) -> Result<u8, AdminError> {
+    let (known, daemon_note) = match daemon
+        .hooks("which hooks it paused (Retry-After) or signs with a previous key too")
+        .await
+    {
+        Ok(known) => (known, None),
+        Err(note) => (DaemonHooks::default(), Some(note)),
+    };
     let breaker = config.windows.breaker();
     let since = breaker.since(now);
     let total = db.reader.hook_count().await.map_err(|e| db.fail(e))?;
@@ -206,6 +215,8 @@ pub async fn hooks(
                     "breakerWindowSecs": breaker.window_secs,
                     "breakerOpen": v.open,
                     "breakerClosesAbout": v.closes_about,
+                    "pausedUntil": known.paused.get(&s.phid),
+                    "keyGraceUntil": known.key_grace.get(&s.phid),
                 });
                 if show_uri {
                     hook["uri"] = Value::from(s.uri.as_str());
@@ -213,7 +224,11 @@ pub async fn hooks(
                 hook
             })
             .collect();
-        emit_line(json!({"data": {"total": total, "hooks": hooks}}))?;
+        let mut data = json!({"total": total, "hooks": hooks});
+        if let Some(note) = &daemon_note {
+            data["daemonNote"] = Value::from(note.as_str());
+        }
+        emit_line(json!({ "data": data }))?;
         return Ok(exit::OK);
     }
 
@@ -229,12 +244,15 @@ pub async fn hooks(
         breaker.window_secs,
         utc(now)
     );
+    if let Some(note) = &daemon_note {
+        text.push_str(&format!("note: {note}\n"));
+    }
     if views.is_empty() {
         emit(&text)?;
         return Ok(exit::OK);
     }
     let mut header = vec![
-        "ID", "NAME", "PHID", "STATUS", "QUEUED", "FAILED", "BREAKER",
+        "ID", "NAME", "PHID", "STATUS", "QUEUED", "FAILED", "BREAKER", "DAEMON",
     ];
     if show_uri {
         header.push("URI");
@@ -260,6 +278,7 @@ pub async fn hooks(
             s.queued.to_string(),
             s.failed.to_string(),
             state,
+            daemon_state(&known, &s.phid, now),
         ];
         if show_uri {
             line.push(s.uri.clone());
@@ -269,6 +288,28 @@ pub async fn hooks(
     text.push_str(&columns(&table));
     emit(&text)?;
     Ok(exit::OK)
+}
+
+/// What the daemon said of one hook, for the `DAEMON` column.
+fn daemon_state(known: &DaemonHooks, hook: &str, now: UnixTime) -> String {
+    let mut parts = Vec::new();
+    if let Some(until) = known.paused.get(hook) {
+        parts.push(format!(
+            "paused (Retry-After) until {}",
+            moment(*until, now)
+        ));
+    }
+    if let Some(until) = known.key_grace.get(hook) {
+        parts.push(format!(
+            "previous key signs too until {}",
+            moment(*until, now)
+        ));
+    }
+    if parts.is_empty() {
+        "-".to_owned()
+    } else {
+        parts.join("; ")
+    }
 }
 
 /// Left-aligned columns two spaces apart; the last column is not padded.
@@ -360,20 +401,28 @@ pub struct DaemonAsk {
 }
 
 impl DaemonAsk {
-    /// When the daemon's pause of `hook` ends, if it has one; or, when the
-    /// daemon could not say, the one-line note that says so.
-    async fn pause_of(&self, hook: &str) -> Result<Option<UnixTime>, String> {
+    /// What the daemon knows of its hooks; or, when it could not say, the
+    /// one-line note that says so, about `what` it was asked for.
+    async fn hooks(&self, what: &str) -> Result<DaemonHooks, String> {
         let url = self.url.as_ref().map_err(|why| {
-            format!("the daemon was not asked whether it paused this hook (Retry-After): {why}; judged from the database alone")
+            format!("the daemon was not asked {what}: {why}; judged from the database alone")
         })?;
-        match daemon_api::paused_hooks(url, self.token.as_deref()).await {
-            Ok(paused) => Ok(paused.get(hook).copied()),
-            Err(why) => Err(format!(
-                "the daemon at {} could not say whether it paused this hook (Retry-After): \
-                 {why}; judged from the database alone",
-                daemon_api::hooks_url(url)
-            )),
-        }
+        daemon_api::daemon_hooks(url, self.token.as_deref())
+            .await
+            .map_err(|why| {
+                format!(
+                    "the daemon at {} could not say {what}: {why}; judged from the database alone",
+                    daemon_api::hooks_url(url)
+                )
+            })
+    }
+
+    /// When the daemon's pause of `hook` ends, if it has one; or the note.
+    async fn pause_of(&self, hook: &str) -> Result<Option<UnixTime>, String> {
+        let hooks = self
+            .hooks("whether it paused this hook (Retry-After)")
+            .await?;
+        Ok(hooks.paused.get(hook).copied())
     }
 }
 

@@ -122,12 +122,17 @@ fn run(cli: Cli) -> Result<u8, AdminError> {
             let (_, db, rt) = open_db()?;
             rt.block_on(closing(&db, inspect::stats(&db, output.json)))
         }
-        Command::Hooks { output, show_uri } => {
+        Command::Hooks {
+            output,
+            show_uri,
+            url,
+        } => {
+            let daemon = daemon_ask(url)?;
             let (config, db, rt) = open_db()?;
             let now = clock::now();
             rt.block_on(closing(
                 &db,
-                inspect::hooks(&db, &config, now, output.json, show_uri),
+                inspect::hooks(&db, &config, now, output.json, show_uri, &daemon),
             ))
         }
         Command::Explain {
@@ -137,14 +142,7 @@ fn run(cli: Cli) -> Result<u8, AdminError> {
             url,
         } => {
             let which = RequestRef::parse(&request)?;
-            let daemon = DaemonAsk {
-                url: match url {
-                    Some(url) => Ok(watch::StreamUrl::parse(&url)?),
-                    None => watch::StreamUrl::from_listen_addr(env_lookup(LISTEN.name).as_deref())
-                        .map_err(|err| err.to_string()),
-                },
-                token: env_lookup(SERVICE_TOKEN.name),
-            };
+            let daemon = daemon_ask(url)?;
             let (config, db, rt) = open_db()?;
             let now = at.unwrap_or_else(clock::now);
             rt.block_on(closing(
@@ -200,6 +198,20 @@ fn run(cli: Cli) -> Result<u8, AdminError> {
 }
 
 /// A single-threaded runtime: the tool runs one statement at a time.
+/// Where `explain` and `hooks` ask the daemon what lives in its memory:
+/// `--url`, else `GORGE_LISTEN_ADDR` on loopback, with
+/// `GORGE_SERVICE_TOKEN`.
+fn daemon_ask(url: Option<String>) -> Result<DaemonAsk, AdminError> {
+    Ok(DaemonAsk {
+        url: match url {
+            Some(url) => Ok(watch::StreamUrl::parse(&url)?),
+            None => watch::StreamUrl::from_listen_addr(env_lookup(LISTEN.name).as_deref())
+                .map_err(|err| err.to_string()),
+        },
+        token: env_lookup(SERVICE_TOKEN.name),
+    })
+}
+
 fn runtime() -> Result<tokio::runtime::Runtime, AdminError> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()

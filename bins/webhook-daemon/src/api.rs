@@ -25,7 +25,7 @@ use ring::hmac;
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 use tracing::warn;
-use webhook_core::{HookPauses, Metrics, QueueStats, Store, StoreError};
+use webhook_core::{HookPauses, Metrics, QueueStats, Store, StoreError, UnixTime};
 use webhook_store_mysql::AdoptionTotals;
 
 use crate::handoff::{self, HandOff};
@@ -151,6 +151,7 @@ pub struct Api {
     rows_unreadable: Option<RowsUnreadable>,
     adoption: Option<AdoptionCounts>,
     pauses: Option<Arc<HookPauses>>,
+    key_grace: Option<KeysInGrace>,
 }
 
 impl std::fmt::Debug for Api {
@@ -175,6 +176,10 @@ enum Unanswered {
 
 /// Reads the store's count of candidate rows skipped as unreadable.
 pub type RowsUnreadable = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// Reads the hooks whose previous HMAC key still signs, with when it
+/// stops ([`webhook_core::signing`]).
+pub type KeysInGrace = Arc<dyn Fn() -> Vec<(String, UnixTime)> + Send + Sync>;
 
 /// Reads task adoption's totals.
 pub type AdoptionCounts = Arc<dyn Fn() -> Option<AdoptionTotals> + Send + Sync>;
@@ -228,6 +233,7 @@ impl Api {
             rows_unreadable: None,
             adoption: None,
             pauses: None,
+            key_grace: None,
             db_turns: Semaphore::new(DB_ROUTES_AT_ONCE),
         }
     }
@@ -271,6 +277,13 @@ impl Api {
     /// `/api/webhook/hooks`; without them the list is empty.
     pub fn with_pauses(mut self, pauses: Arc<HookPauses>) -> Self {
         self.pauses = Some(pauses);
+        self
+    }
+
+    /// Lists the hooks in a key grace in `/api/webhook/hooks`; without it
+    /// the list is empty.
+    pub fn with_key_grace(mut self, keys: KeysInGrace) -> Self {
+        self.key_grace = Some(keys);
         self
     }
 
@@ -438,9 +451,15 @@ impl Api {
                         json!({"hookPHID": pause.hook, "until": pause.until, "reason": "retry-after"})
                     })
                     .collect();
+                let key_grace: Vec<Value> = self
+                    .key_grace
+                    .iter()
+                    .flat_map(|keys| keys())
+                    .map(|(hook, until)| json!({"hookPHID": hook, "until": until}))
+                    .collect();
                 Reply::json(
                     StatusCode::OK,
-                    &json!({"data": {"total": total, "paused": paused}}),
+                    &json!({"data": {"total": total, "paused": paused, "keyGrace": key_grace}}),
                 )
             }
             Err(why) => unanswered("hooks", why),
@@ -628,13 +647,23 @@ mod tests {
                 200,
                 json!({"data": {"total": 1, "paused": [
                     {"hookPHID": "PHID-HWBH-b", "until": 1_700_000_005u64, "reason": "retry-after"}
-                ]}})
+                ], "keyGrace": []}})
             )
         );
         clock.advance(std::time::Duration::from_secs(5));
         assert_eq!(
             get(&api, "/api/webhook/hooks", None, None).await.1["data"]["paused"],
             json!([])
+        );
+    }
+
+    #[tokio::test]
+    async fn hooks_lists_the_hooks_in_a_key_grace() {
+        let (api, _) = api("", Ok(()));
+        let api = api.with_key_grace(Arc::new(|| vec![("PHID-HWBH-k".to_owned(), 1_700_086_400)]));
+        assert_eq!(
+            get(&api, "/api/webhook/hooks", None, None).await.1["data"]["keyGrace"],
+            json!([{"hookPHID": "PHID-HWBH-k", "until": 1_700_086_400u64}])
         );
     }
 
@@ -659,7 +688,10 @@ mod tests {
         );
         assert_eq!(
             get(&api, "/api/webhook/hooks", None, None).await,
-            (200, json!({"data": {"total": 1, "paused": []}}))
+            (
+                200,
+                json!({"data": {"total": 1, "paused": [], "keyGrace": []}})
+            )
         );
         let (status, body) = get(&api, "/nope", None, None).await;
         assert_eq!(

@@ -174,6 +174,10 @@ pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
         .with_handoff(Arc::clone(&handoff))
         .with_events(Arc::clone(&events))
         .with_pauses(dispatcher.pauses())
+        .with_key_grace({
+            let dispatcher = Arc::clone(&dispatcher);
+            Arc::new(move || dispatcher.keys_in_grace())
+        })
         .with_rows_unreadable({
             let store = Arc::clone(&store);
             Arc::new(move || store.rows_unreadable())

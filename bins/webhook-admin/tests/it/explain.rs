@@ -419,12 +419,12 @@ async fn a_held_hook_lock_is_noted_and_left_alone() {
     .await;
 }
 
-/// A stand-in daemon answering every request with `/api/webhook/hooks`'s
-/// body listing `paused`; returns its URL and the requests it got.
-async fn daemon_pausing(paused: Value) -> (String, tokio::task::JoinHandle<Vec<String>>) {
+/// A stand-in daemon answering one request with `/api/webhook/hooks`'s
+/// body holding `data`; returns its URL and the request it got.
+pub(crate) async fn stand_in_daemon(data: Value) -> (String, tokio::task::JoinHandle<Vec<String>>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("addr"));
-    let body = json!({"data": {"total": 3, "paused": paused}}).to_string();
+    let body = json!({ "data": data }).to_string();
     let served = tokio::spawn(async move {
         let (mut stream, _) = listener.accept().await.expect("accept");
         let mut head = Vec::new();
@@ -449,9 +449,9 @@ async fn a_hook_the_daemon_paused_is_explained_from_the_daemons_answer() {
         db.insert_hook(&hook(HOOK_OK, "ok hook", "enabled")).await;
         let id = db.insert_request(&fresh(HOOK_OK, "{}")).await.to_string();
         let now = NOW.to_string();
-        let (url, served) = daemon_pausing(json!([
+        let (url, served) = stand_in_daemon(json!({"total": 3, "paused": [
             {"hookPHID": HOOK_OK, "until": NOW + 5, "reason": "retry-after"}
-        ]))
+        ], "keyGrace": []}))
         .await;
         let env = db_env(&db, &[("GORGE_SERVICE_TOKEN", "t0ken")]);
         let out = run(&env, &["explain", &id, "--at", &now, "--url", &url]).await;

@@ -6,6 +6,7 @@ use serde_json::json;
 use webhook_core::{LastResult, NewRequest, RequestStatus, Store};
 use webhook_test_support::{with_db, TestDb};
 
+use crate::explain::stand_in_daemon;
 use crate::support::{db_env, hook, on_db, run, KEY};
 
 const ALPHA: &str = "PHID-HWBH-alphaaaaaaaaaaaaaaaa";
@@ -124,6 +125,61 @@ async fn hooks_show_counts_and_breakers_without_uris_or_keys() {
         );
         assert!(text.stdout.contains("closed 0/10"), "{}", text.stdout);
         assert!(!text.stdout.contains("uri-secret") && !text.stdout.contains(KEY));
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hooks_show_what_the_daemon_knows_pauses_and_key_graces_or_say_it_could_not_ask() {
+    with_db(|db| async move {
+        seed(&db).await;
+        let until = db.now().await + 3_600;
+        let (url, served) = stand_in_daemon(json!({"total": 3, "paused": [
+            {"hookPHID": BETA, "until": until, "reason": "retry-after"}
+        ], "keyGrace": [{"hookPHID": ALPHA, "until": until}]}))
+        .await;
+        let out = on_db(&db, &["hooks", "--json", "--url", &url]).await;
+        assert_eq!(out.status, 0, "{out:?}");
+        served.await.expect("asked once");
+        let json = out.json();
+        let hooks = json["data"]["hooks"].as_array().expect("hooks").clone();
+        let by_phid = |phid: &str| {
+            hooks
+                .iter()
+                .find(|h| h["phid"] == phid)
+                .cloned()
+                .unwrap_or_else(|| panic!("{phid} listed"))
+        };
+        assert_eq!(by_phid(ALPHA)["keyGraceUntil"], until);
+        assert_eq!(by_phid(ALPHA)["pausedUntil"], json!(null));
+        assert_eq!(by_phid(BETA)["pausedUntil"], until);
+        assert_eq!(by_phid(GAMMA)["keyGraceUntil"], json!(null));
+        assert_eq!(json["data"].get("daemonNote"), None);
+
+        let (url, _served) = stand_in_daemon(json!({"total": 3, "paused": [],
+            "keyGrace": [{"hookPHID": ALPHA, "until": until}]}))
+        .await;
+        let text = on_db(&db, &["hooks", "--url", &url]).await.stdout;
+        let alpha = text
+            .lines()
+            .find(|l| l.contains(ALPHA))
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(alpha.contains("previous key signs too until"), "{text}");
+
+        let closed = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let nobody = format!("http://{}", closed.local_addr().expect("addr"));
+        drop(closed);
+        let text = on_db(&db, &["hooks", "--url", &nobody]).await;
+        assert_eq!(text.status, 0, "{text:?}");
+        assert!(
+            text.stdout.contains(&format!(
+                "note: the daemon at {nobody}/api/webhook/hooks could not say"
+            )),
+            "{}",
+            text.stdout
+        );
     })
     .await;
 }

@@ -121,6 +121,13 @@ async fn after_phorge_regenerates_a_key_both_keys_verify_during_the_grace() {
             );
         };
         wait_log(&daemon, "hook_key_changed").await;
+        let hooks = daemon.get("/api/webhook/hooks", &[]).await;
+        let hooks: serde_json::Value = serde_json::from_str(&hooks.text()).expect("JSON");
+        let grace = &hooks["data"]["keyGrace"];
+        assert_eq!(grace[0]["hookPHID"], HOOK, "{hooks}");
+        let until = grace[0]["until"].as_u64().unwrap_or(0);
+        let now = db.now().await;
+        assert!((now + 86_300..=now + 86_400).contains(&until), "a day's grace: {hooks}");
         assert!(
             verifies(NEW_KEY, &second),
             "a receiver that switched: {:?}",
