@@ -14,11 +14,12 @@ use std::collections::HashMap;
 use ipnet::IpNet;
 use serde_json::{json, Value};
 use webhook_core::setting::{Lookup, SettingInfo};
+use webhook_core::signing::{KEY_GRACE, STANDARD_SIGNATURES};
 use webhook_core::windows::{
     BATCH_SIZE, BREAKER_THRESHOLD, BREAKER_WINDOW, CLAIM_LEASE, DELIVERY_TIMEOUT, MAX_CONCURRENT,
     POLL_INTERVAL, RETRY_AFTER_MAX, RETRY_BACKOFF,
 };
-use webhook_core::WindowWarning;
+use webhook_core::{StandardScope, WindowWarning};
 use webhook_daemon::config::{own_variables, variables, SERVICE_TOKEN};
 use webhook_store_mysql::config as mysql;
 use webhook_store_mysql::local_config::LOCAL_CONFIG;
@@ -296,6 +297,32 @@ fn shown_values(
                 "effective {} rows per candidate query",
                 w.batch_size()
             )),
+        ),
+        (
+            STANDARD_SIGNATURES.name,
+            match &config.signing.standard {
+                StandardScope::Off => "off".to_owned(),
+                StandardScope::All => "all".to_owned(),
+                StandardScope::Hooks(hooks) => hooks.iter().cloned().collect::<Vec<_>>().join(", "),
+            },
+            Some(match &config.signing.standard {
+                StandardScope::Off => "Phorge's signature header only".to_owned(),
+                StandardScope::All => {
+                    "webhook-id/-timestamp/-signature on every hook's requests".to_owned()
+                }
+                StandardScope::Hooks(hooks) => format!(
+                    "webhook-id/-timestamp/-signature on {} hook(s)' requests",
+                    hooks.len()
+                ),
+            }),
+        ),
+        (
+            KEY_GRACE.name,
+            secs(config.signing.key_grace_secs),
+            Some(match config.signing.key_grace_secs {
+                0 => "a changed HMAC key takes effect at once, as in Phorge".to_owned(),
+                grace => format!("a changed HMAC key's predecessor signs too for {grace} s"),
+            }),
         ),
         (
             transport::SIGNATURE_HEADERS.name,

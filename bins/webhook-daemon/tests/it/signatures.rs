@@ -127,7 +127,10 @@ async fn after_phorge_regenerates_a_key_both_keys_verify_during_the_grace() {
         assert_eq!(grace[0]["hookPHID"], HOOK, "{hooks}");
         let until = grace[0]["until"].as_u64().unwrap_or(0);
         let now = db.now().await;
-        assert!((now + 86_300..=now + 86_400).contains(&until), "a day's grace: {hooks}");
+        assert!(
+            (now + 86_300..=now + 86_400).contains(&until),
+            "a day's grace: {hooks}"
+        );
         assert!(
             verifies(NEW_KEY, &second),
             "a receiver that switched: {:?}",
