@@ -26,7 +26,7 @@ use webhook_core::windows::{
     BATCH_SIZE, BREAKER_THRESHOLD, BREAKER_WINDOW, CLAIM_LEASE, DELIVERY_TIMEOUT, MAX_CONCURRENT,
     POLL_INTERVAL, RETRY_BACKOFF,
 };
-use webhook_core::{Settings, Windows};
+use webhook_core::{Settings, SigningSettings, Windows};
 use webhook_daemon::config::{own_variables, variables, DaemonConfig};
 use webhook_store_mysql::config::PASS;
 use webhook_store_mysql::MysqlConfig;
@@ -193,15 +193,17 @@ pub fn run(data: &[u8]) {
 
     // The order the daemon reads them in; the first failure is its error.
     let windows = check_windows(&get, &map);
+    let signing = check_signing(&get, &map);
     let mysql = check_mysql(&get, &map);
     let transport = check_transport(&get, &map);
 
     match DaemonConfig::from_lookup(&get) {
         Ok(config) => {
             assert!(
-                windows.is_ok() && mysql.is_ok() && transport.is_ok(),
+                windows.is_ok() && signing.is_ok() && mysql.is_ok() && transport.is_ok(),
                 "the daemon accepted {map:?} although a part refused it"
             );
+            assert_eq!(Ok(&config.delivery.signing), signing.as_ref());
             assert_eq!(
                 config.service_token,
                 map.get("GORGE_SERVICE_TOKEN").cloned().unwrap_or_default()
@@ -212,7 +214,12 @@ pub fn run(data: &[u8]) {
             assert_names_a_set_variable(err.variable, &err.to_string(), &map);
             // The delivery settings are read before the daemon's own, so
             // the first part that refuses is the daemon's error.
-            match windows.err().or(mysql.err()).or(transport.err()) {
+            match windows
+                .err()
+                .or(signing.err())
+                .or(mysql.err())
+                .or(transport.err())
+            {
                 Some(variable) => assert_eq!(err.variable, variable, "{map:?}"),
                 None => assert!(
                     err.variable == LOCAL_CONFIG_NAME || is_daemons_own(err.variable),
@@ -221,6 +228,17 @@ pub fn run(data: &[u8]) {
             }
         }
     }
+}
+
+/// `SigningSettings::from_lookup`; the offending variable on failure.
+fn check_signing(
+    get: &dyn Fn(&str) -> Option<String>,
+    map: &HashMap<String, String>,
+) -> std::result::Result<SigningSettings, &'static str> {
+    SigningSettings::from_lookup(get).map_err(|err| {
+        assert_names_a_set_variable(err.variable, &err.to_string(), map);
+        err.variable
+    })
 }
 
 /// `Settings::from_lookup` and `Windows::try_new`; the offending variable

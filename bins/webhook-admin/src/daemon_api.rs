@@ -8,15 +8,12 @@
 
 use std::collections::HashMap;
 
-use bytes::Bytes;
-use http::{header, Request, StatusCode};
-use http_body_util::{BodyExt, Empty, Limited};
-use hyper_util::rt::TokioIo;
+use http::StatusCode;
+use http_body_util::{BodyExt, Limited};
 use serde_json::Value;
-use tokio::net::TcpStream;
 use webhook_core::UnixTime;
 
-use crate::watch::{StreamUrl, CONNECT_TIMEOUT};
+use crate::watch::{get_from_daemon, DaemonGetError, StreamUrl, CONNECT_TIMEOUT};
 
 const HOOKS_PATH: &str = "/api/webhook/hooks";
 
@@ -42,29 +39,9 @@ pub async fn daemon_hooks(
     token: Option<&str>,
 ) -> Result<DaemonHooks, Unreachable> {
     let asked = async {
-        let tcp = TcpStream::connect((url.host.as_str(), url.port))
+        let response = get_from_daemon(url, HOOKS_PATH, None, token)
             .await
-            .map_err(|e| format!("cannot connect: {e}"))?;
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-            .await
-            .map_err(|e| format!("HTTP handshake: {e}"))?;
-        tokio::spawn(connection);
-        let mut request = Request::get(format!("{}{HOOKS_PATH}", url.prefix))
-            .header(header::HOST, &url.authority)
-            .header(
-                header::USER_AGENT,
-                concat!("webhook-admin/", env!("CARGO_PKG_VERSION")),
-            );
-        if let Some(token) = token.filter(|t| !t.is_empty()) {
-            request = request.header("x-service-token", token);
-        }
-        let request = request.body(Empty::<Bytes>::new()).map_err(|e| {
-            format!("cannot build the request (is GORGE_SERVICE_TOKEN printable?): {e}")
-        })?;
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(|e| format!("request failed: {e}"))?;
+            .map_err(DaemonGetError::into_reason)?;
         let status = response.status();
         let body = Limited::new(response.into_body(), BODY_LIMIT)
             .collect()

@@ -483,37 +483,11 @@ async fn follow(
         url: events_url.clone(),
         reason,
     };
-    let tcp = tokio::time::timeout(
-        CONNECT_TIMEOUT,
-        TcpStream::connect((url.host.as_str(), url.port)),
-    )
-    .await
-    .map_err(|_| fail(format!("no connection within {CONNECT_TIMEOUT:?}")))?
-    .map_err(|e| fail(format!("cannot connect: {e}")))?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-        .await
-        .map_err(|e| fail(format!("HTTP handshake: {e}")))?;
-    // Driven beside the body; it ends with the connection.
-    tokio::spawn(connection);
-    let mut request = Request::get(format!("{}{EVENTS_PATH}", url.prefix))
-        .header(header::HOST, &url.authority)
-        .header(header::ACCEPT, "text/event-stream")
-        .header(
-            header::USER_AGENT,
-            concat!("webhook-admin/", env!("CARGO_PKG_VERSION")),
-        );
-    if let Some(token) = token.filter(|t| !t.is_empty()) {
-        request = request.header("x-service-token", token);
-    }
-    let request = request.body(Empty::<Bytes>::new()).map_err(|e| {
-        AdminError::Usage(format!(
-            "cannot build the request (is GORGE_SERVICE_TOKEN printable?): {e}"
-        ))
-    })?;
-    let response = tokio::time::timeout(CONNECT_TIMEOUT, sender.send_request(request))
-        .await
-        .map_err(|_| fail(format!("no answer within {CONNECT_TIMEOUT:?}")))?
-        .map_err(|e| fail(format!("request failed: {e}")))?;
+    let response = match get_from_daemon(url, EVENTS_PATH, Some("text/event-stream"), token).await {
+        Ok(response) => response,
+        Err(DaemonGetError::Request(why)) => return Err(AdminError::Usage(why)),
+        Err(DaemonGetError::Failed(why)) => return Err(fail(why)),
+    };
     let status = response.status();
     let mut body = response.into_body();
     if status != StatusCode::OK {
@@ -551,6 +525,71 @@ async fn follow(
             }
         }
     }
+}
+
+/// Why a GET to the daemon got no response.
+#[derive(Debug)]
+pub(crate) enum DaemonGetError {
+    /// The request could not be built (a token that is not a header value).
+    Request(String),
+    /// No connection, no HTTP, or no answer within [`CONNECT_TIMEOUT`].
+    Failed(String),
+}
+
+impl DaemonGetError {
+    /// The reason, in words for one line.
+    pub(crate) fn into_reason(self) -> String {
+        match self {
+            Self::Request(why) | Self::Failed(why) => why,
+        }
+    }
+}
+
+/// Connects to `url`'s daemon and sends one `GET path` (with `accept`, and
+/// the service token when set): the response head, its body still to
+/// read. Connecting and the answer are each bounded by
+/// [`CONNECT_TIMEOUT`]. `watch` and [`crate::daemon_api`] both ask this
+/// way.
+pub(crate) async fn get_from_daemon(
+    url: &StreamUrl,
+    path: &str,
+    accept: Option<&'static str>,
+    token: Option<&str>,
+) -> Result<http::Response<hyper::body::Incoming>, DaemonGetError> {
+    let failed = DaemonGetError::Failed;
+    let tcp = tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        TcpStream::connect((url.host.as_str(), url.port)),
+    )
+    .await
+    .map_err(|_| failed(format!("no connection within {CONNECT_TIMEOUT:?}")))?
+    .map_err(|e| failed(format!("cannot connect: {e}")))?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .map_err(|e| failed(format!("HTTP handshake: {e}")))?;
+    // Driven beside the body; it ends with the connection.
+    tokio::spawn(connection);
+    let mut request = Request::get(format!("{}{path}", url.prefix))
+        .header(header::HOST, &url.authority)
+        .header(
+            header::USER_AGENT,
+            concat!("webhook-admin/", env!("CARGO_PKG_VERSION")),
+        );
+    if let Some(accept) = accept {
+        request = request.header(header::ACCEPT, accept);
+    }
+    if let Some(token) = token.filter(|t| !t.is_empty()) {
+        request = request.header("x-service-token", token);
+    }
+    let request = request.body(Empty::<Bytes>::new()).map_err(|e| {
+        DaemonGetError::Request(format!(
+            "cannot build the request (is GORGE_SERVICE_TOKEN printable?): {e}"
+        ))
+    })?;
+    tokio::time::timeout(CONNECT_TIMEOUT, sender.send_request(request))
+        .await
+        .map_err(|_| failed(format!("no answer within {CONNECT_TIMEOUT:?}")))?
+        .map_err(|e| failed(format!("request failed: {e}")))
 }
 
 /// Why the daemon refused, from its error envelope when it sent one.

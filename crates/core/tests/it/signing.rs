@@ -123,3 +123,29 @@ fn a_changed_key_signs_with_the_previous_key_too_until_the_grace_ends() {
     assert!(!standard.signature.contains(' '), "{}", standard.signature);
     assert!(h.dispatcher.keys_in_grace().is_empty());
 }
+
+#[test]
+fn a_hook_with_steady_traffic_is_read_again_so_a_new_key_is_seen_within_seconds() {
+    let mut h = harness(StandardScope::Off, 600);
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    h.store.insert_request(NewRequest::queued(HOOK_A, PROPS));
+    h.start();
+    let mut rotated = hook(HOOK_A, URI_A);
+    rotated.hmac_key = NEW_KEY.to_owned();
+    h.store.put_hook(rotated);
+    // A row every 100 ms, so the hook's run never runs dry.
+    for _ in 0..100 {
+        h.store.insert_request(NewRequest::queued(HOOK_A, PROPS));
+        h.run_for(Duration::from_millis(100));
+    }
+    let posts = h.transport.posts();
+    let first_new = posts
+        .iter()
+        .position(|p| p.signatures.phorge == sign(NEW_KEY.as_bytes(), &p.body))
+        .expect("the new key is used within the 10 s");
+    assert!(
+        posts[first_new].started <= posts[0].started + Duration::from_secs(6),
+        "the new key came {:?} after the change",
+        posts[first_new].started.saturating_sub(posts[0].started)
+    );
+}
