@@ -17,7 +17,7 @@ use webhook_core::setting::{Lookup, SettingInfo};
 use webhook_core::signing::{KEY_GRACE, STANDARD_SIGNATURES};
 use webhook_core::windows::{
     BATCH_SIZE, BREAKER_THRESHOLD, BREAKER_WINDOW, CLAIM_LEASE, DELIVERY_TIMEOUT, MAX_CONCURRENT,
-    POLL_INTERVAL, RETRY_AFTER_MAX, RETRY_BACKOFF,
+    POLL_INTERVAL, RETRY_AFTER_MAX, RETRY_AFTER_MIN, RETRY_BACKOFF,
 };
 use webhook_core::{StandardScope, WindowWarning};
 use webhook_daemon::config::{own_variables, variables, SERVICE_TOKEN};
@@ -287,7 +287,10 @@ fn shown_values(
             secs(s.retry_after_max_secs),
             Some(match s.retry_after_max_secs {
                 0 => "Retry-After ignored: a 429/503 pauses nothing".to_owned(),
-                max => format!("a 429/503 with Retry-After pauses its hook 1 to {max} s"),
+                max => format!(
+                    "a 429/503 with Retry-After pauses its hook {} to {max} s",
+                    RETRY_AFTER_MIN.as_secs()
+                ),
             }),
         ),
         (

@@ -18,6 +18,7 @@
 //!   started after the change never saw the old key (docs/operations.md).
 
 use std::collections::{BTreeSet, HashMap};
+use std::fmt;
 use std::sync::Mutex;
 
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -80,11 +81,11 @@ fn standard_scope(raw: &str) -> Result<StandardScope, String> {
         ["all"] => Ok(StandardScope::All),
         _ => {
             let mut hooks = BTreeSet::new();
-            for entry in entries {
+            for (at, entry) in entries.into_iter().enumerate() {
                 if !is_hook_phid(entry) {
                     return Err(format!(
                         "expected `off`, `all` or hook PHIDs (PHID-HWBH-...); entry {} is none of them",
-                        hooks.len() + 1
+                        at + 1
                     ));
                 }
                 hooks.insert(entry.to_owned());
@@ -196,13 +197,23 @@ pub struct KeyChange {
 
 /// Signs attempts and remembers each hook's last key (one entry per hook
 /// signed for, with at most one previous key).
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Signer {
     settings: SigningSettings,
     keys: Mutex<HashMap<String, KeyHistory>>,
 }
 
-#[derive(Debug)]
+// Hand-written, as for `Hook`: a key never reaches a log through `{:?}`.
+impl fmt::Debug for Signer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let hooks = self.keys.lock().map_or(0, |keys| keys.len());
+        f.debug_struct("Signer")
+            .field("settings", &self.settings)
+            .field("hooks_known", &hooks)
+            .finish_non_exhaustive()
+    }
+}
+
 struct KeyHistory {
     current: String,
     previous: Option<(String, UnixTime)>,
@@ -382,6 +393,24 @@ mod tests {
             ),
             "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
         );
+    }
+
+    #[test]
+    fn a_signers_debug_never_shows_a_key() {
+        let signer = signer(StandardScope::All, 60);
+        signer.sign(&hook(KEY), "PHID-HWBR-1", 1_000, b"x");
+        signer.sign(&hook(NEW_KEY), "PHID-HWBR-1", 1_001, b"x");
+        let shown = format!("{signer:?}");
+        assert!(!shown.contains(KEY) && !shown.contains(NEW_KEY), "{shown}");
+        assert!(shown.contains("hooks_known: 1"), "{shown}");
+    }
+
+    #[test]
+    fn a_bad_entry_is_named_by_its_place_in_the_list() {
+        let err = STANDARD_SIGNATURES
+            .parse_text(&format!("{HOOK},{HOOK},nope"))
+            .expect_err("refused");
+        assert!(err.reason.ends_with("entry 3 is none of them"), "{err}");
     }
 
     #[test]

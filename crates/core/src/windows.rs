@@ -236,7 +236,7 @@ const LEASE_MARGIN_SECS: u64 = 2;
 
 /// The shortest hook pause a `Retry-After` sets: `Retry-After: 0` from a
 /// receiver that answered 429 still means "not at once".
-const RETRY_AFTER_MIN: Duration = Duration::from_secs(1);
+pub const RETRY_AFTER_MIN: Duration = Duration::from_secs(1);
 
 impl Windows {
     /// Validates `settings`; the error names the offending variable.

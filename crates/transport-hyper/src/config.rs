@@ -286,13 +286,16 @@ impl TransportConfig {
         if self.pool_idle_timeout.is_zero() {
             return Err(SettingError::new(POOL_IDLE.name, "must be above 0"));
         }
+        let previous_signature_headers = previous_signature_headers(&signature_headers)?;
         let request_id_header = match &self.request_id_header {
             Some(name) => {
                 let header = header_name(REQUEST_ID_HEADER.name, name)?;
-                if signature_headers.contains(&header) {
+                if signature_headers.contains(&header)
+                    || previous_signature_headers.contains(&header)
+                {
                     return Err(SettingError::new(
                         REQUEST_ID_HEADER.name,
-                        format!("{name:?} is also a signature header"),
+                        format!("{name:?} is also a signature header (or its -Previous twin)"),
                     ));
                 }
                 Some(header)
@@ -310,6 +313,7 @@ impl TransportConfig {
         }
         Ok(Validated {
             signature_headers,
+            previous_signature_headers,
             user_agent,
             request_id_header,
             extra_roots,
@@ -321,6 +325,9 @@ impl TransportConfig {
 #[derive(Debug)]
 pub(crate) struct Validated {
     pub(crate) signature_headers: Vec<HeaderName>,
+    /// Each signature header's `-Previous` twin, in the same order: the
+    /// previous key's signature during a key's grace.
+    pub(crate) previous_signature_headers: Vec<HeaderName>,
     pub(crate) user_agent: HeaderValue,
     pub(crate) request_id_header: Option<HeaderName>,
     /// `GORGE_WEBHOOK_CA_FILE`'s roots, each usable as one (webpki's are
@@ -349,11 +356,30 @@ pub(crate) const STANDARD_TIMESTAMP: HeaderName = HeaderName::from_static("webho
 /// Standard Webhooks' signature list header.
 pub(crate) const STANDARD_SIGNATURE: HeaderName = HeaderName::from_static("webhook-signature");
 
-/// The header carrying the previous key's signature during a key's grace:
-/// the signature header's name with `-Previous` appended.
-pub(crate) fn previous_signature_header(name: &HeaderName) -> HeaderName {
-    HeaderName::from_bytes(format!("{}-previous", name.as_str()).as_bytes())
-        .unwrap_or_else(|_| name.clone())
+/// The headers carrying the previous key's signature during a key's
+/// grace: each signature header's name with `-Previous` appended, none of
+/// them a signature header itself.
+fn previous_signature_headers(signature: &[HeaderName]) -> Result<Vec<HeaderName>, SettingError> {
+    signature
+        .iter()
+        .map(|name| {
+            let twin = HeaderName::from_bytes(format!("{}-previous", name.as_str()).as_bytes())
+                .map_err(|_| {
+                    SettingError::new(
+                        SIGNATURE_HEADERS.name,
+                        "a -Previous twin is not a header name",
+                    )
+                })?;
+            if signature.contains(&twin) {
+                return Err(SettingError::new(
+                    SIGNATURE_HEADERS.name,
+                    "lists a header and its -Previous twin, which carries the previous key's \
+                     signature during a key's grace",
+                ));
+            }
+            Ok(twin)
+        })
+        .collect()
 }
 
 fn header_name(variable: &'static str, name: &str) -> Result<HeaderName, SettingError> {
@@ -530,6 +556,8 @@ mod tests {
             // These parse, and are refused by the check that follows.
             ("GORGE_WEBHOOK_CONNECT_TIMEOUT_MS", "0"),
             ("GORGE_WEBHOOK_SIGNATURE_HEADERS", "Content-Type"),
+            ("GORGE_WEBHOOK_SIGNATURE_HEADERS", "webhook-signature"),
+            ("GORGE_WEBHOOK_SIGNATURE_HEADERS", "X-Sig, X-Sig-Previous"),
             ("GORGE_WEBHOOK_USER_AGENT", "line\nbreak"),
             ("GORGE_WEBHOOK_RESPONSE_HEAD_MAX", "1023"),
             ("GORGE_WEBHOOK_RESPONSE_HEAD_MAX", "102401"),

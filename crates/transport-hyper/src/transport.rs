@@ -31,8 +31,8 @@ use webhook_core::{
 use crate::auth::BasicAuth;
 use crate::classify::{classify, Stage};
 use crate::config::{
-    previous_signature_header, TransportConfig, CA_FILE, RESPONSE_HEAD_GROWING_MAX, STANDARD_ID,
-    STANDARD_SIGNATURE, STANDARD_TIMESTAMP,
+    TransportConfig, CA_FILE, RESPONSE_HEAD_GROWING_MAX, STANDARD_ID, STANDARD_SIGNATURE,
+    STANDARD_TIMESTAMP,
 };
 use crate::connector::{
     resolve_checked, ConnectionUsage, GuardedConnector, HopError, TcpConnector,
@@ -201,11 +201,7 @@ impl HyperTransport {
             lookup,
             policy,
             headers: FixedHeaders {
-                previous_signature: valid
-                    .signature_headers
-                    .iter()
-                    .map(previous_signature_header)
-                    .collect(),
+                previous_signature: valid.previous_signature_headers,
                 signature: valid.signature_headers,
                 user_agent: valid.user_agent,
                 request_id: valid.request_id_header,

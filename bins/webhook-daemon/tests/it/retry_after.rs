@@ -74,9 +74,12 @@ async fn after_a_429_with_retry_after_5_that_hook_waits_5_s_and_others_do_not() 
                 daemon.log()
             );
         }
+        // Not held up: all of B's rows arrive before A's pause ends (the
+        // same run, so the bound does not depend on the machine's speed).
+        let resumed = a[1].at;
         for row in &b {
             assert!(
-                row.at < throttled + Duration::from_secs(2),
+                row.at < resumed,
                 "B held up: {:?} after A's 429\n{}",
                 row.at.saturating_sub(throttled),
                 daemon.log()
