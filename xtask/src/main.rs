@@ -14,11 +14,15 @@
 //!   installing cargo-deny when it is missing.
 //! - `fuzz`: the libFuzzer targets of `fuzz/` on the stable toolchain
 //!   (docs/fuzzing.md).
+//! - `prometheus`: promtool's checks of the alert rules, their unit tests
+//!   and the scrape job in `deploy/`, installing promtool when it is
+//!   missing.
 
 mod deny;
 mod fuzz;
 mod layers;
 mod mariadb;
+mod prometheus;
 #[cfg(test)]
 mod tidy;
 
@@ -34,6 +38,7 @@ fn main() -> ExitCode {
         Some("bench") => bench(&args[1..]),
         Some("deny") => deny::check(),
         Some("fuzz") => fuzz::fuzz(&args[1..]),
+        Some("prometheus") => prometheus::check(),
         _ => {
             eprintln!(
                 "usage: cargo xtask <command>\n\n\
@@ -48,7 +53,9 @@ fn main() -> ExitCode {
                  options after `bench` go to the harness (`bench --help`)\n  \
                  deny     cargo-deny: banned crates, licenses, sources (installs cargo-deny)\n  \
                  fuzz     run the fuzz targets: [--seconds N] [--target NAME]... [--merge]\n           \
-                 [-- LIBFUZZER_FLAGS] (docs/fuzzing.md)"
+                 [-- LIBFUZZER_FLAGS] (docs/fuzzing.md)\n  \
+                 prometheus  promtool: deploy/alerts.yml, its unit tests deploy/alerts.test.yml\n           \
+                 and deploy/prometheus.yml (installs Debian's prometheus package)"
             );
             return ExitCode::from(2);
         }

@@ -1,0 +1,82 @@
+//! `cargo xtask prometheus`: the deployment's Prometheus files checked by
+//! Prometheus' own `promtool`: the alert rules (`deploy/alerts.yml`), their
+//! unit tests (`deploy/alerts.test.yml`) and the scrape job
+//! (`deploy/prometheus.yml`). promtool comes from Debian's `prometheus`
+//! package, installed with apt-get when it is missing (as `deny` installs
+//! cargo-deny), so a fresh machine needs nothing beforehand.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::run;
+
+/// The files promtool checks, relative to the workspace root.
+const RULES: &str = "deploy/alerts.yml";
+const RULE_TESTS: &str = "deploy/alerts.test.yml";
+const SCRAPE_CONFIG: &str = "deploy/prometheus.yml";
+
+/// Installs promtool if needed, then runs each check.
+pub(crate) fn check() -> Result<(), String> {
+    ensure_promtool()?;
+    let root = root();
+    let path = |file: &str| root.join(file).display().to_string();
+    run("promtool", &["check", "rules", &path(RULES)])?;
+    run("promtool", &["test", "rules", &path(RULE_TESTS)])?;
+    run("promtool", &["check", "config", &path(SCRAPE_CONFIG)])
+}
+
+fn promtool_found() -> bool {
+    Command::new("promtool")
+        .arg("--version")
+        .output()
+        .is_ok_and(|output| output.status.success())
+}
+
+fn ensure_promtool() -> Result<(), String> {
+    if promtool_found() {
+        return Ok(());
+    }
+    eprintln!(
+        "xtask: promtool is not installed; installing Debian's prometheus package (once per machine)"
+    );
+    run(
+        "apt-get",
+        &[
+            "install",
+            "-y",
+            "-q",
+            "--no-install-recommends",
+            "prometheus",
+        ],
+    )
+    .map_err(|err| format!("{err}; install promtool (Debian: apt-get install prometheus)"))
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_checked_files_exist() {
+        for file in [RULES, RULE_TESTS, SCRAPE_CONFIG] {
+            assert!(root().join(file).is_file(), "{file}");
+        }
+    }
+
+    #[test]
+    fn the_rule_tests_load_the_rules_beside_them() {
+        let tests = std::fs::read_to_string(root().join(RULE_TESTS)).expect("readable");
+        let rules = Path::new(RULES)
+            .file_name()
+            .and_then(|name| name.to_str())
+            .expect("a file name");
+        assert!(tests.contains(&format!("  - {rules}\n")), "{tests}");
+    }
+}
