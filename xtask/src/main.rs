@@ -1,7 +1,8 @@
 //! `cargo xtask`: project chores that would otherwise be shell scripts.
 //!
-//! - `ci`: everything a submission must pass (fmt, clippy, the whole test
-//!   suite with MariaDB started when it is not running, the supply-chain
+//! - `ci`: everything a submission must pass (fmt, clippy, promtool's
+//!   checks, the whole test suite with MariaDB started when it is not
+//!   running and Prometheus installed when it is missing, the supply-chain
 //!   checks and a short fuzz round).
 //! - `layers`: the crate layering rules of docs/ARCHITECTURE.md, checked on
 //!   the real dependency graph.
@@ -43,7 +44,8 @@ fn main() -> ExitCode {
             eprintln!(
                 "usage: cargo xtask <command>\n\n\
                  commands:\n  \
-                 ci       fmt, clippy and the whole test suite (starts MariaDB if needed)\n  \
+                 ci       fmt, clippy, promtool and the whole test suite (starts MariaDB and\n           \
+                 installs Prometheus if needed)\n  \
                  layers   check the crate layering rules\n  \
                  mariadb  start the local MariaDB if it is not running\n  \
                  contract-test  run contracts/api/*.json against the real daemon and check\n           \
@@ -85,6 +87,9 @@ fn ci() -> Result<(), String> {
         ],
     )?;
     mariadb::ensure_running()?;
+    // Installs Prometheus when it is missing: the daemon's tests run a real
+    // one against it.
+    prometheus::check()?;
     run("cargo", &["test", "--workspace"])?;
     deny::check()?;
     // The short round: every target for its default time, from the

@@ -1,9 +1,11 @@
 //! `cargo xtask prometheus`: the deployment's Prometheus files checked by
 //! Prometheus' own `promtool`: the alert rules (`deploy/alerts.yml`), their
 //! unit tests (`deploy/alerts.test.yml`) and the scrape job
-//! (`deploy/prometheus.yml`). promtool comes from Debian's `prometheus`
-//! package, installed with apt-get when it is missing (as `deny` installs
-//! cargo-deny), so a fresh machine needs nothing beforehand.
+//! (`deploy/prometheus.yml`). promtool and the server come from Debian's
+//! `prometheus` package, installed with apt-get when promtool is missing
+//! (as `deny` installs cargo-deny), so a fresh machine needs nothing
+//! beforehand; `ci` runs this before the tests, one of which runs the
+//! server against the daemon (bins/webhook-daemon/tests/it/prometheus.rs).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -39,17 +41,17 @@ fn ensure_promtool() -> Result<(), String> {
     eprintln!(
         "xtask: promtool is not installed; installing Debian's prometheus package (once per machine)"
     );
-    run(
-        "apt-get",
-        &[
-            "install",
-            "-y",
-            "-q",
-            "--no-install-recommends",
-            "prometheus",
-        ],
-    )
-    .map_err(|err| format!("{err}; install promtool (Debian: apt-get install prometheus)"))
+    const INSTALL: [&str; 5] = [
+        "install",
+        "-y",
+        "-q",
+        "--no-install-recommends",
+        "prometheus",
+    ];
+    // A machine whose package lists were never fetched knows no candidate.
+    run("apt-get", &INSTALL)
+        .or_else(|_| run("apt-get", &["update", "-q"]).and_then(|()| run("apt-get", &INSTALL)))
+        .map_err(|err| format!("{err}; install Prometheus (Debian: apt-get install prometheus)"))
 }
 
 fn root() -> PathBuf {

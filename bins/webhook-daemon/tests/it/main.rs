@@ -14,6 +14,7 @@ mod listener;
 mod live;
 mod objects;
 mod outage;
+mod prometheus;
 mod raw;
 mod reliability;
 mod requeue;

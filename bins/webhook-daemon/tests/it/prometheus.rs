@@ -1,0 +1,279 @@
+//! A real Prometheus scraping the real daemon: Debian's `prometheus`
+//! (which `cargo xtask ci` installs when it is missing) runs the scrape
+//! job of deploy/prometheus.yml — its token, its metrics path, its rule
+//! file — against the daemon after a short drain (a delivery, a failed
+//! attempt, an adopted task), and then: the target is up, the alert rules
+//! are loaded, every metric docs/operations.md's table names is queryable
+//! by its name, and every Grafana dashboard panel's expression returns a
+//! series.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::Value;
+use webhook_core::{NewRequest, RequestStatus};
+use webhook_test_support::daemon_process::free_port;
+use webhook_test_support::mariadb::with_phorge_side;
+use webhook_test_support::raw_http::http;
+use webhook_test_support::{with_db, Receiver, Reply};
+
+use crate::daemon::Daemon;
+use crate::e2e::{add_hook, DEADLINE};
+use crate::support::until;
+
+const TOKEN: &str = "prom-s3cret";
+const HOOK_OK: &str = "PHID-HWBH-prometheusokaaaaaaa";
+const HOOK_FAIL: &str = "PHID-HWBH-prometheusfailaaaaa";
+const NEVER: &str = r#"{"retry":"never","triggerPHIDs":["PHID-HRUL-prometheus"]}"#;
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn read(relative: &str) -> String {
+    std::fs::read_to_string(workspace().join(relative))
+        .unwrap_or_else(|e| panic!("{relative}: {e}"))
+}
+
+/// The metric names of docs/operations.md's metrics table, as Prometheus
+/// stores them (a histogram by its `_count`).
+fn documented_metrics() -> Vec<String> {
+    let docs = read("docs/operations.md");
+    let names: Vec<String> = docs
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `gorge_webhook_"))
+        .filter_map(|rest| {
+            let (name, rest) = rest.split_once('`')?;
+            let kind = rest.trim_start_matches(" |").split('|').next()?.trim();
+            Some(match kind {
+                "histogram" => format!("gorge_webhook_{name}_count"),
+                _ => format!("gorge_webhook_{name}"),
+            })
+        })
+        .collect();
+    assert!(
+        names.len() >= 25,
+        "the metrics table was not found: {names:?}"
+    );
+    names
+}
+
+/// Every `expr` of the Grafana dashboard, with its variables set as for
+/// one instance.
+fn dashboard_expressions() -> Vec<String> {
+    fn walk(value: &Value, found: &mut Vec<String>) {
+        match value {
+            Value::Object(map) => {
+                for (key, inner) in map {
+                    match (key.as_str(), inner) {
+                        ("expr", Value::String(expr)) => found.push(expr.clone()),
+                        _ => walk(inner, found),
+                    }
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|item| walk(item, found)),
+            _ => {}
+        }
+    }
+    let dashboard: Value =
+        serde_json::from_str(&read("deploy/grafana-dashboard.json")).expect("dashboard JSON");
+    let mut found = Vec::new();
+    walk(&dashboard, &mut found);
+    assert!(!found.is_empty(), "no panel expressions");
+    found
+        .into_iter()
+        .map(|expr| {
+            expr.replace("$__rate_interval", "1m")
+                .replace("\"$instance\"", "\".*\"")
+        })
+        .collect()
+}
+
+/// deploy/prometheus.yml's job aimed at `daemon`, scraping every second.
+fn scrape_config(daemon: &str) -> String {
+    let shipped = read("deploy/prometheus.yml");
+    for needle in [
+        "\"change-me\"",
+        "\"gorge-webhook:8160\"",
+        "scrape_interval: 15s",
+    ] {
+        assert!(
+            shipped.contains(needle),
+            "deploy/prometheus.yml lost {needle}"
+        );
+    }
+    shipped
+        .replace("\"change-me\"", &format!("\"{TOKEN}\""))
+        .replace("\"gorge-webhook:8160\"", &format!("\"{daemon}\""))
+        .replace("scrape_interval: 15s", "scrape_interval: 1s")
+        .replace("scrape_timeout: 5s", "scrape_timeout: 1s")
+}
+
+/// A Prometheus server, killed when dropped.
+struct Prometheus(std::process::Child);
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A Prometheus server on `port` with `config`, its data in `dir`.
+fn start_prometheus(dir: &Path, config: &str, port: u16) -> Prometheus {
+    std::fs::create_dir_all(dir).expect("prometheus dir");
+    std::fs::write(dir.join("prometheus.yml"), config).expect("config");
+    std::fs::copy(
+        workspace().join("deploy/alerts.yml"),
+        dir.join("alerts.yml"),
+    )
+    .expect("rules");
+    let child = std::process::Command::new("prometheus")
+        .arg(format!(
+            "--config.file={}",
+            dir.join("prometheus.yml").display()
+        ))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("Debian's prometheus package is installed (cargo xtask ci installs it)");
+    Prometheus(child)
+}
+
+/// `GET path` from Prometheus' HTTP API: its `data`, once it answers
+/// `success`.
+async fn api(port: u16, path: &str) -> Option<Value> {
+    let addr = ([127, 0, 0, 1], port).into();
+    let response = http(addr, "GET", path, &[], b"").await.ok()?;
+    let body: Value = serde_json::from_str(&response.text()).ok()?;
+    (body["status"] == "success").then(|| body["data"].clone())
+}
+
+async fn query(port: u16, expr: &str) -> Option<Value> {
+    let encoded: String = form_urlencoded::byte_serialize(expr.as_bytes()).collect();
+    api(port, &format!("/api/v1/query?query={encoded}")).await
+}
+
+async fn series_count(port: u16, expr: &str) -> usize {
+    query(port, expr)
+        .await
+        .and_then(|data| data["result"].as_array().map(Vec::len))
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_prometheus_scrapes_every_documented_metric_and_every_dashboard_panel() {
+    with_db(|db| async move {
+        let db = &db;
+        with_phorge_side(&db.namespace, |side| async move {
+            let receiver = Receiver::start().await;
+            receiver.always("/fail", Reply::status(500));
+            add_hook(
+                db,
+                HOOK_OK,
+                receiver.url("/ok"),
+                "abcdefghijklmnopqrstuvwxyz234567",
+            )
+            .await;
+            add_hook(
+                db,
+                HOOK_FAIL,
+                receiver.url("/fail"),
+                "abcdefghijklmnopqrstuvwxyz234567",
+            )
+            .await;
+            let ok = db.insert_request(&NewRequest::queued(HOOK_OK, NEVER)).await;
+            side.queue_webhook_task(&db.row(ok).await.phid).await;
+            let failing = db
+                .insert_request(&NewRequest::queued(HOOK_FAIL, NEVER))
+                .await;
+            side.queue_webhook_task(&db.row(failing).await.phid).await;
+
+            let mut env = crate::handoff::env(&db.namespace);
+            env.extend(
+                [
+                    ("GORGE_SERVICE_TOKEN", TOKEN),
+                    ("GORGE_WEBHOOK_ADOPT_PHP_TASKS", "1"),
+                ]
+                .map(|(k, v)| (k.to_owned(), v.to_owned())),
+            );
+            let daemon = Daemon::start("prometheus", &env).await;
+            until(&daemon, "both rows written back", async || {
+                db.row(ok).await.status == RequestStatus::Sent
+                    && db.row(failing).await.status == RequestStatus::Failed
+            })
+            .await;
+
+            let port = free_port();
+            let dir = std::env::temp_dir()
+                .join(format!("gorge-prometheus-{}-{port}", std::process::id()));
+            let prometheus =
+                start_prometheus(&dir, &scrape_config(&daemon.addr().to_string()), port);
+            let deadline = tokio::time::Instant::now() + DEADLINE;
+            // Three scrapes, so rates over them have points.
+            loop {
+                let scrapes = query(port, "count_over_time(up{job=\"gorge-webhook\"}[1m])")
+                    .await
+                    .and_then(|d| d["result"][0]["value"][1].as_str().map(str::to_owned))
+                    .and_then(|n| n.parse::<u32>().ok())
+                    .unwrap_or(0);
+                if scrapes >= 3 {
+                    break;
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "Prometheus did not scrape the daemon 3 times within {DEADLINE:?}: {:?}\n{}",
+                    api(port, "/api/v1/targets").await,
+                    daemon.log()
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+
+            let targets = api(port, "/api/v1/targets").await.expect("targets");
+            let target = &targets["activeTargets"][0];
+            assert_eq!(target["health"], "up", "{targets}");
+            assert_eq!(target["labels"]["job"], "gorge-webhook", "{targets}");
+            assert_eq!(target["labels"]["service"], "gorge-webhook", "{targets}");
+
+            let rules = api(port, "/api/v1/rules").await.expect("rules");
+            let loaded = rules["groups"][0]["rules"].as_array().map_or(0, Vec::len);
+            assert_eq!(loaded, 6, "deploy/alerts.yml's rules are loaded: {rules}");
+
+            let missing: Vec<String> = {
+                let mut missing = Vec::new();
+                for name in documented_metrics() {
+                    if series_count(port, &name).await == 0 {
+                        missing.push(name);
+                    }
+                }
+                missing
+            };
+            assert!(
+                missing.is_empty(),
+                "documented metrics Prometheus does not have: {missing:?}"
+            );
+
+            let mut empty = Vec::new();
+            for expr in dashboard_expressions() {
+                if series_count(port, &expr).await == 0 {
+                    empty.push(expr);
+                }
+            }
+            assert!(
+                empty.is_empty(),
+                "dashboard panels without a series: {empty:?}"
+            );
+
+            drop(prometheus);
+            let _ = std::fs::remove_dir_all(&dir);
+        })
+        .await;
+    })
+    .await;
+}
