@@ -70,8 +70,12 @@ fn query(now: UnixTime) -> CandidateQuery {
 }
 
 async fn candidate_ids(store: &MysqlStore, now: UnixTime) -> Vec<u64> {
+    ids_found(store, &query(now)).await
+}
+
+async fn ids_found(store: &MysqlStore, query: &CandidateQuery) -> Vec<u64> {
     store
-        .candidates(&query(now))
+        .candidates(query)
         .await
         .expect("candidate query")
         .into_iter()
@@ -194,13 +198,7 @@ async fn candidate_ids_leases_over(store: &MysqlStore, now: UnixTime) -> Vec<u64
         },
         ..query(now)
     };
-    store
-        .candidates(&query)
-        .await
-        .expect("candidate query")
-        .into_iter()
-        .map(|row| row.id)
-        .collect()
+    ids_found(store, &query).await
 }
 
 #[tokio::test]
