@@ -12,7 +12,7 @@ use webhook_core::{
     Hook, ObjectLookup, Payload, PhorgeObjects, Properties, RequestRow, RequestStatus, StoreError,
     UnixTime,
 };
-use webhook_store_mysql::{HookSummary, MysqlReader};
+use webhook_store_mysql::{HookSummary, MysqlConfig, MysqlError, MysqlReader};
 
 use crate::clock::{moment, utc};
 use crate::daemon_api::{self, DaemonHooks};
@@ -35,16 +35,27 @@ pub struct Db {
 impl Db {
     /// A lazy pool for the configured database; connects on first use.
     pub fn open(config: &AdminConfig) -> Result<Self, AdminError> {
+        Self::open_with(config, MysqlReader::new, MysqlReader::clone).map(|(_, db)| db)
+    }
+
+    /// `open`'s pool (the tool's small one) on the configured database,
+    /// and the `Db` over its reader that names the database in errors.
+    pub(crate) fn open_with<T>(
+        config: &AdminConfig,
+        open: impl FnOnce(&MysqlConfig) -> Result<T, MysqlError>,
+        reader: impl FnOnce(&T) -> MysqlReader,
+    ) -> Result<(T, Self), AdminError> {
         let mut mysql = config.mysql.clone();
         mysql.pool_max = POOL_MAX;
-        let reader = MysqlReader::new(&mysql).map_err(|err| AdminError::Setting {
+        let opened = open(&mysql).map_err(|err| AdminError::Setting {
             variable: webhook_store_mysql::config::HOST.name.to_owned(),
             reason: err.to_string(),
         })?;
-        Ok(Self {
-            reader,
+        let db = Self {
+            reader: reader(&opened),
             address: format!("{}:{}", mysql.host, mysql.port),
-        })
+        };
+        Ok((opened, db))
     }
 
     /// The reader, for the read-only checks of other commands.
@@ -57,7 +68,8 @@ impl Db {
         self.fail(StoreError::Unavailable(reason.into()))
     }
 
-    fn fail(&self, source: StoreError) -> AdminError {
+    /// The error for a failed statement, naming the database.
+    pub(crate) fn fail(&self, source: StoreError) -> AdminError {
         AdminError::Database {
             database: self.reader.database().to_owned(),
             address: self.address.clone(),

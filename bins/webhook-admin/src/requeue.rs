@@ -17,7 +17,7 @@ use webhook_store_mysql::{MysqlRequeue, Requeued};
 use crate::clock::utc;
 use crate::error::{exit, AdminError};
 use crate::explain::LastError;
-use crate::inspect::{columns, RequestRef, POOL_MAX};
+use crate::inspect::{self, columns, RequestRef};
 use crate::out::{emit, emit_line};
 use crate::settings::AdminConfig;
 
@@ -194,32 +194,22 @@ impl Fate {
     }
 }
 
-/// The writer and what to name in error messages.
+/// The writer, and the read side's `Db` that names the database in
+/// errors.
 struct Db {
     writer: MysqlRequeue,
-    address: String,
+    named: inspect::Db,
 }
 
 impl Db {
     fn open(config: &AdminConfig) -> Result<Self, AdminError> {
-        let mut mysql = config.mysql.clone();
-        mysql.pool_max = POOL_MAX;
-        let writer = MysqlRequeue::new(&mysql).map_err(|err| AdminError::Setting {
-            variable: webhook_store_mysql::config::HOST.name.to_owned(),
-            reason: err.to_string(),
-        })?;
-        Ok(Self {
-            writer,
-            address: format!("{}:{}", mysql.host, mysql.port),
-        })
+        let (writer, named) =
+            inspect::Db::open_with(config, MysqlRequeue::new, |w| w.reader().clone())?;
+        Ok(Self { writer, named })
     }
 
     fn fail(&self, source: StoreError) -> AdminError {
-        AdminError::Database {
-            database: self.writer.reader().database().to_owned(),
-            address: self.address.clone(),
-            source,
-        }
+        self.named.fail(source)
     }
 }
 
