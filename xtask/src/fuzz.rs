@@ -14,6 +14,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use crate::root;
+
 /// Every target, as `fuzz/fuzz_targets/<name>.rs` names it.
 pub(crate) const TARGETS: &[&str] = &["properties", "payload", "config", "api"];
 
@@ -118,13 +120,6 @@ fn parse_stats(log: &str) -> Stats {
         }
     }
     stats
-}
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
 }
 
 fn target_dir(root: &Path) -> PathBuf {

@@ -116,6 +116,15 @@ fn contract_test(extra: &[String]) -> Result<(), String> {
     run("cargo", &args)
 }
 
+/// The workspace root (xtask's parent directory).
+pub(crate) fn root() -> std::path::PathBuf {
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default()
+}
+
 /// Runs a command inheriting stdio; an error names the command.
 pub(crate) fn run(program: &str, args: &[&str]) -> Result<(), String> {
     eprintln!("xtask: running {program} {}", args.join(" "));

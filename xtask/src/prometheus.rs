@@ -7,10 +7,9 @@
 //! beforehand; `ci` runs this before the tests, one of which runs the
 //! server against the daemon (bins/webhook-daemon/tests/it/prometheus.rs).
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::run;
+use crate::{root, run};
 
 /// The files promtool checks, relative to the workspace root.
 const RULES: &str = "deploy/alerts.yml";
@@ -54,15 +53,10 @@ fn ensure_promtool() -> Result<(), String> {
         .map_err(|err| format!("{err}; install Prometheus (Debian: apt-get install prometheus)"))
 }
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
 
     #[test]

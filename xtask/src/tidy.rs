@@ -19,12 +19,7 @@ use webhook_daemon::config::{variables, LISTEN, SHUTDOWN_GRACE};
 use webhook_daemon::metrics_text::exposed_names;
 use webhook_daemon::server::MAX_CONNECTIONS;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
-}
+use crate::root;
 
 fn files_under(dir: &Path, extension: &str, out: &mut Vec<PathBuf>) {
     let mut all = Vec::new();
