@@ -332,8 +332,8 @@ fn standard_header(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::vectors::KEY;
 
-    const KEY: &str = "abcdefghijklmnopqrstuvwxyz234567";
     const NEW_KEY: &str = "zyxwvutsrqponmlkjihgfedcba765432";
     const HOOK: &str = "PHID-HWBH-aaaaaaaaaaaaaaaaaaaa";
 

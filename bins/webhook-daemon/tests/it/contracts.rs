@@ -12,7 +12,7 @@
 //! arrived (or 10 s passed), then the harness hangs up.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -153,7 +153,7 @@ struct Named {
 }
 
 fn contracts_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../contracts")
+    crate::support::workspace().join("contracts")
 }
 
 fn load_fixtures() -> Vec<Named> {

@@ -5,7 +5,6 @@
 //! delivery, readiness before Phorge created the database, and the
 //! process's exit codes and `--help` / `--version`.
 
-use std::path::Path;
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
@@ -496,7 +495,7 @@ async fn a_bad_setting_exits_2_naming_the_variable() {
 /// Every `GORGE_*` name the daemon's crates read (string literals and docs
 /// in their sources), so a new variable cannot be left out of `--help`.
 fn variables_in_sources() -> Vec<String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = crate::support::workspace();
     let mut names = std::collections::BTreeSet::new();
     for dir in [
         "crates/core/src",

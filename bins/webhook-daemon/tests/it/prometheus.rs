@@ -7,11 +7,12 @@
 //! by its name, and every Grafana dashboard panel's expression returns a
 //! series.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
+use webhook_core::vectors::KEY;
 use webhook_core::{NewRequest, RequestStatus};
 use webhook_test_support::daemon_process::free_port;
 use webhook_test_support::mariadb::with_phorge_side;
@@ -20,16 +21,12 @@ use webhook_test_support::{with_db, Receiver, Reply};
 
 use crate::daemon::Daemon;
 use crate::e2e::{add_hook, DEADLINE};
-use crate::support::until;
+use crate::support::{until, workspace};
 
 const TOKEN: &str = "prom-s3cret";
 const HOOK_OK: &str = "PHID-HWBH-prometheusokaaaaaaa";
 const HOOK_FAIL: &str = "PHID-HWBH-prometheusfailaaaaa";
 const NEVER: &str = r#"{"retry":"never","triggerPHIDs":["PHID-HRUL-prometheus"]}"#;
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 fn read(relative: &str) -> String {
     std::fs::read_to_string(workspace().join(relative))
@@ -174,20 +171,8 @@ async fn a_real_prometheus_scrapes_every_documented_metric_and_every_dashboard_p
         with_phorge_side(&db.namespace, |side| async move {
             let receiver = Receiver::start().await;
             receiver.always("/fail", Reply::status(500));
-            add_hook(
-                db,
-                HOOK_OK,
-                receiver.url("/ok"),
-                "abcdefghijklmnopqrstuvwxyz234567",
-            )
-            .await;
-            add_hook(
-                db,
-                HOOK_FAIL,
-                receiver.url("/fail"),
-                "abcdefghijklmnopqrstuvwxyz234567",
-            )
-            .await;
+            add_hook(db, HOOK_OK, receiver.url("/ok"), KEY).await;
+            add_hook(db, HOOK_FAIL, receiver.url("/fail"), KEY).await;
             let ok = db.insert_request(&NewRequest::queued(HOOK_OK, NEVER)).await;
             side.queue_webhook_task(&db.row(ok).await.phid).await;
             let failing = db

@@ -6,6 +6,7 @@
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use standardwebhooks::Webhook;
+use webhook_core::vectors::KEY;
 use webhook_core::{sign, NewRequest};
 use webhook_test_support::receiver::Recorded;
 use webhook_test_support::{with_db, Receiver};
@@ -15,7 +16,6 @@ use crate::e2e::{add_hook, delivery_env, wait_log, with_setting, DEADLINE};
 
 const HOOK: &str = "PHID-HWBH-standardaaaaaaaaaaa";
 const OTHER_HOOK: &str = "PHID-HWBH-standardbbbbbbbbbbb";
-const KEY: &str = "abcdefghijklmnopqrstuvwxyz234567";
 const NEW_KEY: &str = "zyxwvutsrqponmlkjihgfedcba765432";
 const PROPERTIES: &str = r#"{"retry":"never","triggerPHIDs":["PHID-HRUL-aaaaaaaaaaaaaaaaaaaa"]}"#;
 

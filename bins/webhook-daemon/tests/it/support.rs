@@ -9,6 +9,7 @@
 //! daemon, so they see what Phorge would see.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
@@ -353,4 +354,10 @@ fn draws_depend_only_on_their_inputs() {
         .filter(|n| draw(7, &format!("row{n}"), 1, 2) % 100 < 10)
         .count();
     assert!((800..1_200).contains(&low), "{low}");
+}
+
+/// The workspace root, for the docs, fixtures and deployment files tests
+/// read.
+pub(crate) fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }

@@ -7,15 +7,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use http::{HeaderMap, HeaderValue};
 use standardwebhooks::{Webhook, WebhookError};
+use webhook_core::vectors::KEY;
 use webhook_core::{sign, DeliveryResult, Hook, Signer, SigningSettings, StandardScope};
 
 use crate::support::{
     deliver, handler, http_server, local_config, outbound, respond, transport, Recorded, GUARD,
     PAYLOAD,
 };
-
-/// The support module's key, as the text Phorge stores.
-const KEY: &str = "abcdefghijklmnopqrstuvwxyz234567";
 
 const HOOK: &str = "PHID-HWBH-aaaaaaaaaaaaaaaaaaaa";
 const NEW_KEY: &str = "zyxwvutsrqponmlkjihgfedcba765432";
