@@ -56,6 +56,12 @@ impl HookPauses {
         until
     }
 
+    /// When `hook`'s pause ends on the clock's monotonic reading, if it is
+    /// paused now.
+    pub fn ends(&self, hook: &str) -> Option<Duration> {
+        self.live().get(hook).map(|pause| pause.ends)
+    }
+
     /// When `hook`'s pause ends, if it is paused now.
     pub fn until(&self, hook: &str) -> Option<UnixTime> {
         self.live().get(hook).map(|pause| pause.until)

@@ -230,7 +230,14 @@ impl Dispatcher {
         held: &mut HashMap<String, HeldLock>,
         last_poll: &LastPoll,
     ) -> Duration {
-        let until = self.clock.monotonic() + self.windows.poll_interval();
+        // A paused hook's rows stay out of the candidate query until its
+        // pause ends, not only until the next poll: polling them again
+        // would only triage and skip them.
+        let next_poll = self.clock.monotonic() + self.windows.poll_interval();
+        let until = self
+            .pauses
+            .ends(&report.hook)
+            .map_or(next_poll, |ends| ends.max(next_poll));
         backlog.finish(&report, until);
         let due = if !report.exclude && last_poll.left_out(&report.hook) {
             last_poll.at + self.windows.busy_poll_interval()

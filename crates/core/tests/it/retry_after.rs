@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
+use webhook_core::memory_store::StoreOp;
 use webhook_core::{EventKind, LastResult, NewRequest, RequestStatus, Settings};
 
 use crate::support::{hook, Harness, Reply, START};
@@ -162,4 +163,23 @@ fn rows_claimed_along_when_a_pause_starts_wait_and_are_sent_once() {
         let sent = posts.iter().filter(|p| p.request_phid == phid).count();
         assert_eq!(sent, 1, "row {id} sent once");
     }
+}
+
+#[test]
+fn a_paused_hooks_rows_stay_out_of_the_polls_until_the_pause_ends() {
+    let (mut h, a) = three_rows_each(Settings::default(), Reply::throttled(429, secs(600)));
+    h.run_for(secs(5));
+    let looked_up = h.store.calls(StoreOp::Hook);
+    // Five minutes of polls once a second: none of them reads A's rows
+    // again only to skip them (the hook is looked up for triage).
+    h.run_for(secs(300));
+    assert!(
+        h.store.calls(StoreOp::Hook) <= looked_up + 1,
+        "A's rows were triaged again during its pause: {} hook lookups",
+        h.store.calls(StoreOp::Hook) - looked_up
+    );
+    assert_eq!(starts(&h, URI_A).len(), 1, "still paused");
+    h.run_for(secs(600));
+    assert!(starts(&h, URI_A).len() >= 3, "sent after the pause");
+    assert!(h.store.row(a[2]).expect("row").status != RequestStatus::Queued);
 }
