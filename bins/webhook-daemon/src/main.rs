@@ -6,6 +6,12 @@ use std::process::ExitCode;
 
 use webhook_daemon::{config, launch};
 
+/// jemalloc instead of the C library's malloc: at 512 calls in flight it
+/// keeps the resident set about 4 MiB lower (docs/performance.md). Its
+/// settings are built in from `.cargo/config.toml`.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     match std::env::args().nth(1).as_deref() {
         Some("--help" | "-h" | "help") => {
