@@ -458,7 +458,10 @@ fn build(engine: &Engine, build_args: &[String]) -> Result<(), String> {
     engine.run(&args)
 }
 
-/// The daemon's ignored `image` test, against [`IMAGE`].
+/// The module of the daemon's test binary holding the smoke test.
+const SMOKE_TEST_MODULE: &str = "image";
+
+/// The daemon's ignored `image` tests, against [`IMAGE`].
 fn smoke_test(engine: &Engine) -> Result<(), String> {
     eprintln!("xtask: running the smoke test (cargo test -p webhook-daemon --test it image)");
     let status = Command::new("cargo")
@@ -468,7 +471,7 @@ fn smoke_test(engine: &Engine) -> Result<(), String> {
             "webhook-daemon",
             "--test",
             "it",
-            "image::",
+            &format!("{SMOKE_TEST_MODULE}::"),
             "--",
             "--ignored",
             "--nocapture",
@@ -503,6 +506,24 @@ mod tests {
     fn sizes_read_in_mebibytes() {
         assert_eq!(human_size("1048576"), "1048576 bytes (1.0 MiB)");
         assert_eq!(human_size("n/a"), "n/a");
+    }
+
+    /// `cargo test` with a filter that matches nothing passes: the module
+    /// and its ignored tests must be where [`smoke_test`] looks.
+    #[test]
+    fn the_smoke_test_is_where_it_is_run_from() {
+        let tests = root().join("bins/webhook-daemon/tests/it");
+        let main = std::fs::read_to_string(tests.join("main.rs")).expect("readable");
+        assert!(
+            main.contains(&format!("mod {SMOKE_TEST_MODULE};")),
+            "{main}"
+        );
+        let module = std::fs::read_to_string(tests.join(format!("{SMOKE_TEST_MODULE}.rs")))
+            .expect("readable");
+        assert!(module.matches("#[ignore").count() >= 2, "{module}");
+        for var in ["GORGE_WEBHOOK_TEST_ENGINE", "GORGE_WEBHOOK_TEST_IMAGE"] {
+            assert!(module.contains(var), "the smoke test does not read {var}");
+        }
     }
 
     #[test]
