@@ -478,8 +478,8 @@ fn smoke_test(engine: &Engine) -> Result<(), String> {
             "--test-threads=1",
         ])
         .envs(engine.env.iter().map(|(k, v)| (k, v)))
-        .env("GORGE_WEBHOOK_TEST_ENGINE", engine.program)
-        .env("GORGE_WEBHOOK_TEST_IMAGE", IMAGE)
+        .env("WEBHOOK_IMAGE_ENGINE", engine.program)
+        .env("WEBHOOK_IMAGE", IMAGE)
         .status()
         .map_err(|e| format!("could not start cargo: {e}"))?;
     if status.success() {
@@ -521,7 +521,7 @@ mod tests {
         let module = std::fs::read_to_string(tests.join(format!("{SMOKE_TEST_MODULE}.rs")))
             .expect("readable");
         assert!(module.matches("#[ignore").count() >= 2, "{module}");
-        for var in ["GORGE_WEBHOOK_TEST_ENGINE", "GORGE_WEBHOOK_TEST_IMAGE"] {
+        for var in ["WEBHOOK_IMAGE_ENGINE", "WEBHOOK_IMAGE"] {
             assert!(module.contains(var), "the smoke test does not read {var}");
         }
     }

@@ -1,7 +1,7 @@
 //! The container image's smoke test, ignored unless asked for: `cargo
 //! xtask image` builds the image and runs this module with
-//! `GORGE_WEBHOOK_TEST_ENGINE` (`docker` or `podman`) and
-//! `GORGE_WEBHOOK_TEST_IMAGE` set. The container shares the host's network
+//! `WEBHOOK_IMAGE_ENGINE` (`docker` or `podman`) and
+//! `WEBHOOK_IMAGE` set. The container shares the host's network
 //! (loopback only) to reach the local MariaDB and the recording receiver,
 //! on a database of its own that is dropped afterwards.
 //!
@@ -43,8 +43,8 @@ impl Subject {
             })
         };
         Self {
-            engine: var("GORGE_WEBHOOK_TEST_ENGINE"),
-            image: var("GORGE_WEBHOOK_TEST_IMAGE"),
+            engine: var("WEBHOOK_IMAGE_ENGINE"),
+            image: var("WEBHOOK_IMAGE"),
         }
     }
 
