@@ -260,7 +260,9 @@ fn health(subject: &Subject, name: &str) -> Result<String, String> {
         let output = subject.run(&["healthcheck", "run", name]);
         let said = text(&output);
         if output.status.success() {
-            Ok(format!("podman healthcheck run: exit 0 {said}"))
+            Ok(format!("podman healthcheck run: exit 0 {said}")
+                .trim_end()
+                .to_owned())
         } else {
             Err(said)
         }
