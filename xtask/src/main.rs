@@ -18,9 +18,14 @@
 //! - `prometheus`: promtool's checks of the alert rules, their unit tests
 //!   and the scrape job in `deploy/`, installing promtool when it is
 //!   missing.
+//! - `image`: builds the container image (Docker, or podman from local
+//!   bases when no engine or registry answers) and smoke-tests it against
+//!   the local MariaDB (docs/operations.md, "Building the image without
+//!   Docker").
 
 mod deny;
 mod fuzz;
+mod image;
 mod layers;
 mod mariadb;
 mod prometheus;
@@ -40,6 +45,7 @@ fn main() -> ExitCode {
         Some("deny") => deny::check(),
         Some("fuzz") => fuzz::fuzz(&args[1..]),
         Some("prometheus") => prometheus::check(),
+        Some("image") => image::image(),
         _ => {
             eprintln!(
                 "usage: cargo xtask <command>\n\n\
@@ -57,7 +63,9 @@ fn main() -> ExitCode {
                  fuzz     run the fuzz targets: [--seconds N] [--target NAME]... [--merge]\n           \
                  [-- LIBFUZZER_FLAGS] (docs/fuzzing.md)\n  \
                  prometheus  promtool: deploy/alerts.yml, its unit tests deploy/alerts.test.yml\n           \
-                 and deploy/prometheus.yml (installs Debian's prometheus package)"
+                 and deploy/prometheus.yml (installs Debian's prometheus package)\n  \
+                 image    build the container image and smoke-test it against MariaDB\n           \
+                 (docker, else podman from local bases; installs podman, runc, debootstrap)"
             );
             return ExitCode::from(2);
         }

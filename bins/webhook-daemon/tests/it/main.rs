@@ -10,6 +10,7 @@ mod daemon;
 mod e2e;
 mod handoff;
 mod hostile;
+mod image;
 mod listener;
 mod live;
 mod objects;
