@@ -40,9 +40,11 @@ const RUNTIME_BASE: &str = "localhost/gorge-webhook-base/debian:bookworm-minbase
 /// `PATH`; rustc finds its libraries relative to itself).
 const TOOLCHAIN_DIR: &str = "/usr/local/rust";
 /// What the `Dockerfile`'s builder stage needs beyond minbase: a C
-/// compiler and libc headers for ring, and CA roots for cargo's TLS to
-/// crates.io.
-const BUILDER_PACKAGES: &str = "gcc,libc6-dev,ca-certificates";
+/// compiler and libc headers for ring, make for jemalloc's build, and CA
+/// roots for cargo's TLS to crates.io. The builder base's tag carries a
+/// hash of this list, so a machine that made it with another list makes
+/// it again.
+const BUILDER_PACKAGES: &str = "gcc,libc6-dev,make,ca-certificates";
 /// Where Debian keeps the CA roots cargo's TLS reads.
 const HOST_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 /// The Debian packages podman-based builds need, by the command they give.
@@ -260,8 +262,9 @@ fn local_bases(engine: &Engine) -> Result<Vec<String>, String> {
     }
     let toolchain = Toolchain::find()?;
     let builder = format!(
-        "localhost/gorge-webhook-base/rust:{}-bookworm",
-        toolchain.version
+        "localhost/gorge-webhook-base/rust:{}-bookworm-{:016x}",
+        toolchain.version,
+        packages_hash(BUILDER_PACKAGES)
     );
     if !engine.has_image(&builder) {
         let rootfs = debootstrap("builder", Some(BUILDER_PACKAGES))?;
@@ -282,6 +285,15 @@ fn local_bases(engine: &Engine) -> Result<Vec<String>, String> {
         format!("RUST_IMAGE={builder}"),
         format!("RUNTIME_IMAGE={RUNTIME_BASE}"),
     ])
+}
+
+/// A hash of a package list, stable for one build of xtask (and so for one
+/// toolchain, which the builder base's tag also names).
+fn packages_hash(packages: &str) -> u64 {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut hasher = DefaultHasher::new();
+    packages.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// The host's CA bundle replaces Debian's in the builder base, so cargo
