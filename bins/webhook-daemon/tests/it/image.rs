@@ -56,6 +56,26 @@ impl Subject {
             .unwrap_or_else(|e| panic!("could not start {}: {e}", self.engine))
     }
 
+    /// Starts the image in the background as `name`, on the host's network
+    /// (its loopback: the local MariaDB and the receiver), with the
+    /// engine's `options` and the daemon's `env`.
+    fn start(&self, name: String, options: &[String], env: &[(String, String)]) -> Container<'_> {
+        let mut args = ["run", "--detach", "--name", &name, "--network", "host"]
+            .map(str::to_owned)
+            .to_vec();
+        args.extend_from_slice(options);
+        for (key, value) in env {
+            args.extend(["--env".to_owned(), format!("{key}={value}")]);
+        }
+        args.push(self.image.clone());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.ok(&args);
+        Container {
+            subject: self,
+            name,
+        }
+    }
+
     /// Runs the engine with `args`, which must succeed; trimmed stdout.
     fn ok(&self, args: &[&str]) -> String {
         let output = self.run(args);
@@ -176,26 +196,12 @@ async fn the_image_delivers_as_the_unprivileged_user_and_stops_cleanly() {
             "GORGE_LISTEN_ADDR",
             &format!("127.0.0.1:{port}"),
         )]));
-        let mut args = vec![
-            "run".to_owned(),
-            "--detach".to_owned(),
-            "--name".to_owned(),
-            name.clone(),
-            // The host's loopback: its MariaDB and the receiver.
-            "--network".to_owned(),
-            "host".to_owned(),
-        ];
+        let mut options = Vec::new();
         if subject.engine == "docker" {
             // Docker runs a HEALTHCHECK only on its schedule (every 30 s).
-            args.push("--health-interval=2s".to_owned());
+            options.push("--health-interval=2s".to_owned());
         }
-        for (key, value) in &env {
-            args.extend(["--env".to_owned(), format!("{key}={value}")]);
-        }
-        args.push(image.to_owned());
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        subject.ok(&args);
-        let container = Container { subject, name };
+        let container = subject.start(name, &options, &env);
 
         check("the image's HEALTHCHECK turns healthy", || {
             let healthy = until(DEADLINE, || health(subject, &container.name));
@@ -317,13 +323,7 @@ async fn the_image_waits_for_phorges_database_and_sees_silent_mode_read_only() {
             ("GORGE_LISTEN_ADDR", &addr.to_string()),
             ("GORGE_PHORGE_LOCAL_CONFIG", "/phorge/conf/local/local.json"),
         ]));
-        let mut args = vec![
-            "run".to_owned(),
-            "--detach".to_owned(),
-            "--name".to_owned(),
-            name.clone(),
-            "--network".to_owned(),
-            "host".to_owned(),
+        let options = [
             "--volume".to_owned(),
             format!("{conf_local}:/phorge/conf/local:ro"),
             // The confinement deploy/compose.yaml gives the service.
@@ -331,13 +331,7 @@ async fn the_image_waits_for_phorges_database_and_sees_silent_mode_read_only() {
             "--cap-drop=ALL".to_owned(),
             "--security-opt=no-new-privileges".to_owned(),
         ];
-        for (key, value) in &env {
-            args.extend(["--env".to_owned(), format!("{key}={value}")]);
-        }
-        args.push(subject.image.clone());
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        subject.ok(&args);
-        let container = Container { subject, name };
+        let container = subject.start(name, &options, &env);
 
         let started = Instant::now();
         let before = until_async(|| async {
