@@ -30,11 +30,16 @@ WORKDIR /src
 COPY . .
 # --locked: build exactly the dependency versions CI tested. The target
 # directory is a cache mount, so the binaries are copied out in the same step.
+# .cargo/config.toml comes along: it holds the settings the daemon's
+# allocator (jemalloc) is built with. jemalloc's licence asks binary copies
+# to carry its notice, which is taken from the source cargo just built.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked -p webhook-daemon -p webhook-admin \
  && install -D -m 0755 target/release/webhook-daemon /out/webhook-daemon \
  && install -D -m 0755 target/release/webhook-admin /out/webhook-admin \
+ && install -D -m 0644 "$(ls -d /usr/local/cargo/registry/src/*/tikv-jemalloc-sys-*/jemalloc/COPYING | tail -n 1)" \
+      /out/doc/jemalloc-COPYING \
  && /out/webhook-daemon --version \
  && /out/webhook-admin --version
 
@@ -46,6 +51,7 @@ RUN groupadd --system --gid 10001 gorge-webhook \
 COPY --from=builder /out/webhook-daemon /out/webhook-admin /usr/local/bin/
 COPY --chmod=0755 deploy/healthcheck.sh /usr/local/bin/gorge-webhook-probe
 COPY LICENSE /usr/share/doc/gorge-webhook/LICENSE
+COPY --from=builder /out/doc/jemalloc-COPYING /usr/share/doc/gorge-webhook/jemalloc-COPYING
 
 LABEL org.opencontainers.image.title="gorge-webhook" \
       org.opencontainers.image.description="Delivers Phorge's queued Herald webhook requests" \

@@ -41,10 +41,9 @@ const RUNTIME_BASE: &str = "localhost/gorge-webhook-base/debian:bookworm-minbase
 const TOOLCHAIN_DIR: &str = "/usr/local/rust";
 /// What the `Dockerfile`'s builder stage needs beyond minbase: a C
 /// compiler and libc headers for ring, make for jemalloc's build, and CA
-/// roots for cargo's TLS to crates.io. The builder base's tag carries a
-/// hash of this list, so a machine that made it with another list makes
-/// it again.
-const BUILDER_PACKAGES: &str = "gcc,libc6-dev,make,ca-certificates";
+/// roots for cargo's TLS to crates.io. The builder base's tag names them,
+/// so a machine that made it with another list makes it again.
+const BUILDER_PACKAGES: [&str; 4] = ["gcc", "libc6-dev", "make", "ca-certificates"];
 /// Where Debian keeps the CA roots cargo's TLS reads.
 const HOST_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 /// The Debian packages podman-based builds need, by the command they give.
@@ -159,9 +158,10 @@ pub(crate) fn image() -> Result<(), String> {
     } else {
         Vec::new()
     };
+    // Before the build, which takes minutes: the smoke test needs it.
+    mariadb::ensure_running()?;
     timings.step("image build", || build(&engine, &build_args))?;
     let size = engine.output(&["image", "inspect", "--format", "{{.Size}}", IMAGE])?;
-    mariadb::ensure_running()?;
     timings.step("smoke test", || smoke_test(&engine))?;
 
     println!("image {IMAGE} built with {}", engine.program);
@@ -262,12 +262,12 @@ fn local_bases(engine: &Engine) -> Result<Vec<String>, String> {
     }
     let toolchain = Toolchain::find()?;
     let builder = format!(
-        "localhost/gorge-webhook-base/rust:{}-bookworm-{:016x}",
+        "localhost/gorge-webhook-base/rust:{}-bookworm-{}",
         toolchain.version,
-        packages_hash(BUILDER_PACKAGES)
+        BUILDER_PACKAGES.join(".")
     );
     if !engine.has_image(&builder) {
-        let rootfs = debootstrap("builder", Some(BUILDER_PACKAGES))?;
+        let rootfs = debootstrap("builder", Some(&BUILDER_PACKAGES.join(",")))?;
         toolchain.copy_into(&rootfs)?;
         trust_host_roots(&rootfs)?;
         let path = format!(
@@ -285,15 +285,6 @@ fn local_bases(engine: &Engine) -> Result<Vec<String>, String> {
         format!("RUST_IMAGE={builder}"),
         format!("RUNTIME_IMAGE={RUNTIME_BASE}"),
     ])
-}
-
-/// A hash of a package list, stable for one build of xtask (and so for one
-/// toolchain, which the builder base's tag also names).
-fn packages_hash(packages: &str) -> u64 {
-    use std::hash::{DefaultHasher, Hash, Hasher};
-    let mut hasher = DefaultHasher::new();
-    packages.hash(&mut hasher);
-    hasher.finish()
 }
 
 /// The host's CA bundle replaces Debian's in the builder base, so cargo
@@ -536,6 +527,19 @@ mod tests {
         for var in ["WEBHOOK_IMAGE_ENGINE", "WEBHOOK_IMAGE"] {
             assert!(module.contains(var), "the smoke test does not read {var}");
         }
+    }
+
+    /// The daemon's allocator settings live in `.cargo/config.toml`; a
+    /// build context without it gets jemalloc's defaults.
+    #[test]
+    fn the_build_context_keeps_the_cargo_configuration() {
+        let ignored = std::fs::read_to_string(root().join(".dockerignore")).expect("readable");
+        let excluded: Vec<&str> = ignored
+            .lines()
+            .map(str::trim)
+            .filter(|line| line.trim_start_matches("**/").starts_with(".cargo"))
+            .collect();
+        assert!(excluded.is_empty(), ".dockerignore leaves out {excluded:?}");
     }
 
     #[test]

@@ -20,6 +20,7 @@ use webhook_test_support::mariadb::{
 };
 use webhook_test_support::{with_db, LocalJson, Receiver};
 
+use crate::allocator::{assert_built_in_settings, PRINT_STATS};
 use crate::daemon::{free_port, http};
 use crate::e2e::{add_hook, delivery_env, pairs, DEADLINE};
 
@@ -179,6 +180,22 @@ async fn the_image_delivers_as_the_unprivileged_user_and_stops_cleanly() {
         assert_eq!(admin, format!("webhook-admin {version}"));
         format!("{daemon}\n{admin}")
     });
+
+    check(
+        "the daemon allocates with the built-in jemalloc settings",
+        || {
+            let output = subject.run(&[
+                "run",
+                "--rm",
+                "--env",
+                &format!("{}={}", PRINT_STATS.0, PRINT_STATS.1),
+                image,
+                "--version",
+            ]);
+            assert!(output.status.success(), "{}", text(&output));
+            assert_built_in_settings(&String::from_utf8_lossy(&output.stderr))
+        },
+    );
 
     let subject = &subject;
     with_db(|db| async move {
@@ -386,6 +403,7 @@ async fn the_image_waits_for_phorges_database_and_sees_silent_mode_read_only() {
         let still = ready(addr)
             .await
             .unwrap_or_else(|last| panic!("not ready while silent: {last}"));
+        assert!(still.contains("held"), "delivery is not held: {still}");
         println!(
             "image check: silent mode seen through the read-only conf/local ({:.1} s)\n  \
              {held}\n  /readyz 200 {still}",

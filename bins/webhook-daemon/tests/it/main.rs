@@ -5,6 +5,7 @@
 //! runs the `contracts` module alone.
 
 mod adoption;
+mod allocator;
 mod contracts;
 mod daemon;
 mod e2e;
