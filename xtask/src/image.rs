@@ -215,21 +215,12 @@ fn scratch_conf_path() -> PathBuf {
     root().join("target/xtask-image/containers.conf")
 }
 
-fn found(command: &str) -> bool {
-    Command::new(command)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success())
-}
-
 /// Installs the Debian packages of [`PODMAN_TOOLS`] whose command is
 /// missing.
 fn ensure_tools() -> Result<(), String> {
     let missing: Vec<&str> = PODMAN_TOOLS
         .iter()
-        .filter(|(command, _)| !found(command))
+        .filter(|(command, _)| !crate::command_found(command))
         .map(|(_, package)| *package)
         .collect();
     if missing.is_empty() {
@@ -239,19 +230,12 @@ fn ensure_tools() -> Result<(), String> {
         "xtask: {} not installed; installing Debian's packages (once per machine)",
         missing.join(", ")
     );
-    let mut install = vec!["install", "-y", "-q", "--no-install-recommends"];
-    install.extend(&missing);
-    // A machine whose package lists were never fetched knows no candidate.
-    crate::run("apt-get", &install)
-        .or_else(|_| {
-            crate::run("apt-get", &["update", "-q"]).and_then(|()| crate::run("apt-get", &install))
-        })
-        .map_err(|err| {
-            format!(
-                "{err}; install them (Debian: apt-get install {})",
-                missing.join(" ")
-            )
-        })
+    crate::apt_install(&missing).map_err(|err| {
+        format!(
+            "{err}; install them (Debian: apt-get install {})",
+            missing.join(" ")
+        )
+    })
 }
 
 /// The build arguments naming the local bases, made when missing.

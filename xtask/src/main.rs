@@ -133,6 +133,26 @@ pub(crate) fn root() -> std::path::PathBuf {
         .unwrap_or_default()
 }
 
+/// Whether `command --version` starts and succeeds.
+pub(crate) fn command_found(command: &str) -> bool {
+    Command::new(command)
+        .arg("--version")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+/// Installs Debian's `packages` with apt-get; a machine whose package
+/// lists were never fetched knows no candidate, so a failed install is
+/// tried once more after `apt-get update`.
+pub(crate) fn apt_install(packages: &[&str]) -> Result<(), String> {
+    let mut install = vec!["install", "-y", "-q", "--no-install-recommends"];
+    install.extend(packages);
+    run("apt-get", &install)
+        .or_else(|_| run("apt-get", &["update", "-q"]).and_then(|()| run("apt-get", &install)))
+}
+
 /// Runs a command inheriting stdio; an error names the command.
 pub(crate) fn run(program: &str, args: &[&str]) -> Result<(), String> {
     eprintln!("xtask: running {program} {}", args.join(" "));

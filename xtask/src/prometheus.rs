@@ -7,9 +7,7 @@
 //! beforehand; `ci` runs this before the tests, one of which runs the
 //! server against the daemon (bins/webhook-daemon/tests/it/prometheus.rs).
 
-use std::process::Command;
-
-use crate::{root, run};
+use crate::{apt_install, command_found, root, run};
 
 /// The files promtool checks, relative to the workspace root.
 const RULES: &str = "deploy/alerts.yml";
@@ -26,30 +24,14 @@ pub(crate) fn check() -> Result<(), String> {
     run("promtool", &["check", "config", &path(SCRAPE_CONFIG)])
 }
 
-fn promtool_found() -> bool {
-    Command::new("promtool")
-        .arg("--version")
-        .output()
-        .is_ok_and(|output| output.status.success())
-}
-
 fn ensure_promtool() -> Result<(), String> {
-    if promtool_found() {
+    if command_found("promtool") {
         return Ok(());
     }
     eprintln!(
         "xtask: promtool is not installed; installing Debian's prometheus package (once per machine)"
     );
-    const INSTALL: [&str; 5] = [
-        "install",
-        "-y",
-        "-q",
-        "--no-install-recommends",
-        "prometheus",
-    ];
-    // A machine whose package lists were never fetched knows no candidate.
-    run("apt-get", &INSTALL)
-        .or_else(|_| run("apt-get", &["update", "-q"]).and_then(|()| run("apt-get", &INSTALL)))
+    apt_install(&["prometheus"])
         .map_err(|err| format!("{err}; install Prometheus (Debian: apt-get install prometheus)"))
 }
 
