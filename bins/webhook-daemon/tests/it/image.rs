@@ -351,15 +351,9 @@ async fn the_image_waits_for_phorges_database_and_sees_silent_mode_read_only() {
         let container = subject.start(name, &options, &env);
 
         let started = Instant::now();
-        let before = until_async(|| async {
-            match http(addr, "GET", "/readyz", &[], b"").await {
-                Ok(answer) if answer.status == 503 => Ok(answer.text().trim().to_owned()),
-                Ok(answer) => Err(format!("{} {}", answer.status, answer.text())),
-                Err(e) => Err(e.to_string()),
-            }
-        })
-        .await
-        .unwrap_or_else(|last| panic!("/readyz: {last}\n{}", container.logs()));
+        let before = until_async(|| readyz(addr, 503))
+            .await
+            .unwrap_or_else(|last| panic!("/readyz: {last}\n{}", container.logs()));
         assert!(
             before.contains(&database) && before.contains("does not exist"),
             "{before}"
@@ -415,8 +409,13 @@ async fn the_image_waits_for_phorges_database_and_sees_silent_mode_read_only() {
 
 /// `/readyz` from the host: its body once it answers 200.
 async fn ready(addr: SocketAddr) -> Result<String, String> {
+    readyz(addr, 200).await
+}
+
+/// `/readyz` from the host: its body if it answers `status`.
+async fn readyz(addr: SocketAddr, status: u16) -> Result<String, String> {
     match http(addr, "GET", "/readyz", &[], b"").await {
-        Ok(answer) if answer.status == 200 => Ok(answer.text().trim().to_owned()),
+        Ok(answer) if answer.status == status => Ok(answer.text().trim().to_owned()),
         Ok(answer) => Err(format!("{} {}", answer.status, answer.text())),
         Err(e) => Err(e.to_string()),
     }
