@@ -105,6 +105,9 @@ struct Inner {
     faults: HashMap<StoreOp, u32>,
     /// Claims whose answer is held up: how many more, and for how long.
     slow_claim_replies: Option<(u32, Duration)>,
+    /// Result writes that wait before they land: how many more, and for
+    /// how long.
+    slow_writes: Option<(u32, Duration)>,
     calls: HashMap<StoreOp, u64>,
     /// The `limit` of every candidate query, in order.
     candidate_limits: Vec<usize>,
@@ -278,6 +281,13 @@ impl MemoryStore {
         self.lock().slow_claim_replies = Some((times, by));
     }
 
+    /// Makes the next `times` result writes wait `by` on the store's clock
+    /// before they land (as a write queued behind a slow group commit of a
+    /// real store): until then the row reads as it was.
+    pub fn delay_writes(&self, times: u32, by: Duration) {
+        self.lock().slow_writes = Some((times, by));
+    }
+
     /// Whether the per-hook lock for `hook_phid` is held.
     pub fn is_hook_locked(&self, hook_phid: &str) -> bool {
         self.lock().held_locks.contains_key(hook_phid)
@@ -363,6 +373,16 @@ impl Store for MemoryStore {
     }
 
     async fn write_result(&self, write: &ResultWrite) -> Result<Written, StoreError> {
+        let delay = {
+            let mut inner = self.lock();
+            inner.slow_writes.as_mut().and_then(|(left, by)| {
+                *left = left.checked_sub(1)?;
+                Some(*by)
+            })
+        };
+        if let Some(delay) = delay {
+            self.clock.sleep(delay).await;
+        }
         let mut inner = self.lock();
         Self::check_fault(&mut inner, StoreOp::WriteResult)?;
         let Some(row) = inner.rows.get_mut(&write.id) else {

@@ -138,8 +138,9 @@ fn check_row(row: &RequestRow) -> Result<Properties, Box<Triage<'_>>> {
     })
 }
 
-/// The checks on the hook of a row that passed its own.
-fn judge_hook<'r>(properties: Properties, hook: HookLookup) -> Triage<'r> {
+/// The checks on the hook of a row that passed its own (the dispatcher
+/// makes them again just before each call).
+pub(crate) fn judge_hook<'r>(properties: Properties, hook: HookLookup) -> Triage<'r> {
     match hook {
         HookLookup::Found(hook) if hook.is_disabled() => Triage::HookDisabled { properties, hook },
         HookLookup::Found(hook) => Triage::Ready { properties, hook },

@@ -1,5 +1,5 @@
-//! Step 8 for a claimed row: the lock asked once more, the payload built
-//! and signed, the POST through the transport with one deadline, what its
+//! Step 8 for a claimed row: the hook checked again as Phorge has it now,
+//! the lock asked once more, the payload built and signed, the POST through the transport with one deadline, what its
 //! latency says about the hook (hanging, slow), and the result counted,
 //! reported and handed to the write-back.
 
@@ -33,8 +33,8 @@ const SLOW_REPORT_INTERVAL: Duration = Duration::from_secs(60);
 /// A claimed row, ready for its POST (step 8).
 pub(super) struct Claimed<'r> {
     pub(super) row: &'r RequestRow,
-    pub(super) properties: &'r Properties,
-    pub(super) hook: &'r Hook,
+    pub(super) properties: Properties,
+    pub(super) hook: Hook,
     pub(super) target: Result<Target, TransportFailure>,
     pub(super) transactions: Transactions,
     pub(super) claim: ClaimToken,
@@ -73,6 +73,18 @@ impl Dispatcher {
         run: &mut HookRun,
         claimed: Claimed<'_>,
     ) -> Attempted<'a> {
+        let claimed = match self.recheck_hook(claimed).await {
+            Ok(claimed) => claimed,
+            Err(step) => {
+                // A hook error was written (or the hook could not be read):
+                // nothing reached the receiver.
+                self.after_attempt(run, matches!(step, Step::Next));
+                return step.into();
+            }
+        };
+        if let Ok(target) = &claimed.target {
+            run.group.refresh(&claimed.hook, target);
+        }
         let Claimed {
             row,
             properties,
@@ -88,10 +100,10 @@ impl Dispatcher {
                     return Step::StopRun.into();
                 }
                 let payload = match &transactions {
-                    Some(loaded) => Payload::with_transactions(row, properties, loaded),
-                    None => Payload::build(row, properties),
+                    Some(loaded) => Payload::with_transactions(row, &properties, loaded),
+                    None => Payload::build(row, &properties),
                 };
-                self.deliver(row, payload, hook, target).await
+                self.deliver(row, payload, &hook, target).await
             }
             Err(failure) => (DeliveryResult::Failed(failure), Duration::ZERO),
         };
@@ -104,7 +116,8 @@ impl Dispatcher {
             self.note_retry_after(row, status, retry_after);
         }
         let now = self.clock.now();
-        let Some((write, outcome)) = attempt_write(row.id, claim.version, properties, &result, now)
+        let Some((write, outcome)) =
+            attempt_write(row.id, claim.version, &properties, &result, now)
         else {
             self.local_failure(row, &result, claim.at);
             self.after_attempt(run, false);

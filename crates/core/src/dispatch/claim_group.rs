@@ -144,6 +144,18 @@ impl ClaimGroup {
             .map(|c| (&c.hook, &c.target, c.claimed_at))
     }
 
+    /// The hook as it was just checked before a call, and its target: the
+    /// group's later rows start from them (a hook edited in Phorge
+    /// mid-group is resolved once, not once per row).
+    pub(super) fn refresh(&mut self, hook: &Hook, target: &Target) {
+        if let Some(current) = self.current.as_mut() {
+            if current.hook != *hook || current.target != *target {
+                current.hook = hook.clone();
+                current.target = target.clone();
+            }
+        }
+    }
+
     /// Whether row `id` was claimed along with an earlier one and waits
     /// for its turn.
     pub(super) fn has_ahead(&self, id: u64) -> bool {

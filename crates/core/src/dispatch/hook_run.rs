@@ -5,31 +5,31 @@
 //! unsent, the write-backs still being stored and the lock kept or given
 //! up.
 //!
-//! A row's turn returns what happened ([`Attempted`]): what the run does
-//! next, and the write-back of a delivery still being stored.
+//! A row's turn goes through typed stages: guarded ([`Guarded`], while
+//! the previous delivery's write-back is still being stored), claimed
+//! ([`Turn`], once that write-back is stored) and called ([`Attempted`]).
+//! So at most one of a hook's calls has no stored result at any moment —
+//! the one in flight — and a deliverer that dies or pauses can only cause
+//! a hook's receiver one repeat.
 
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use futures::future::{join, join_all, BoxFuture, Either};
+use futures::future::{join, join_all, BoxFuture};
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
 
-use crate::model::{Hook, RequestRow};
+use crate::model::RequestRow;
 use crate::outcome::HookError;
 use crate::properties::Properties;
 use crate::store::{Claim, HookLock};
 
 use super::attempt::{ClaimToken, Claimed};
-use super::claim_group::{AheadClaim, ClaimGroup, CLAIM_AHEAD_MAX};
+use super::claim_group::{AheadClaim, ClaimGroup};
 use super::guard::release;
-use super::prepare::{ObjectVerdict, Ready};
+use super::prepare::{ObjectVerdict, Ready, Transactions};
 use super::{alongside, Dispatcher};
-
-/// Write-backs a hook run may have in flight before it waits for them:
-/// enough for a whole claim group.
-const WRITES_BEHIND_MAX: usize = CLAIM_AHEAD_MAX;
 
 /// What a hook run reports back to the loop.
 pub(super) struct RunReport {
@@ -64,9 +64,33 @@ pub(super) enum Step {
     StopRun,
 }
 
-/// What one row's turn did: the step the run takes next, and the
-/// write-back of a successful delivery, still to be stored while the run
-/// goes on (see [`Dispatcher::process`]).
+/// How a row's turn up to its call ended: with the row claimed and ready
+/// to be sent, or with the step the run takes next.
+// Moved once, from the turn to the call; never kept in a collection, so
+// boxing the large variant would only add an allocation per row.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Turn<'r> {
+    Call(Claimed<'r>),
+    Done(Step),
+}
+
+impl From<Step> for Turn<'_> {
+    fn from(step: Step) -> Self {
+        Self::Done(step)
+    }
+}
+
+/// A row of the run's own that passed steps 1–6 and its object check:
+/// ready to be claimed.
+pub(super) struct Guarded<'r> {
+    row: &'r RequestRow,
+    ready: Ready,
+    transactions: Transactions,
+}
+
+/// What a row's call did: the step the run takes next, and the write-back
+/// of a successful delivery, still to be stored while the run takes its
+/// next row up to its call (see [`Dispatcher::hook_run`]).
 pub(super) struct Attempted<'a> {
     pub(super) step: Step,
     pub(super) pending_write: Option<BoxFuture<'a, ()>>,
@@ -81,10 +105,9 @@ impl From<Step> for Attempted<'_> {
     }
 }
 
-/// Per-run state: the hook row (looked up once), the lock, whether the
-/// breaker is known to be closed, and the claim group.
+/// Per-run state: the lock, whether the breaker is known to be closed, and
+/// the claim group.
 pub(super) struct HookRun {
-    pub(super) hook: Option<Option<Hook>>,
     pub(super) lock: Option<Box<dyn HookLock>>,
     pub(super) lock_acquired_at: Duration,
     pub(super) breaker_closed: bool,
@@ -98,7 +121,6 @@ impl HookRun {
             None => (None, Duration::ZERO, false),
         };
         Self {
-            hook: None,
             lock,
             lock_acquired_at,
             breaker_closed,
@@ -118,8 +140,8 @@ impl Dispatcher {
     ) -> RunReport {
         let mut run = HookRun::resuming(held, pace);
         let mut exclude = false;
-        // Write-backs of successful deliveries, still being stored while
-        // the run goes on with its next row (see `process`).
+        // The write-back of the last successful delivery, stored while the
+        // run takes its next row up to its call.
         let mut storing: FuturesUnordered<BoxFuture<'_, ()>> = FuturesUnordered::new();
         for (i, row) in rows.iter().enumerate() {
             // A row claimed along with an earlier one is dealt with even
@@ -129,20 +151,40 @@ impl Dispatcher {
             }
             // A row claimed along with an earlier one is in flight: like
             // the delivery under way, it is sent even if a hold began
-            // meanwhile. The two paths are one future's alternatives, not
-            // one inside the other: a call in flight holds only its own.
+            // meanwhile.
             let turn = match run.group.take_ahead(row.id) {
-                Some(ahead) => Either::Left(self.process_claimed(&mut run, row, ahead)),
-                None => Either::Right(self.process(&mut run, row, &rows[i + 1..])),
+                Some(ahead) => {
+                    // The last result is stored before the hook's next
+                    // call: a deliverer that pauses or dies mid-call then
+                    // leaves one unstored call per hook, not a queue.
+                    while storing.next().await.is_some() {}
+                    self.process_claimed(&mut run, row, ahead).await
+                }
+                None => {
+                    let guarded =
+                        alongside(pin!(self.guard_row(&mut run, row)), &mut storing, drop).await;
+                    match guarded {
+                        Ok(guarded) => {
+                            // Likewise, and before the claim, so the claim's
+                            // lease is all the call's.
+                            while storing.next().await.is_some() {}
+                            self.claim_row(&mut run, guarded, &rows[i + 1..]).await
+                        }
+                        Err(step) => Turn::Done(step),
+                    }
+                }
             };
-            let Attempted {
-                step,
-                pending_write,
-            } = alongside(pin!(turn), &mut storing, drop).await;
-            storing.extend(pending_write);
-            if storing.len() > WRITES_BEHIND_MAX {
-                while storing.next().await.is_some() {}
-            }
+            let step = match turn {
+                Turn::Done(step) => step,
+                Turn::Call(claimed) => {
+                    let Attempted {
+                        step,
+                        pending_write,
+                    } = self.attempt(&mut run, claimed).await;
+                    storing.extend(pending_write);
+                    step
+                }
+            };
             if let Step::StopRun = step {
                 exclude = true;
                 break;
@@ -184,46 +226,34 @@ impl Dispatcher {
         }
     }
 
-    /// SPEC §5 for one row, in order. The write-back of a successful
-    /// delivery comes back in [`Attempted::pending_write`] instead of being
-    /// awaited, so the run claims its next row while it is stored: the two
-    /// statements then share a commit (the store's group commit) and the
-    /// hook's next delivery does not wait for it. A failure is stored
-    /// before the next claim, whose breaker count must see it.
-    ///
-    /// The claim may take some of the `upcoming` rows along (see
-    /// [`ClaimGroup`]); when their turn comes they skip steps 1–5
-    /// ([`Dispatcher::process_claimed`] instead).
-    async fn process<'a>(
-        &'a self,
+    /// SPEC §5 for one row of the run's own, up to its claim: the hold,
+    /// steps 1–5, the guard and the object check. The write-back of the
+    /// run's last successful delivery is still being stored meanwhile.
+    async fn guard_row<'r>(
+        &self,
         run: &mut HookRun,
-        row: &RequestRow,
-        upcoming: &[RequestRow],
-    ) -> Attempted<'a> {
+        row: &'r RequestRow,
+    ) -> Result<Guarded<'r>, Step> {
         if self.hold_now().await {
-            return Step::StopRun.into();
+            return Err(Step::StopRun);
         }
         if self.fail_when_silent && row.defect.is_none() && self.silent_now().await {
             // Phorge's worker checks silent mode first, before the hook.
             if let Ok(properties) = Properties::parse(&row.properties) {
                 self.fail_hook(row, &properties, HookError::Silent, None)
                     .await;
-                return Step::Next.into();
+                return Err(Step::Next);
             }
         }
         // Boxed: its states (the hook lookup, the triage) are live only
-        // before the claim, and inline they would size the whole turn,
-        // which lives as long as the call.
+        // before the claim, and inline they would size the whole turn.
         let Ready {
             properties,
             hook,
             target,
-        } = match Box::pin(self.prepare(run, row)).await {
-            Ok(ready) => ready,
-            Err(step) => return step.into(),
-        };
+        } = Box::pin(self.prepare(row)).await?;
         if !self.may_call(run, &hook.phid).await {
-            return Step::StopRun.into();
+            return Err(Step::StopRun);
         }
         // Phorge's worker fails a destroyed object's request before it
         // calls; checked once the hook may be called, so a blocked hook
@@ -234,10 +264,40 @@ impl Dispatcher {
             ObjectVerdict::Gone => {
                 self.fail_hook(row, &properties, HookError::Object, None)
                     .await;
-                return Step::Next.into();
+                return Err(Step::Next);
             }
-            ObjectVerdict::Failed => return Step::StopRun.into(),
+            ObjectVerdict::Failed => return Err(Step::StopRun),
         };
+        Ok(Guarded {
+            row,
+            ready: Ready {
+                properties,
+                hook,
+                target,
+            },
+            transactions,
+        })
+    }
+
+    /// Step 7 for a guarded row: its claim, taking some of the `upcoming`
+    /// rows along (see [`ClaimGroup`]); when their turn comes they skip
+    /// steps 1–5 ([`Dispatcher::process_claimed`] instead).
+    async fn claim_row<'r>(
+        &self,
+        run: &mut HookRun,
+        guarded: Guarded<'r>,
+        upcoming: &'r [RequestRow],
+    ) -> Turn<'r> {
+        let Guarded {
+            row,
+            ready:
+                Ready {
+                    properties,
+                    hook,
+                    target,
+                },
+            transactions,
+        } = guarded;
         let along = match &target {
             Ok(_) => self.look_ahead(&run.group, upcoming),
             Err(_) => Vec::new(),
@@ -285,32 +345,32 @@ impl Dispatcher {
         if run.group.has_more_ahead() && self.left_late(run, row, claimed_at) {
             return Step::Next.into();
         }
-        let claimed = Claimed {
+        Turn::Call(Claimed {
             row,
-            properties: &properties,
-            hook: &hook,
+            properties,
+            hook,
             target,
             transactions,
             claim: ClaimToken {
                 at: claimed_at,
                 version,
             },
-        };
-        self.attempt(run, claimed).await
+        })
     }
 
-    /// A row claimed along with an earlier one: steps 6 and 8. It is sent
-    /// only while the lock is still ours, the breaker (counted again after
-    /// a failure) closed, its object there (checked beside its claim), and
-    /// the claim within [`Windows::claim_ahead_budget`].
+    /// A row claimed along with an earlier one, up to its call: steps 6
+    /// and 8. It is sent only while the lock is still ours, the breaker
+    /// (counted again after a failure) closed, its object there (checked
+    /// beside its claim), and the claim within
+    /// [`Windows::claim_ahead_budget`].
     ///
     /// [`Windows::claim_ahead_budget`]: crate::windows::Windows::claim_ahead_budget
-    async fn process_claimed<'a>(
-        &'a self,
+    async fn process_claimed<'r>(
+        &self,
         run: &mut HookRun,
-        row: &RequestRow,
+        row: &'r RequestRow,
         ahead: AheadClaim,
-    ) -> Attempted<'a> {
+    ) -> Turn<'r> {
         let (check, version) = match ahead {
             AheadClaim::Won(check, version) => (check, version),
             AheadClaim::Lost => {
@@ -359,14 +419,13 @@ impl Dispatcher {
                 return Step::StopRun.into();
             }
         };
-        let claimed = Claimed {
+        Turn::Call(Claimed {
             row,
-            properties: &properties,
-            hook: &hook,
+            properties,
+            hook,
             target: Ok(target),
             transactions,
             claim,
-        };
-        self.attempt(run, claimed).await
+        })
     }
 }

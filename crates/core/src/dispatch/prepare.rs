@@ -1,8 +1,10 @@
 //! Steps 1–5 for a row of the run's own (not claimed along): the core's
 //! [`triage`](crate::triage()) with the hook looked up (cached for a few
 //! seconds), the hook errors it finds written, and the hook's URI checked
-//! through the transport; then the object check Phorge's worker makes
-//! before it calls.
+//! through the transport; the same hook checks again just before every
+//! call, so Phorge's edits to a hook (disabled, deleted, a new URI or key)
+//! win within [`HOOK_CACHE_TTL`] even in the middle of a long run; then
+//! the object check Phorge's worker makes before it calls.
 
 use std::time::Duration;
 
@@ -14,16 +16,18 @@ use crate::objects::{ObjectLookup, Unseen};
 use crate::outcome::{HookError, TransportFailure};
 use crate::properties::Properties;
 use crate::transport::{Resolution, Target};
-use crate::triage::{triage, HookLookup, Triage};
+use crate::triage::{judge_hook, triage, HookLookup, Triage};
 
-use super::hook_run::{HookRun, Step};
+use super::attempt::{ClaimToken, Claimed};
+use super::hook_run::Step;
 use super::report::truncated;
 use super::Dispatcher;
 use super::LOG_TARGET;
 
 /// How long a looked-up hook row is reused: a hook disabled or edited in
-/// Phorge is seen within this time.
-const HOOK_CACHE_TTL: Duration = Duration::from_secs(5);
+/// Phorge is seen within this time, as every call asks the cache just
+/// before it is made.
+pub(super) const HOOK_CACHE_TTL: Duration = Duration::from_secs(5);
 
 /// A hook row (or its absence) and when it was read.
 #[derive(Clone)]
@@ -72,8 +76,8 @@ impl Dispatcher {
     /// Steps 1–5: the row's properties, its hook and where to send it; or
     /// the step to take after a hook error was written (or the lookup
     /// failed).
-    pub(super) async fn prepare(&self, run: &mut HookRun, row: &RequestRow) -> Result<Ready, Step> {
-        let (properties, hook) = match triage(row, || self.hook_for(run, row)).await {
+    pub(super) async fn prepare(&self, row: &RequestRow) -> Result<Ready, Step> {
+        let (properties, hook) = match triage(row, || self.hook_for(row)).await {
             Triage::Ready { properties, hook } => (properties, hook),
             Triage::HookUnavailable => return Err(Step::StopRun),
             failed => {
@@ -84,15 +88,7 @@ impl Dispatcher {
                 return Err(Step::Next);
             }
         };
-        let target = match self.transport.resolve(&hook.uri).await {
-            Resolution::Ready(target) => Ok(target),
-            Resolution::Refused(why) => {
-                warn!(target: LOG_TARGET, event = "hook_uri_refused", request = %row.phid, hook = %hook.phid, reason = %why);
-                self.fail_hook(row, &properties, HookError::Uri, None).await;
-                return Err(Step::Next);
-            }
-            Resolution::Failed(failure) => Err(failure),
-        };
+        let target = self.resolve(row, &properties, &hook, None).await?;
         Ok(Ready {
             properties,
             hook,
@@ -100,12 +96,74 @@ impl Dispatcher {
         })
     }
 
-    /// The row's hook: looked up once per run, and read from the store at
-    /// most every [`HOOK_CACHE_TTL`].
-    async fn hook_for(&self, run: &mut HookRun, row: &RequestRow) -> HookLookup {
-        if let Some(hook) = &run.hook {
-            return found(hook.clone());
+    /// Steps 3–5 again for a claimed row, just before its call, with the
+    /// hook as Phorge has it now (from the cache, at most
+    /// [`HOOK_CACHE_TTL`] old): a hook deleted or disabled since fails the
+    /// row as Phorge's worker would, a new URI is resolved and checked, a
+    /// new key signs. `Err` is the step to take instead of calling.
+    pub(super) async fn recheck_hook<'r>(&self, claimed: Claimed<'r>) -> Result<Claimed<'r>, Step> {
+        let Claimed {
+            row,
+            properties,
+            hook: was,
+            target,
+            transactions,
+            claim,
+        } = claimed;
+        let (properties, hook) = match judge_hook(properties, self.hook_for(row).await) {
+            Triage::Ready { properties, hook } => (properties, hook),
+            Triage::HookUnavailable => {
+                let waited = self.clock.monotonic().saturating_sub(claim.at);
+                self.leave_to_lease(row, waited, "run_stopped");
+                return Err(Step::StopRun);
+            }
+            failed => {
+                note_failed_triage(row, &failed);
+                if let Some((error, properties)) = failed.into_failure() {
+                    self.fail_hook(row, &properties, error, Some(claim)).await;
+                }
+                return Err(Step::Next);
+            }
+        };
+        let target = if hook.uri == was.uri {
+            target
+        } else {
+            self.resolve(row, &properties, &hook, Some(claim)).await?
+        };
+        Ok(Claimed {
+            row,
+            properties,
+            hook,
+            target,
+            transactions,
+            claim,
+        })
+    }
+
+    /// Step 5: the hook's URI checked through the transport. A refused one
+    /// fails the row (hook error `uri`, onto the claim's version when it
+    /// was claimed); a resolver failure is the attempt's result.
+    async fn resolve(
+        &self,
+        row: &RequestRow,
+        properties: &Properties,
+        hook: &Hook,
+        claim: Option<ClaimToken>,
+    ) -> Result<Result<Target, TransportFailure>, Step> {
+        match self.transport.resolve(&hook.uri).await {
+            Resolution::Ready(target) => Ok(Ok(target)),
+            Resolution::Refused(why) => {
+                warn!(target: LOG_TARGET, event = "hook_uri_refused", request = %row.phid, hook = %hook.phid, reason = %why);
+                self.fail_hook(row, properties, HookError::Uri, claim).await;
+                Err(Step::Next)
+            }
+            Resolution::Failed(failure) => Ok(Err(failure)),
         }
+    }
+
+    /// The row's hook, read from the store at most every
+    /// [`HOOK_CACHE_TTL`].
+    async fn hook_for(&self, row: &RequestRow) -> HookLookup {
         let now = self.clock.monotonic();
         let cached = self
             .hooks
@@ -115,12 +173,10 @@ impl Dispatcher {
             .filter(|c| now.saturating_sub(c.read_at) < HOOK_CACHE_TTL)
             .cloned();
         if let Some(cached) = cached {
-            run.hook = Some(cached.hook.clone());
             return found(cached.hook);
         }
         match self.store.hook(&row.webhook_phid).await {
             Ok(hook) => {
-                run.hook = Some(hook.clone());
                 self.hooks.lock().unwrap_or_else(|e| e.into_inner()).insert(
                     row.webhook_phid.clone(),
                     CachedHook {
