@@ -10,6 +10,7 @@ mod contracts;
 mod daemon;
 mod e2e;
 mod handoff;
+mod hook_edits;
 mod hostile;
 mod image;
 mod listener;

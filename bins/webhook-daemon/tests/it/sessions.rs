@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
 use webhook_test_support::process_sessions::session_ids;
-use webhook_test_support::{with_db, Receiver, Recorded, Reply, TestDb};
+use webhook_test_support::{with_db, FaultProxy, Receiver, Recorded, Reply, TestDb};
 
 use crate::daemon::Daemon;
 use crate::e2e::{add_hook, with_setting};
@@ -237,6 +237,118 @@ async fn a_paused_instance_never_undoes_a_success() {
             paused.log()
         );
         assert_alive_without_panic(&mut paused);
+    })
+    .await;
+}
+
+/// How long the pause test freezes its instance: `RELIABILITY_PAUSE_SECS`,
+/// else past its lease (6 s) and long enough for the others to take its
+/// rows over.
+fn pause_length() -> Duration {
+    let secs = std::env::var("RELIABILITY_PAUSE_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    Duration::from_secs(secs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_instance_causes_at_most_one_repeat_per_hook_in_flight() {
+    const HOOKS: usize = 50;
+    const ROWS: usize = 3_000;
+    with_db(|db| async move {
+        let receiver = Receiver::start().await;
+        // Receivers that answer at once: a hook's calls follow each other
+        // as fast as the daemon lets them, so results not yet stored pile
+        // up wherever a call may run ahead of the last one's write-back.
+        for n in 0..HOOKS {
+            let path = format!("/repeat/{n:02}");
+            add_hook(&db, &hook_phid("repeat", n), receiver.url(&path), KEY).await;
+            receiver.always(&path, Reply::status(200).after(Duration::from_millis(5)));
+        }
+        // A lease of 6 s with a 2 s timeout leaves a claim-ahead budget of
+        // 1 s: a fast hook's claims take its next rows along, whose calls
+        // follow each other within it.
+        let env = |name: &str| {
+            let env = with_setting(instance_env(&db, name), "GORGE_WEBHOOK_CLAIM_LEASE_SEC", "6");
+            with_setting(env, "GORGE_LOG_LEVEL", "info")
+        };
+        // The first instance delivers alone, holding every hook, through a
+        // proxy the test can cut. The others start once it is paused and
+        // take its rows over.
+        let proxy = FaultProxy::to_mariadb().await;
+        let slow_path = with_setting(
+            env("repeat-a"),
+            "GORGE_WEBHOOK_MYSQL_PORT",
+            &proxy.port().to_string(),
+        );
+        let mut daemons = vec![Daemon::start("repeat-a", &slow_path).await];
+        insert_rows(&db, &spread("repeat", ROWS, HOOKS), 100).await;
+        let until = tokio::time::Instant::now() + Duration::from_secs(60);
+        let received = |n: usize| {
+            let receiver = &receiver;
+            async move {
+                while receiver.requests().len() < n {
+                    assert!(tokio::time::Instant::now() < until, "{n} receipts never came");
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        };
+        received(ROWS / 10).await;
+        for name in ["repeat-b", "repeat-c"] {
+            daemons.push(Daemon::start(name, &env(name)).await);
+        }
+        received(ROWS / 5).await;
+        daemons[0].signal("STOP");
+        // Its sessions end: their locks are freed and whatever they had not
+        // committed is rolled back.
+        proxy.cut();
+        let paused_at = receiver.now();
+        // The others deliver the rest meanwhile, the paused one's claims
+        // included once their lease is over.
+        tokio::time::sleep(pause_length()).await;
+        proxy.forward();
+        daemons[0].signal("CONT");
+        let refs: Vec<&Daemon> = daemons.iter().collect();
+        wait_table(&db, &refs, "all sent", Duration::from_secs(180), all_sent).await;
+        // A lease and more for anything still to come.
+        let settled = receiver.requests().len();
+        let receipts = receiver
+            .wait_for(settled + 1, Duration::from_secs(8))
+            .await;
+        assert_eq!(receipts.len(), settled, "a receipt after every row was sent");
+        let groups = by_request(&receipts);
+        assert_eq!(groups.len(), ROWS, "every row received");
+        // A row received twice is one the paused instance had POSTed and
+        // not stored when it froze (its request may reach the receiver only
+        // once it wakes, after another instance's): at most one per hook.
+        let mut repeats: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for (phid, got) in &groups {
+            assert!(got.len() <= 2, "{phid} received {} times", got.len());
+            if got.len() == 2 {
+                let seen: Vec<(&str, Duration)> =
+                    got.iter().map(|r| (user_agent(r), r.at)).collect();
+                let by_paused = got.iter().filter(|r| user_agent(r) == "repeat-a").count();
+                assert_eq!(
+                    by_paused, 1,
+                    "{phid}: (instance, received) {seen:?}, paused at {paused_at:?}"
+                );
+                repeats.entry(got[0].path.as_str()).or_default().push(phid);
+            }
+        }
+        let most = repeats.values().map(Vec::len).max().unwrap_or(0);
+        eprintln!(
+            "pause: rows={ROWS} hooks={HOOKS} instances=3 pause={:?} \
+             receipts={} rows_received_twice={} hooks_with_a_repeat={} most_repeats_of_one_hook={most}",
+            pause_length(),
+            receipts.len(),
+            repeats.values().map(Vec::len).sum::<usize>(),
+            repeats.len()
+        );
+        assert!(most <= 1, "more than one repeat for a hook: {repeats:#?}");
+        for daemon in &mut daemons {
+            assert_alive_without_panic(daemon);
+        }
     })
     .await;
 }
