@@ -2,6 +2,7 @@
 //! driven by a `ManualClock` (no test sleeps), and the multi-dispatcher
 //! simulation over many seeds.
 
+mod denied;
 mod dispatcher;
 mod objects;
 mod reliability;
