@@ -120,6 +120,10 @@ impl AdminError {
 /// source's (driver errors wrap each other that way) is left out in favour
 /// of the source, so no reason is printed twice.
 fn chain(err: &StoreError) -> String {
+    // A refusal quotes the server's words, its last source, already.
+    if let StoreError::Denied(_) = err {
+        return err.to_string();
+    }
     let mut messages = vec![err.to_string()];
     let mut source = err.source();
     while let Some(cause) = source {
@@ -160,6 +164,10 @@ mod tests {
             exit::DATABASE
         );
         assert_eq!(
+            db(StoreError::Denied("SELECT command denied".into())).exit_status(),
+            exit::DATABASE
+        );
+        assert_eq!(
             db(StoreError::MalformedRow {
                 id: 1,
                 reason: "r".into()
@@ -196,6 +204,14 @@ mod tests {
             chain(&err),
             "database unavailable: Connection refused (os error 111)"
         );
+    }
+
+    #[test]
+    fn a_refusal_is_printed_once() {
+        let server = "ERROR 1142 (42000): SELECT command denied to user 'wh'@'localhost' for \
+                      table `x_herald`.`herald_webhook`";
+        let err = StoreError::Denied(Box::new(Wrapper(std::io::Error::other(server))));
+        assert_eq!(chain(&err), format!("database access denied: {server}"));
     }
 
     #[test]

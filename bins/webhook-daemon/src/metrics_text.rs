@@ -155,6 +155,11 @@ impl Collector for ScrapeCollector {
                 d.store_errors,
             ),
             (
+                "gorge_webhook_store_denied",
+                "Of those, the ones the database refused because its account lacks a privilege",
+                d.store_denied,
+            ),
+            (
                 "gorge_webhook_writeback_retries",
                 "Result write-backs that needed another try",
                 d.writeback_retries,

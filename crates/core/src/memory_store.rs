@@ -49,6 +49,15 @@ pub enum StoreOp {
     ObjectLookup,
 }
 
+/// How an injected fault fails its operation.
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    /// `StoreError::Unavailable`.
+    Unavailable,
+    /// `StoreError::Denied`.
+    Denied,
+}
+
 /// A request to insert, as Phorge would (fields not given take Phorge's
 /// insert defaults: `queued`, `none`, epoch 0, dates = now).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,7 +111,8 @@ struct Inner {
     held_locks: HashMap<String, u64>,
     next_lock_session: u64,
     next_id: u64,
-    faults: HashMap<StoreOp, u32>,
+    /// Calls of an operation still to fail, and how.
+    faults: HashMap<StoreOp, (u32, Fault)>,
     /// Claims whose answer is held up: how many more, and for how long.
     slow_claim_replies: Option<(u32, Duration)>,
     /// Result writes that wait before they land: how many more, and for
@@ -271,7 +281,13 @@ impl MemoryStore {
 
     /// Makes the next `times` calls of `op` fail with `Unavailable`.
     pub fn fail_next(&self, op: StoreOp, times: u32) {
-        self.lock().faults.insert(op, times);
+        self.lock().faults.insert(op, (times, Fault::Unavailable));
+    }
+
+    /// Makes the next `times` calls of `op` fail with `Denied`, as a
+    /// server refuses an account without the privilege.
+    pub fn deny_next(&self, op: StoreOp, times: u32) {
+        self.lock().faults.insert(op, (times, Fault::Denied));
     }
 
     /// Makes the next `times` claims answer `by` late on the store's clock:
@@ -313,11 +329,16 @@ impl MemoryStore {
     fn check_fault(inner: &mut Inner, op: StoreOp) -> Result<(), StoreError> {
         *inner.calls.entry(op).or_default() += 1;
         match inner.faults.get_mut(&op) {
-            Some(left) if *left > 0 => {
+            Some((left, fault)) if *left > 0 => {
                 *left -= 1;
-                Err(StoreError::Unavailable(
-                    format!("injected fault in {op:?}").into(),
-                ))
+                Err(match fault {
+                    Fault::Unavailable => {
+                        StoreError::Unavailable(format!("injected fault in {op:?}").into())
+                    }
+                    Fault::Denied => StoreError::Denied(
+                        format!("injected refusal: {op:?} command denied").into(),
+                    ),
+                })
             }
             _ => Ok(()),
         }

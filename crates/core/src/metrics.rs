@@ -1,7 +1,10 @@
 //! Counters the dispatcher keeps for a metrics endpoint: plain atomics, read
 //! as a consistent-enough snapshot. No exporter here; binaries render them.
+//! Beside them, when the dispatcher last wrote its `store_denied` warning
+//! ([`DeniedReported`]): it paces that line by the count it keeps here.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// Upper bounds (seconds) of the delivery latency histogram buckets.
@@ -25,6 +28,9 @@ pub struct Metrics {
     pub(crate) poll_errors: AtomicU64,
     pub(crate) polls: AtomicU64,
     pub(crate) store_errors: AtomicU64,
+    pub(crate) store_denied: AtomicU64,
+    /// The last `store_denied` warning (`None`: none yet).
+    pub(crate) denied_reported: Mutex<Option<DeniedReported>>,
     pub(crate) writeback_retries: AtomicU64,
     pub(crate) writeback_failures: AtomicU64,
     pub(crate) writeback_stale: AtomicU64,
@@ -72,6 +78,9 @@ pub struct MetricsSnapshot {
     pub polls: u64,
     /// Other store operations that failed.
     pub store_errors: u64,
+    /// Store operations (of `store_errors`) the database refused because
+    /// the account lacks a privilege.
+    pub store_denied: u64,
     /// Write-backs that needed another try.
     pub writeback_retries: u64,
     /// Write-backs given up on (the row will be re-sent after its lease).
@@ -120,6 +129,15 @@ impl MetricsSnapshot {
     }
 }
 
+/// When the dispatcher last wrote its `store_denied` warning (on the
+/// injected clock's monotonic reading), and `store_denied` then: the next
+/// line says how many were held back in between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DeniedReported {
+    pub(crate) at: Duration,
+    pub(crate) count: u64,
+}
+
 pub(crate) fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
@@ -154,6 +172,7 @@ impl Metrics {
             poll_errors: get(&self.poll_errors),
             polls: get(&self.polls),
             store_errors: get(&self.store_errors),
+            store_denied: get(&self.store_denied),
             writeback_retries: get(&self.writeback_retries),
             writeback_failures: get(&self.writeback_failures),
             writeback_stale: get(&self.writeback_stale),

@@ -30,6 +30,17 @@ pub enum StoreError {
     /// write-back unexplained in the log.
     #[error("database query failed: {0}")]
     Query(#[source] BoxError),
+    /// The server refused the database account something the operation
+    /// needs: a privilege on a table, column, routine or database, or the
+    /// login itself. Retrying cannot help until the grant is given (back);
+    /// a store serves the next operation from a connection that sees the
+    /// grants as they are then. Shown with the server's own words, the
+    /// last link of the source chain ("UPDATE command denied to user …
+    /// for table …"), which name what to grant, and also the account and
+    /// the client's host: a log line's text, not a reason for an HTTP
+    /// caller (`/readyz` must say it in words of its own).
+    #[error("database access denied: {}", innermost(.0))]
+    Denied(#[source] BoxError),
     /// A row holds a value outside Phorge's domain.
     #[error("row {id} is malformed: {reason}")]
     MalformedRow {
@@ -38,6 +49,16 @@ pub enum StoreError {
         /// What is wrong.
         reason: String,
     },
+}
+
+/// The last link of `err`'s source chain: a store's errors wrap the
+/// driver's, whose innermost is what the server said.
+fn innermost(err: &BoxError) -> &(dyn std::error::Error + 'static) {
+    let mut deepest: &(dyn std::error::Error + 'static) = err.as_ref();
+    while let Some(next) = deepest.source() {
+        deepest = next;
+    }
+    deepest
 }
 
 /// The candidate query's parameters (SPEC §4).
@@ -150,4 +171,32 @@ pub trait Store: Send + Sync {
 
     /// All hooks, including disabled ones.
     async fn hook_count(&self) -> Result<u64, StoreError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot connect to the database server")]
+    struct Wrapper(#[source] std::io::Error);
+
+    /// A store's wrapper may keep the driver's text out of its own
+    /// `Display`; the refusal still says what the server said.
+    #[test]
+    fn denied_shows_the_servers_words() {
+        let err = StoreError::Denied(Box::new(Wrapper(std::io::Error::other(
+            "ERROR 1044 (42000): Access denied for user 'wh'@'%' to database 'x_herald'",
+        ))));
+        assert_eq!(
+            err.to_string(),
+            "database access denied: ERROR 1044 (42000): Access denied for user 'wh'@'%' to \
+             database 'x_herald'"
+        );
+        let alone = StoreError::Denied("UPDATE command denied".into());
+        assert_eq!(
+            alone.to_string(),
+            "database access denied: UPDATE command denied"
+        );
+    }
 }

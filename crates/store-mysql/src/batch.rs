@@ -236,7 +236,8 @@ async fn run_together(context: &Context, batch: Vec<Job>) {
                 let _ = job.reply.send(Ok(count));
             }
         }
-        Err(GroupFailure::Statement) => {
+        Err(GroupFailure::Statement(err)) => {
+            conn.retire_if_refused(&err);
             // The server stopped at the failed statement with the
             // transaction open: roll it back, or keep the session out of
             // the pool.
@@ -260,9 +261,9 @@ async fn run_together(context: &Context, batch: Vec<Job>) {
 
 /// Why a group did not complete.
 enum GroupFailure {
-    /// `START TRANSACTION` or one of the statements failed; nothing is
-    /// committed.
-    Statement,
+    /// `START TRANSACTION` or one of the statements failed (why);
+    /// nothing is committed.
+    Statement(mysql_async::Error),
     /// The statements ran but the commit did not answer with success.
     Commit(mysql_async::Error),
     /// No answer within the statement timeout: whether anything committed
@@ -291,14 +292,14 @@ async fn run_group(
     let mut result = conn
         .query_iter(text)
         .await
-        .map_err(|_| GroupFailure::Statement)?;
+        .map_err(GroupFailure::Statement)?;
     let mut counts = Vec::with_capacity(statements);
     for _ in 0..statements {
         // Moves past the previous statement's (empty) result to the next.
         result
             .collect::<Row>()
             .await
-            .map_err(|_| GroupFailure::Statement)?;
+            .map_err(GroupFailure::Statement)?;
         counts.push(Applied {
             matched: result.affected_rows(),
             last_insert_id: result.last_insert_id(),
@@ -309,7 +310,7 @@ async fn run_group(
         // The server refused the last statement (its error surfaces only
         // here) or the COMMIT itself: either way nothing was committed,
         // so each write may be run again alone.
-        Err(mysql_async::Error::Server(_)) => Err(GroupFailure::Statement),
+        Err(err @ mysql_async::Error::Server(_)) => Err(GroupFailure::Statement(err)),
         // The connection failed: the outcome is unknown.
         Err(err) => Err(GroupFailure::Commit(err)),
     }

@@ -175,9 +175,14 @@ pub(crate) async fn candidates(
             Ok::<(), StoreError>(())
         };
         let outcome = tokio::time::timeout(limit, read).await;
-        conn.settle(outcome)
+        let read = conn
+            .settle(outcome)
             .await
-            .map_err(|err| connector.statement_error(err))??;
+            .map_err(|err| connector.statement_error(err))?;
+        if let Err(StoreError::Denied(_)) = read {
+            conn.retire();
+        }
+        read?;
     }
 
     let mut out = Vec::with_capacity(found.len());

@@ -28,6 +28,20 @@ const CONNECTION_SERVER_CODES: &[u16] = &[
     4031, // ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8)
 ];
 
+/// Server error codes that mean the account lacks a privilege for what it
+/// asked, or may not log in: the server answered, and the same request
+/// will be refused until a grant is given.
+const PRIVILEGE_SERVER_CODES: &[u16] = &[
+    1044, // ER_DBACCESS_DENIED_ERROR: the database
+    1045, // ER_ACCESS_DENIED_ERROR: the login
+    1142, // ER_TABLEACCESS_DENIED_ERROR: a table (`UPDATE command denied …`)
+    1143, // ER_COLUMNACCESS_DENIED_ERROR: a column
+    1227, // ER_SPECIFIC_ACCESS_DENIED_ERROR: a global privilege
+    1370, // ER_PROCACCESS_DENIED_ERROR: a routine
+    1698, // ER_ACCESS_DENIED_NO_PASSWORD_ERROR: the login
+    1873, // ER_ACCESS_DENIED_CHANGE_USER_ERROR: the login, on a session reset
+];
+
 /// Everything this crate reports: bad settings, readiness, schema problems,
 /// and the sources behind `StoreError`s.
 #[derive(Debug, thiserror::Error)]
@@ -222,6 +236,12 @@ pub(crate) fn is_connection_loss_code(code: u16) -> bool {
     CONNECTION_SERVER_CODES.contains(&code)
 }
 
+/// Whether the server refused `err`'s request for a privilege the account
+/// lacks (or refused its login).
+pub(crate) fn is_privilege_error(err: &DriverFailure) -> bool {
+    server_code(err).is_some_and(|code| PRIVILEGE_SERVER_CODES.contains(&code))
+}
+
 /// Whether a failed statement means the connection itself is gone.
 fn is_connection_loss(err: &DriverFailure) -> bool {
     match err {
@@ -241,6 +261,7 @@ fn is_connection_loss(err: &DriverFailure) -> bool {
 /// Which `StoreError` a failure becomes.
 enum StoreErrorKind {
     MissingDatabase(String),
+    Denied,
     Unavailable,
     Query,
 }
@@ -261,6 +282,9 @@ impl MysqlError {
             Self::NotReady(NotReady::MissingDatabase { database }) => {
                 StoreErrorKind::MissingDatabase(database.clone())
             }
+            Self::Connect(err) | Self::Statement(err) if is_privilege_error(err) => {
+                StoreErrorKind::Denied
+            }
             Self::Connect(_)
             | Self::ConnectTimeout(_)
             | Self::Timeout { .. }
@@ -273,10 +297,12 @@ impl MysqlError {
     }
 
     /// The `StoreError` kind for this failure: `MissingDatabase` for 1049,
+    /// `Denied` when the server refused a privilege or the login,
     /// `Unavailable` when no usable connection exists, `Query` otherwise.
     pub(crate) fn into_store_error(self, database: &str) -> StoreError {
         match self.store_error_kind(database) {
             StoreErrorKind::MissingDatabase(database) => StoreError::MissingDatabase(database),
+            StoreErrorKind::Denied => StoreError::Denied(Box::new(self)),
             StoreErrorKind::Unavailable => StoreError::Unavailable(Box::new(self)),
             StoreErrorKind::Query => StoreError::Query(Box::new(self)),
         }
@@ -287,6 +313,7 @@ impl MysqlError {
         let source = Box::new(SharedFailure(Arc::clone(shared)));
         match shared.store_error_kind(database) {
             StoreErrorKind::MissingDatabase(database) => StoreError::MissingDatabase(database),
+            StoreErrorKind::Denied => StoreError::Denied(source),
             StoreErrorKind::Unavailable => StoreError::Unavailable(source),
             StoreErrorKind::Query => StoreError::Query(source),
         }
@@ -347,8 +374,20 @@ mod tests {
             MysqlError::Connect(io()).into_store_error(db),
             StoreError::Unavailable(_)
         ));
+        for code in [1044, 1045, 1698] {
+            assert!(matches!(
+                MysqlError::Connect(server(code)).into_store_error(db),
+                StoreError::Denied(_)
+            ));
+        }
+        for code in [1044, 1045, 1142, 1143, 1227, 1370, 1873] {
+            assert!(matches!(
+                MysqlError::Statement(server(code)).into_store_error(db),
+                StoreError::Denied(_)
+            ));
+        }
         assert!(matches!(
-            MysqlError::Connect(server(1045)).into_store_error(db),
+            MysqlError::Connect(server(1040)).into_store_error(db),
             StoreError::Unavailable(_)
         ));
         assert!(matches!(
@@ -442,6 +481,32 @@ mod tests {
             },
         ));
         assert!(!url.to_string().contains("hunter2"), "{url}");
+    }
+
+    /// The dispatcher's warning for a refused privilege names it, as the
+    /// server did, whether a statement or the login was refused.
+    #[test]
+    fn a_refusal_says_what_the_server_said() {
+        let refused = |code, message: &str| {
+            DriverFailure::Server(ServerError {
+                code,
+                message: message.into(),
+                state: "42000".into(),
+            })
+        };
+        let table = "UPDATE command denied to user 'wh'@'localhost' for table \
+                     `x_herald`.`herald_webhookrequest`";
+        let statement = MysqlError::Statement(refused(1142, table)).into_store_error("x_herald");
+        assert_eq!(
+            statement.to_string(),
+            format!("database access denied: ERROR 1142 (42000): {table}")
+        );
+        let database = "Access denied for user 'wh'@'%' to database 'x_herald'";
+        let login = MysqlError::Connect(refused(1044, database)).into_store_error("x_herald");
+        assert_eq!(
+            login.to_string(),
+            format!("database access denied: ERROR 1044 (42000): {database}")
+        );
     }
 
     #[test]

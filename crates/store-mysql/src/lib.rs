@@ -10,7 +10,10 @@
 //!   slow or absent database never blocks startup. Every connection and
 //!   every statement is bounded in time (`session`): a half-open socket
 //!   costs one statement timeout, then its connection is abandoned and
-//!   the pool replaced.
+//!   the pool replaced. A connection the server refused a privilege is
+//!   closed rather than pooled, and the refusal is
+//!   [`webhook_core::StoreError::Denied`]: a grant given back is used by
+//!   the next connection.
 //! * [`MysqlStore`] implements [`webhook_core::Store`]; every statement is a
 //!   prepared statement, cached per pooled connection. A poll's rows hold
 //!   at most [`POLL_BYTES_MAX`] bytes of `properties` (long ones fetched

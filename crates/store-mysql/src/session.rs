@@ -20,7 +20,12 @@
 //!   freeze one connection freeze all that were open, so every idle
 //!   connection is suspect, and a new pool serves what comes next. Sessions
 //!   still borrowed from the old pool (held hook locks) keep working if
-//!   they can, and fail by their own timeout if they cannot.
+//!   they can, and fail by their own timeout if they cannot;
+//! * a connection the server refused a privilege is *retired*: closed
+//!   instead of returned to the pool. A session keeps the database-level
+//!   privileges it had when it selected its database, so it would go on
+//!   refusing after the grant is given back; the next statement gets a
+//!   new connection, which sees the grants as they are.
 //!
 //! Nothing here waits on the network without a bound; closing the pool at
 //! shutdown is bounded too.
@@ -33,7 +38,7 @@ use mysql_async::{Conn, Opts, Params, Pool};
 use tokio::time::error::Elapsed;
 use tracing::{debug, warn};
 
-use crate::error::MysqlError;
+use crate::error::{is_privilege_error, MysqlError};
 
 /// How long an abandoned connection gets to say `COM_QUIT` before its
 /// socket is simply dropped.
@@ -164,6 +169,7 @@ impl Pools {
             generation,
             pools: self.clone(),
             busy: false,
+            retired: false,
         }
     }
 
@@ -256,6 +262,8 @@ pub(crate) struct Session {
     /// A statement is on the wire: the connection's state is unknown until
     /// it answers.
     busy: bool,
+    /// Closed when dropped instead of returned to the pool ([`Self::retire`]).
+    retired: bool,
 }
 
 impl Session {
@@ -320,7 +328,25 @@ impl Session {
         &mut self,
         outcome: Result<Result<T, mysql_async::Error>, Elapsed>,
     ) -> Result<T, MysqlError> {
-        self.settle(outcome).await?.map_err(MysqlError::Statement)
+        self.settle(outcome).await?.map_err(|err| {
+            self.retire_if_refused(&err);
+            MysqlError::Statement(err)
+        })
+    }
+
+    /// [`Self::retire`] if the server refused `err`'s statement a
+    /// privilege.
+    pub(crate) fn retire_if_refused(&mut self, err: &mysql_async::Error) {
+        if is_privilege_error(err) {
+            self.retire();
+        }
+    }
+
+    /// Closes the connection when this is dropped instead of returning it
+    /// to the pool: the server refused it a privilege, which it would go on
+    /// refusing after the grant is given back (see the module header).
+    pub(crate) fn retire(&mut self) {
+        self.retired = true;
     }
 
     /// Retires the pool this came from, closes the connection without
@@ -430,17 +456,20 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        if !self.busy {
-            return;
-        }
-        // Cancelled mid-statement: the reply may still come, so the
-        // connection must not serve anyone else.
         let Some(conn) = self.conn.take() else {
             return;
         };
         let id = conn.id();
-        discard(conn);
-        self.pools.kill_later(id);
+        if self.busy {
+            // Cancelled mid-statement: the reply may still come, so the
+            // connection must not serve anyone else.
+            discard(conn);
+            self.pools.kill_later(id);
+        } else if self.retired {
+            debug!(event = "database_connection_retired", connection_id = id);
+            discard(conn);
+        }
+        // Otherwise dropping `conn` returns it to its pool.
     }
 }
 

@@ -137,6 +137,41 @@ pub async fn dropping_after<Fut: Future<Output = ()>>(database: &str, body: Fut)
     }
 }
 
+/// One statement as root, on a session of its own.
+pub async fn as_root(statement: &str) {
+    let mut conn = server_conn().await;
+    conn.query_drop(statement)
+        .await
+        .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    conn.disconnect().await.expect("disconnect");
+}
+
+/// Runs `body` with a new account `'user'@'%'` (no password) holding
+/// `privileges` on `database` (`GRANT {privileges} ON database.*`, a
+/// database-level grant as `deploy/mariadb-init` gives the daemon), and
+/// drops the account afterwards, also when `body` panics.
+pub async fn with_account<Fut: Future<Output = ()>>(
+    user: &str,
+    privileges: &str,
+    database: &str,
+    body: Fut,
+) {
+    as_root(&format!("CREATE USER '{user}'@'%'")).await;
+    let outcome = AssertUnwindSafe(async {
+        as_root(&format!(
+            "GRANT {privileges} ON `{database}`.* TO '{user}'@'%'"
+        ))
+        .await;
+        body.await;
+    })
+    .catch_unwind()
+    .await;
+    as_root(&format!("DROP USER '{user}'@'%'")).await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
 /// A fresh herald database with both tables.
 #[derive(Clone, Debug)]
 pub struct TestDb {

@@ -9,6 +9,7 @@ mod allocator;
 mod contracts;
 mod daemon;
 mod e2e;
+mod grants;
 mod handoff;
 mod hook_edits;
 mod hostile;

@@ -26,7 +26,7 @@ const KEY: &str = "sessionskeyaaaaaaaaaaaaaaaaaaaaa";
 /// `KILL`s the database sessions of one process, found by their client
 /// ports: the server frees their named locks, as when a cut connection or
 /// a failover ends them.
-async fn kill_sessions_of(db: &TestDb, pid: u32) -> usize {
+pub(crate) async fn kill_sessions_of(db: &TestDb, pid: u32) -> usize {
     let mut conn = db.conn().await;
     let ids = session_ids(&mut conn, pid, 3306)
         .await

@@ -1,15 +1,17 @@
 //! What the dispatcher tells: events for the live stream, the log lines
-//! for claims, attempts, rows left to their lease and store errors, poll
-//! failures once per outage, and a periodic one-line summary.
+//! for claims, attempts, rows left to their lease and store errors (those
+//! refused for a missing privilege at most once a minute), poll failures
+//! once per outage, and a periodic one-line summary.
 //!
 //! It decides nothing: every caller has already acted.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tracing::{debug, info, warn};
 
 use crate::events::{Event, EventKind};
-use crate::metrics::{bump, Metrics, MetricsSnapshot};
+use crate::metrics::{bump, DeniedReported, Metrics, MetricsSnapshot};
 use crate::model::RequestRow;
 use crate::outcome::{attempt_error, AttemptOutcome, DeliveryResult, HookError};
 use crate::properties::ErrorCode;
@@ -20,6 +22,9 @@ use super::LOG_TARGET;
 
 /// How often a summary of the counters is logged while there is activity.
 const SUMMARY_INTERVAL: Duration = Duration::from_secs(60);
+/// At most one `store_denied` warning this often, however many operations
+/// the database refuses meanwhile.
+const DENIED_WARN_EVERY: Duration = Duration::from_secs(60);
 /// Longest prefix of unparseable properties quoted in a log line.
 const LOGGED_PROPERTIES_MAX: usize = 512;
 
@@ -64,7 +69,43 @@ impl Dispatcher {
 
     pub(super) fn store_failed(&self, operation: &str, err: &StoreError) {
         bump(&self.metrics.store_errors);
+        if matches!(err, StoreError::Denied(_)) {
+            return self.store_denied(operation, err);
+        }
         warn!(target: LOG_TARGET, event = "store_error", operation, error = %err, "hook skipped until the next poll");
+    }
+
+    /// A privilege the account lacks fails every hook alike, every poll,
+    /// until it is granted: one warning a minute says so, with the server's
+    /// words and how many refusals it held back since the last; the rest go
+    /// to debug.
+    fn store_denied(&self, operation: &str, err: &StoreError) {
+        let count = self.metrics.store_denied.fetch_add(1, Ordering::Relaxed) + 1;
+        match self.denied_warning_due(count) {
+            Some(suppressed) => {
+                warn!(target: LOG_TARGET, event = "store_denied", operation, error = %err, suppressed,
+                      "the database account lacks a privilege; hooks are skipped until it is granted")
+            }
+            None => debug!(target: LOG_TARGET, event = "store_denied", operation, error = %err),
+        }
+    }
+
+    /// Whether the warning for the `count`th refusal is due (none in the
+    /// last [`DENIED_WARN_EVERY`]) and, if so, how many refusals since the
+    /// last warning went without one.
+    fn denied_warning_due(&self, count: u64) -> Option<u64> {
+        let now = self.clock.monotonic();
+        let mut last = self
+            .metrics
+            .denied_reported
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if last.is_some_and(|last| now.saturating_sub(last.at) < DENIED_WARN_EVERY) {
+            return None;
+        }
+        let warned = last.map_or(0, |last| last.count);
+        *last = Some(DeniedReported { at: now, count });
+        Some(count.saturating_sub(warned + 1))
     }
 }
 

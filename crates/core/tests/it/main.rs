@@ -3,6 +3,7 @@
 //! simulation over many seeds.
 
 mod changes;
+mod denied;
 mod dispatcher;
 mod objects;
 mod reliability;

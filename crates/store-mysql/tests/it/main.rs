@@ -8,6 +8,7 @@ mod claims;
 mod conformance;
 mod fixture;
 mod floor;
+mod grants;
 mod handoff;
 mod indexes;
 mod locks;

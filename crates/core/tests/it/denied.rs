@@ -1,0 +1,185 @@
+//! Operations the database refuses for a missing privilege: they fail
+//! every hook alike, every poll, until the grant is given back, so the
+//! dispatcher says so at most once a minute (with the server's words and
+//! how many it held back), and delivers once the refusals stop.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tracing::field::{Field, Visit};
+use tracing::Level;
+use webhook_core::memory_store::StoreOp;
+use webhook_core::{NewRequest, RequestStatus};
+
+use crate::support::{hook, Harness, Reply};
+
+const HOOKS: usize = 5;
+const NEVER: &str = r#"{"retry":"never"}"#;
+
+/// One log line: its level and every field, as text.
+#[derive(Debug, Clone)]
+struct Line {
+    level: Level,
+    fields: BTreeMap<String, String>,
+}
+
+impl Line {
+    fn field(&self, name: &str) -> &str {
+        self.fields.get(name).map_or("", String::as_str)
+    }
+}
+
+/// Keeps every event's level and fields.
+#[derive(Default)]
+struct LineRecorder(Mutex<Vec<Line>>);
+
+impl LineRecorder {
+    /// Every line of `event`, in the order written.
+    fn in_order(&self, event: &str) -> Vec<Line> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|line| line.field("event") == event)
+            .cloned()
+            .collect()
+    }
+
+    /// The lines of `event` at `level`.
+    fn lines(&self, event: &str, level: Level) -> Vec<Line> {
+        self.in_order(event)
+            .into_iter()
+            .filter(|line| line.level == level)
+            .collect()
+    }
+}
+
+struct Fields<'a>(&'a mut BTreeMap<String, String>);
+
+impl Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(
+            field.name().to_owned(),
+            format!("{value:?}").trim_matches('"').to_owned(),
+        );
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+}
+
+impl tracing::Subscriber for LineRecorder {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut fields = BTreeMap::new();
+        event.record(&mut Fields(&mut fields));
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(Line {
+            level: *event.metadata().level(),
+            fields,
+        });
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// [`HOOKS`] hooks with three rows each, every claim failing as `fault`
+/// says for `refused` on the manual clock; then the claims succeed again.
+/// Returns the harness (stopped) and what was logged.
+fn claims_refused_for(refused: Duration, fault: impl Fn(&Harness)) -> (Harness, Arc<LineRecorder>) {
+    let recorder = Arc::new(LineRecorder::default());
+    let subscriber = Arc::clone(&recorder);
+    let h = tracing::subscriber::with_default(subscriber, || {
+        let mut h = Harness::with_defaults();
+        for n in 0..HOOKS {
+            let phid = format!("PHID-HWBH-denied{n:015}");
+            let uri = format!("http://refused-claims-{n}.test/");
+            h.store.put_hook(hook(&phid, &uri));
+            h.transport.always(&uri, Reply::status(200));
+            for _ in 0..3 {
+                h.store.insert_request(NewRequest::queued(&phid, NEVER));
+            }
+        }
+        fault(&h);
+        h.start();
+        h.run_for(refused);
+        // No more faults: the grant is back.
+        h.store.fail_next(StoreOp::Claim, 0);
+        h.run_for(Duration::from_secs(10));
+        h.stop();
+        h
+    });
+    (h, recorder)
+}
+
+fn all_sent(h: &Harness) -> bool {
+    (1..=(HOOKS as u64 * 3)).all(|id| {
+        h.store
+            .row(id)
+            .is_some_and(|row| row.status == RequestStatus::Sent)
+    })
+}
+
+#[test]
+fn a_missing_privilege_is_warned_once_a_minute_not_once_per_operation() {
+    let (h, log) = claims_refused_for(Duration::from_secs(150), |h| {
+        h.store.deny_next(StoreOp::Claim, u32::MAX);
+    });
+    let metrics = h.dispatcher.metrics().snapshot();
+    let warned = log.lines("store_denied", Level::WARN);
+    let quiet = log.lines("store_denied", Level::DEBUG);
+    // Every hook, every poll, for two and a half minutes.
+    assert!(metrics.store_denied > 100, "{metrics:?}");
+    assert_eq!(metrics.store_errors, metrics.store_denied);
+    let store_warnings = warned.len() + log.lines("store_error", Level::WARN).len();
+    assert_eq!(
+        store_warnings, 3,
+        "at 0 s, 60 s and 120 s, not once per refusal: {warned:#?}"
+    );
+    assert_eq!(
+        (warned.len() + quiet.len()) as u64,
+        metrics.store_denied,
+        "each refusal is logged once, at warn or debug"
+    );
+    // Each warning says how many refusals went without one since the one
+    // before, names the operation and carries the server's words.
+    let mut held_back = 0;
+    let mut first = true;
+    for line in log.in_order("store_denied") {
+        if line.level == Level::DEBUG {
+            held_back += 1;
+            continue;
+        }
+        let expected = if first { 0 } else { held_back };
+        assert_eq!(line.field("suppressed"), expected.to_string(), "{line:?}");
+        first = false;
+        held_back = 0;
+    }
+    for line in &warned {
+        assert_eq!(line.field("operation"), "claim");
+        assert!(
+            line.field("error").contains("Claim command denied"),
+            "{line:?}"
+        );
+    }
+    assert!(all_sent(&h), "delivered once the privilege is back");
+}
+
+#[test]
+fn other_store_errors_still_warn_each_time() {
+    let (h, log) = claims_refused_for(Duration::from_secs(5), |h| {
+        h.store.fail_next(StoreOp::Claim, 4);
+    });
+    assert_eq!(log.lines("store_error", Level::WARN).len(), 4);
+    assert!(log.lines("store_denied", Level::WARN).is_empty());
+    assert_eq!(h.dispatcher.metrics().snapshot().store_denied, 0);
+    assert!(all_sent(&h));
+}
