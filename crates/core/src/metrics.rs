@@ -1,10 +1,7 @@
 //! Counters the dispatcher keeps for a metrics endpoint: plain atomics, read
 //! as a consistent-enough snapshot. No exporter here; binaries render them.
-//! Beside them, when the dispatcher last wrote its `store_denied` warning
-//! ([`DeniedReported`]): it paces that line by the count it keeps here.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::time::Duration;
 
 /// Upper bounds (seconds) of the delivery latency histogram buckets.
@@ -29,8 +26,6 @@ pub struct Metrics {
     pub(crate) polls: AtomicU64,
     pub(crate) store_errors: AtomicU64,
     pub(crate) store_denied: AtomicU64,
-    /// The last `store_denied` warning (`None`: none yet).
-    pub(crate) denied_reported: Mutex<Option<DeniedReported>>,
     pub(crate) writeback_retries: AtomicU64,
     pub(crate) writeback_failures: AtomicU64,
     pub(crate) writeback_stale: AtomicU64,
@@ -127,15 +122,6 @@ impl MetricsSnapshot {
             + self.delivered_timeout
             + self.delivered_transport_error
     }
-}
-
-/// When the dispatcher last wrote its `store_denied` warning (on the
-/// injected clock's monotonic reading), and `store_denied` then: the next
-/// line says how many were held back in between.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct DeniedReported {
-    pub(crate) at: Duration,
-    pub(crate) count: u64,
 }
 
 pub(crate) fn bump(counter: &AtomicU64) {

@@ -54,6 +54,7 @@ use crate::transport::Transport;
 use crate::windows::Windows;
 
 use self::prepare::CachedHook;
+use self::report::DeniedReported;
 
 /// The target of every log line the dispatcher writes, whichever module
 /// writes it: operators filter on it (`GORGE_LOG_LEVEL=webhook_core::dispatcher=debug`)
@@ -92,6 +93,8 @@ pub struct Dispatcher {
     /// Hooks whose key could not give Standard Webhooks headers, each
     /// logged once.
     standard_unavailable_reported: Mutex<HashSet<String>>,
+    /// The last `store_denied` warning (`None`: none yet).
+    denied_reported: Mutex<Option<DeniedReported>>,
 }
 
 impl fmt::Debug for Dispatcher {
@@ -129,6 +132,7 @@ impl Dispatcher {
             fail_when_silent: false,
             signer: Signer::default(),
             standard_unavailable_reported: Mutex::new(HashSet::new()),
+            denied_reported: Mutex::new(None),
         }
     }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tracing::{debug, info, warn};
 
 use crate::events::{Event, EventKind};
-use crate::metrics::{bump, DeniedReported, Metrics, MetricsSnapshot};
+use crate::metrics::{bump, Metrics, MetricsSnapshot};
 use crate::model::RequestRow;
 use crate::outcome::{attempt_error, AttemptOutcome, DeliveryResult, HookError};
 use crate::properties::ErrorCode;
@@ -96,7 +96,6 @@ impl Dispatcher {
     fn denied_warning_due(&self, count: u64) -> Option<u64> {
         let now = self.clock.monotonic();
         let mut last = self
-            .metrics
             .denied_reported
             .lock()
             .unwrap_or_else(|e| e.into_inner());
@@ -162,6 +161,15 @@ pub(super) fn truncated(text: &str) -> &str {
         end -= 1;
     }
     &text[..end]
+}
+
+/// When the dispatcher last wrote its `store_denied` warning (on the
+/// injected clock's monotonic reading), and the refusals counted then: the
+/// next line says how many were held back in between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct DeniedReported {
+    at: Duration,
+    count: u64,
 }
 
 /// Logs candidate-query failures once per outage, not once per tick.
