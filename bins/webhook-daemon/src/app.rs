@@ -1,6 +1,6 @@
 //! Wiring: the MySQL store, the hyper transport and the core dispatcher,
-//! the diagnostics listener, and the shutdown sequence (SPEC §10). Holds no
-//! delivery logic of its own.
+//! the diagnostics listener, the report of dropped log lines, and the
+//! shutdown sequence (SPEC §10). Holds no delivery logic of its own.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +22,7 @@ use crate::clock::SystemClock;
 use crate::config::DaemonConfig;
 use crate::handoff::HandOff;
 use crate::live::EventHub;
+use crate::logging::{report_dropped_lines, DroppedLines};
 use crate::server;
 
 /// How often the startup schema check retries while the database is not
@@ -102,7 +103,7 @@ pub fn log_windows(windows: &Windows) {
 /// period) for in-flight deliveries to finish and write their results, and
 /// closes the pools (each within [`POOL_CLOSE_BOUND`]). Returns whatever
 /// is still stuck: `main` does not wait for it.
-pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
+pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), StartError> {
     let signals = ShutdownSignals::install();
     let adopting = config.delivery.mysql.adopt_php_tasks;
     let mut store = MysqlStore::new(&config.delivery.mysql)?;
@@ -185,8 +186,15 @@ pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
         .with_adoption({
             let store = Arc::clone(&store);
             Arc::new(move || store.adoption_totals())
+        })
+        .with_log_lines_dropped({
+            let dropped = log_dropped.clone();
+            Arc::new(move || dropped.total())
         }),
     );
+    // Left running to the end: lines dropped during the stop are reported
+    // if the log drains before the exit.
+    tokio::spawn(report_dropped_lines(log_dropped));
     let (stop, stopped) = watch::channel(false);
     let server = tokio::spawn(server::serve(listener, api, signalled(stopped.clone())));
     let schema = tokio::spawn(check_schema_when_ready(Arc::clone(&store)));

@@ -14,6 +14,7 @@ mod hostile;
 mod image;
 mod listener;
 mod live;
+mod logging;
 mod objects;
 mod outage;
 mod prometheus;

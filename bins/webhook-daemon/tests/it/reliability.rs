@@ -26,7 +26,7 @@ use crate::support::{
 };
 
 /// Each hook's HMAC key: 32 ASCII characters, as long as Phorge's.
-fn hook_key(n: usize) -> String {
+pub(crate) fn hook_key(n: usize) -> String {
     format!("reliabilitykey{n:04}aaaaaaaaaaaaaa")
 }
 
