@@ -1,6 +1,7 @@
 //! Wiring: the MySQL store, the hyper transport and the core dispatcher,
-//! the diagnostics listener, the report of dropped log lines, and the
-//! shutdown sequence (SPEC §10). Holds no delivery logic of its own.
+//! the diagnostics listener, the report of dropped log lines, the signals,
+//! and the shutdown sequence (SPEC §10). Holds no delivery logic of its
+//! own.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -99,10 +100,10 @@ pub fn log_windows(windows: &Windows) {
     }
 }
 
-/// Runs until SIGTERM/SIGINT, then stops claiming, waits (up to the grace
-/// period) for in-flight deliveries to finish and write their results, and
-/// closes the pools (each within [`POOL_CLOSE_BOUND`]). Returns whatever
-/// is still stuck: `main` does not wait for it.
+/// Runs until SIGTERM, SIGINT or SIGQUIT, then stops claiming, waits (up
+/// to the grace period) for in-flight deliveries to finish and write their
+/// results, and closes the pools (each within [`POOL_CLOSE_BOUND`]).
+/// Returns whatever is still stuck: `main` does not wait for it.
 pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), StartError> {
     let signals = ShutdownSignals::install();
     let adopting = config.delivery.mysql.adopt_php_tasks;
@@ -215,8 +216,9 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
         }
     });
     let mut outcome = Ok(());
+    let mut stop_signal = None;
     tokio::select! {
-        () = signals.received() => {}
+        received = signals.received() => stop_signal = Some(received),
         ended = &mut adoption => {
             outcome = Err(match ended {
                 Ok(missing) => {
@@ -233,6 +235,7 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
     }
     info!(
         event = "shutdown_requested",
+        signal = stop_signal.unwrap_or("none"),
         grace_secs = config.shutdown_grace.as_secs()
     );
     let _ = stop.send(true);
@@ -303,13 +306,19 @@ async fn check_schema_when_ready(store: Arc<MysqlStore>) {
     }
 }
 
-/// The SIGTERM and SIGINT handlers. They are installed before the listener
-/// opens: once `/healthz` answers, either signal means a graceful shutdown
-/// (installed lazily, a signal arriving in between would kill the process
-/// outright).
+/// The signal handlers, installed before the listener opens: once
+/// `/healthz` answers, SIGTERM, SIGINT and SIGQUIT mean a graceful stop and
+/// SIGHUP is ignored (installed lazily, a signal arriving in between would
+/// kill the process outright). SIGQUIT stops gracefully too: a supervisor
+/// or operator sending it must not cause resends, and there is no dump of
+/// the tasks to give. SIGHUP asks for a reload, and there is nothing to
+/// reload: the settings are read from the environment at start only, and
+/// the log goes to stderr, with no file to reopen.
 struct ShutdownSignals {
     terminate: Option<Signal>,
     interrupt: Option<Signal>,
+    quit: Option<Signal>,
+    hangup: Option<Signal>,
 }
 
 impl ShutdownSignals {
@@ -324,22 +333,36 @@ impl ShutdownSignals {
         Self {
             terminate: install(SignalKind::terminate(), "SIGTERM"),
             interrupt: install(SignalKind::interrupt(), "SIGINT"),
+            quit: install(SignalKind::quit(), "SIGQUIT"),
+            hangup: install(SignalKind::hangup(), "SIGHUP"),
         }
     }
 
-    /// Completes on the first SIGTERM or SIGINT.
-    async fn received(mut self) {
-        async fn next(stream: Option<&mut Signal>) {
-            match stream {
-                Some(stream) => {
-                    stream.recv().await;
-                }
-                None => std::future::pending::<()>().await,
+    /// Completes on the first SIGTERM, SIGINT or SIGQUIT, naming it; says
+    /// in the log that each SIGHUP before it is ignored.
+    async fn received(mut self) -> &'static str {
+        /// The stream's next signal; never, once it has ended.
+        async fn next(stream: &mut Option<Signal>) {
+            let ended = match stream.as_mut() {
+                Some(stream) => stream.recv().await.is_none(),
+                None => true,
+            };
+            if ended {
+                *stream = None;
+                std::future::pending::<()>().await;
             }
         }
-        tokio::select! {
-            () = next(self.terminate.as_mut()) => {},
-            () = next(self.interrupt.as_mut()) => {},
+        loop {
+            tokio::select! {
+                () = next(&mut self.terminate) => return "SIGTERM",
+                () = next(&mut self.interrupt) => return "SIGINT",
+                () = next(&mut self.quit) => return "SIGQUIT",
+                () = next(&mut self.hangup) => info!(
+                    event = "sighup_ignored",
+                    "settings are read from the environment at start only and the log goes to \
+                     stderr: nothing to reload or reopen; restart the daemon to apply new settings"
+                ),
+            }
         }
     }
 }

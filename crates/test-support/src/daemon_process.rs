@@ -435,9 +435,20 @@ impl DaemonProcess {
 
     /// SIGTERM, then waits for the exit and asserts it was clean (code 0).
     pub async fn stop_cleanly(&mut self, deadline: Duration) {
-        self.terminate();
+        self.stop_cleanly_with("TERM", deadline).await;
+    }
+
+    /// Sends the signal `name`, then waits for the exit and asserts it was
+    /// clean (code 0).
+    pub async fn stop_cleanly_with(&mut self, name: &str, deadline: Duration) {
+        self.signal(name);
         let status = self.wait_exit(deadline).await;
-        assert_eq!(status.code(), Some(0), "clean exit\n{}", self.log());
+        assert_eq!(
+            status.code(),
+            Some(0),
+            "clean exit after SIG{name}\n{}",
+            self.log()
+        );
     }
 
     /// Sends the signal `name` (`TERM`, `INT`, `STOP`, `CONT`, …) with

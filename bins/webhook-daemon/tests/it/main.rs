@@ -24,5 +24,6 @@ mod requeue;
 mod retry_after;
 mod secrets;
 mod sessions;
+mod signals;
 mod signatures;
 mod support;
