@@ -149,6 +149,7 @@ pub struct Api {
     /// Turns for the database-backed routes ([`DB_ROUTES_AT_ONCE`]).
     db_turns: Semaphore,
     rows_unreadable: Option<RowsUnreadable>,
+    log_lines_dropped: Option<LogLinesDropped>,
     adoption: Option<AdoptionCounts>,
     pauses: Option<Arc<HookPauses>>,
     key_grace: Option<KeysInGrace>,
@@ -176,6 +177,9 @@ enum Unanswered {
 
 /// Reads the store's count of candidate rows skipped as unreadable.
 pub type RowsUnreadable = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// Reads the count of log lines dropped while the log output was full.
+pub type LogLinesDropped = Arc<dyn Fn() -> u64 + Send + Sync>;
 
 /// Reads the hooks whose previous HMAC key still signs, with when it
 /// stops ([`webhook_core::signing`]).
@@ -231,6 +235,7 @@ impl Api {
             handoff: None,
             events: None,
             rows_unreadable: None,
+            log_lines_dropped: None,
             adoption: None,
             pauses: None,
             key_grace: None,
@@ -290,6 +295,12 @@ impl Api {
     /// Reports the store's unreadable-row count in `/metrics`.
     pub fn with_rows_unreadable(mut self, count: RowsUnreadable) -> Self {
         self.rows_unreadable = Some(count);
+        self
+    }
+
+    /// Reports the count of dropped log lines in `/metrics`.
+    pub fn with_log_lines_dropped(mut self, count: LogLinesDropped) -> Self {
+        self.log_lines_dropped = Some(count);
         self
     }
 
@@ -499,6 +510,7 @@ impl Api {
             queue,
             handoff: self.handoff.as_ref().map(|h| h.status()),
             rows_unreadable: self.rows_unreadable.as_ref().map(|count| count()),
+            log_lines_dropped: self.log_lines_dropped.as_ref().map(|count| count()),
             adoption: self.adoption.as_ref().and_then(|totals| totals()),
         };
         match metrics_text::render(scrape) {

@@ -1,6 +1,7 @@
 //! Wiring: the MySQL store, the hyper transport and the core dispatcher,
-//! the diagnostics listener, and the shutdown sequence (SPEC §10). Holds no
-//! delivery logic of its own.
+//! the diagnostics listener, the report of dropped log lines, the signals,
+//! and the shutdown sequence (SPEC §10). Holds no delivery logic of its
+//! own.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +23,7 @@ use crate::clock::SystemClock;
 use crate::config::DaemonConfig;
 use crate::handoff::HandOff;
 use crate::live::EventHub;
+use crate::logging::{report_dropped_lines, DroppedLines};
 use crate::server;
 
 /// How often the startup schema check retries while the database is not
@@ -98,11 +100,11 @@ pub fn log_windows(windows: &Windows) {
     }
 }
 
-/// Runs until SIGTERM/SIGINT, then stops claiming, waits (up to the grace
-/// period) for in-flight deliveries to finish and write their results, and
-/// closes the pools (each within [`POOL_CLOSE_BOUND`]). Returns whatever
-/// is still stuck: `main` does not wait for it.
-pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
+/// Runs until SIGTERM, SIGINT or SIGQUIT, then stops claiming, waits (up
+/// to the grace period) for in-flight deliveries to finish and write their
+/// results, and closes the pools (each within [`POOL_CLOSE_BOUND`]).
+/// Returns whatever is still stuck: `main` does not wait for it.
+pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), StartError> {
     let signals = ShutdownSignals::install();
     let adopting = config.delivery.mysql.adopt_php_tasks;
     let mut store = MysqlStore::new(&config.delivery.mysql)?;
@@ -185,8 +187,15 @@ pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
         .with_adoption({
             let store = Arc::clone(&store);
             Arc::new(move || store.adoption_totals())
+        })
+        .with_log_lines_dropped({
+            let dropped = log_dropped.clone();
+            Arc::new(move || dropped.total())
         }),
     );
+    // Left running to the end: lines dropped during the stop are reported
+    // if the log drains before the exit.
+    tokio::spawn(report_dropped_lines(log_dropped));
     let (stop, stopped) = watch::channel(false);
     let server = tokio::spawn(server::serve(listener, api, signalled(stopped.clone())));
     let schema = tokio::spawn(check_schema_when_ready(Arc::clone(&store)));
@@ -207,8 +216,9 @@ pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
         }
     });
     let mut outcome = Ok(());
+    let mut stop_signal = None;
     tokio::select! {
-        () = signals.received() => {}
+        received = signals.received() => stop_signal = Some(received),
         ended = &mut adoption => {
             outcome = Err(match ended {
                 Ok(missing) => {
@@ -225,6 +235,7 @@ pub async fn run(config: DaemonConfig) -> Result<(), StartError> {
     }
     info!(
         event = "shutdown_requested",
+        signal = stop_signal.unwrap_or("none"),
         grace_secs = config.shutdown_grace.as_secs()
     );
     let _ = stop.send(true);
@@ -295,13 +306,19 @@ async fn check_schema_when_ready(store: Arc<MysqlStore>) {
     }
 }
 
-/// The SIGTERM and SIGINT handlers. They are installed before the listener
-/// opens: once `/healthz` answers, either signal means a graceful shutdown
-/// (installed lazily, a signal arriving in between would kill the process
-/// outright).
+/// The signal handlers, installed before the listener opens: once
+/// `/healthz` answers, SIGTERM, SIGINT and SIGQUIT mean a graceful stop and
+/// SIGHUP is ignored (installed lazily, a signal arriving in between would
+/// kill the process outright). SIGQUIT stops gracefully too: a supervisor
+/// or operator sending it must not cause resends, and there is no dump of
+/// the tasks to give. SIGHUP asks for a reload, and there is nothing to
+/// reload: the settings are read from the environment at start only, and
+/// the log goes to stderr, with no file to reopen.
 struct ShutdownSignals {
     terminate: Option<Signal>,
     interrupt: Option<Signal>,
+    quit: Option<Signal>,
+    hangup: Option<Signal>,
 }
 
 impl ShutdownSignals {
@@ -316,22 +333,36 @@ impl ShutdownSignals {
         Self {
             terminate: install(SignalKind::terminate(), "SIGTERM"),
             interrupt: install(SignalKind::interrupt(), "SIGINT"),
+            quit: install(SignalKind::quit(), "SIGQUIT"),
+            hangup: install(SignalKind::hangup(), "SIGHUP"),
         }
     }
 
-    /// Completes on the first SIGTERM or SIGINT.
-    async fn received(mut self) {
-        async fn next(stream: Option<&mut Signal>) {
-            match stream {
-                Some(stream) => {
-                    stream.recv().await;
-                }
-                None => std::future::pending::<()>().await,
+    /// Completes on the first SIGTERM, SIGINT or SIGQUIT, naming it; says
+    /// in the log that each SIGHUP before it is ignored.
+    async fn received(mut self) -> &'static str {
+        /// The stream's next signal; never, once it has ended.
+        async fn next(stream: &mut Option<Signal>) {
+            let ended = match stream.as_mut() {
+                Some(stream) => stream.recv().await.is_none(),
+                None => true,
+            };
+            if ended {
+                *stream = None;
+                std::future::pending::<()>().await;
             }
         }
-        tokio::select! {
-            () = next(self.terminate.as_mut()) => {},
-            () = next(self.interrupt.as_mut()) => {},
+        loop {
+            tokio::select! {
+                () = next(&mut self.terminate) => return "SIGTERM",
+                () = next(&mut self.interrupt) => return "SIGINT",
+                () = next(&mut self.quit) => return "SIGQUIT",
+                () = next(&mut self.hangup) => info!(
+                    event = "sighup_ignored",
+                    "settings are read from the environment at start only and the log goes to \
+                     stderr: nothing to reload or reopen; restart the daemon to apply new settings"
+                ),
+            }
         }
     }
 }

@@ -40,10 +40,9 @@ use crate::server;
 /// `println!` panics when stdout is closed (e.g. piped into `head`); the
 /// demo just stops talking instead.
 macro_rules! say {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
-    }};
+    ($($arg:tt)*) => {
+        crate::logging::print_out(&format!("{}\n", format_args!($($arg)*)))
+    };
 }
 
 const DEADLINE: Duration = Duration::from_secs(50);

@@ -1,7 +1,8 @@
 //! The process around the daemon: the environment as the settings' lookup,
-//! logging, the runtime, and exit codes — 0 after a clean shutdown, 1 when
-//! it could not run (e.g. the listen address is taken), 2 for a bad
-//! setting. `main.rs` only picks one of these from the command line.
+//! logging (its output is [`crate::logging`]'s), the runtime, and exit
+//! codes — 0 after a clean shutdown, 1 when it could not run (e.g. the
+//! listen address is taken), 2 for a bad setting. `main.rs` only picks one
+//! of these from the command line.
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -11,6 +12,7 @@ use std::time::Duration;
 use tracing_subscriber::EnvFilter;
 
 use crate::config::{DaemonConfig, LogFormat};
+use crate::logging::{print_err, LogOutput, Stream};
 use crate::{app, demo};
 
 /// The target the start-up failure lines had when they were written from the binary's
@@ -28,11 +30,18 @@ pub fn run_daemon() -> ExitCode {
     let config = match DaemonConfig::from_lookup(&env_lookup) {
         Ok(config) => config,
         Err(err) => {
-            eprintln!("webhook-daemon: bad setting {err}");
+            print_err(&format!("webhook-daemon: bad setting {err}\n"));
             return ExitCode::from(2);
         }
     };
-    init_logging(&config);
+    let log = init_logging(&config);
+    let exit = run_until_stopped(config, &log);
+    log.flush_at_exit();
+    exit
+}
+
+/// The daemon once its log is set up.
+fn run_until_stopped(config: DaemonConfig, log: &LogOutput) -> ExitCode {
     // One thread: the daemon mostly waits on sockets, and on a
     // multi-thread runtime the wake-ups between workers cost about a
     // quarter of its CPU per delivery (docs/performance.md).
@@ -46,7 +55,7 @@ pub fn run_daemon() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let outcome = runtime.block_on(app::run(config));
+    let outcome = runtime.block_on(app::run(config, log.dropped()));
     // Whatever is still running (a delivery abandoned after the grace, a
     // name lookup on the blocking pool) is dropped, not waited for: the
     // process exits in bounded time whatever the database or a receiver
@@ -67,7 +76,7 @@ pub fn run_demo(args: impl Iterator<Item = String>) -> ExitCode {
     match demo::parse_args(args) {
         Ok(listen) => demo_main(listen),
         Err(message) => {
-            eprintln!("webhook-daemon demo: {message}; see --help");
+            print_err(&format!("webhook-daemon demo: {message}; see --help\n"));
             ExitCode::from(2)
         }
     }
@@ -76,27 +85,37 @@ pub fn run_demo(args: impl Iterator<Item = String>) -> ExitCode {
 /// The self-contained demo, logging the dispatcher's events as it goes and
 /// serving them on `listen` (or a free loopback port).
 fn demo_main(listen: Option<SocketAddr>) -> ExitCode {
+    let log = LogOutput::to(Stream::Stdout);
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::new("webhook_core=info,webhook_daemon=info"))
         .with_ansi(std::io::stdout().is_terminal())
         .with_target(false)
         .with_timer(tracing_subscriber::fmt::time::uptime())
-        .with_writer(std::io::stdout)
+        .with_writer(log.writer())
         .init();
+    let exit = run_demo_to_end(listen);
+    log.flush_at_exit();
+    exit
+}
+
+/// The demo once its log is set up.
+fn run_demo_to_end(listen: Option<SocketAddr>) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
     {
         Ok(runtime) => runtime,
         Err(err) => {
-            eprintln!("webhook-daemon demo: cannot start the runtime: {err}");
+            print_err(&format!(
+                "webhook-daemon demo: cannot start the runtime: {err}\n"
+            ));
             return ExitCode::FAILURE;
         }
     };
     match runtime.block_on(demo::run(listen)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("webhook-daemon demo: {err}");
+            print_err(&format!("webhook-daemon demo: {err}\n"));
             ExitCode::FAILURE
         }
     }
@@ -108,15 +127,17 @@ pub fn env_lookup(name: &str) -> Option<String> {
     std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
 }
 
-fn init_logging(config: &DaemonConfig) {
+fn init_logging(config: &DaemonConfig) -> LogOutput {
+    let log = LogOutput::to(Stream::Stderr);
     // Validated in `DaemonConfig`; `info` is only a fallback.
     let filter = EnvFilter::try_new(&config.log_filter).unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
+        .with_writer(log.writer());
     match config.log_format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),
     }
+    log
 }

@@ -1,7 +1,7 @@
 //! `webhook-daemon` as a library: the daemon's configuration, wiring,
-//! diagnostics API, `/metrics`, live event stream and demo, so that the
-//! binary (`main.rs`), `webhook-admin`, the fuzz targets and the tidy
-//! checks all use the daemon's own code instead of copies of it.
+//! diagnostics API, `/metrics`, live event stream, log output and demo, so
+//! that the binary (`main.rs`), `webhook-admin`, the fuzz targets and the
+//! tidy checks all use the daemon's own code instead of copies of it.
 //!
 //! The public surface is what those neighbours need: [`config`] (the
 //! settings registry, [`config::DaemonConfig`], `--help`), [`api`] (the
@@ -20,5 +20,6 @@ pub mod demo;
 pub mod handoff;
 pub mod launch;
 pub mod live;
+pub mod logging;
 pub mod metrics_text;
 pub mod server;

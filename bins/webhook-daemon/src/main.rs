@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use webhook_daemon::{config, launch};
+use webhook_daemon::{config, launch, logging};
 
 /// jemalloc instead of the C library's malloc: with many calls in flight
 /// it keeps the resident set lower (docs/performance.md, "The
@@ -16,16 +16,18 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 fn main() -> ExitCode {
     match std::env::args().nth(1).as_deref() {
         Some("--help" | "-h" | "help") => {
-            print!("{}", config::help());
+            logging::print_out(&config::help());
             ExitCode::SUCCESS
         }
         Some("demo") => launch::run_demo(std::env::args().skip(2)),
         Some("--version" | "-V") => {
-            println!("webhook-daemon {}", env!("CARGO_PKG_VERSION"));
+            logging::print_out(&format!("webhook-daemon {}\n", env!("CARGO_PKG_VERSION")));
             ExitCode::SUCCESS
         }
         Some(other) => {
-            eprintln!("webhook-daemon: unknown argument {other:?}; see --help");
+            logging::print_err(&format!(
+                "webhook-daemon: unknown argument {other:?}; see --help\n"
+            ));
             ExitCode::from(2)
         }
         None => launch::run_daemon(),

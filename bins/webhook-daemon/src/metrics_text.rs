@@ -30,6 +30,9 @@ pub struct Scrape {
     pub rows_unreadable: Option<u64>,
     /// Task adoption's totals, where it is on.
     pub adoption: Option<AdoptionTotals>,
+    /// Log lines dropped while the log output was full, where it counts
+    /// them.
+    pub log_lines_dropped: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -200,6 +203,15 @@ impl Collector for ScrapeCollector {
         if let Some(adoption) = self.0.adoption {
             adoption_counters(&mut encoder, adoption)?;
         }
+        if let Some(dropped) = self.0.log_lines_dropped {
+            counter(
+                &mut encoder,
+                "gorge_webhook_log_lines_dropped",
+                "Log lines dropped because the log output did not keep up (its buffer was \
+                 full); delivery is never held for the log",
+                &[(none(), dropped)],
+            )?;
+        }
         gauge(
             &mut encoder,
             "gorge_webhook_in_flight",
@@ -351,7 +363,8 @@ pub fn render(scrape: Scrape) -> Result<String, std::fmt::Error> {
 /// Every name `/metrics` can expose: each family as its `# TYPE` line
 /// names it, and each sample's name (a counter's `_total`, a histogram's
 /// `_bucket`, `_sum` and `_count`), read from a scrape with every part
-/// present (the queue, the hand-off, the unreadable-row count).
+/// present (the queue, the hand-off, the unreadable-row count, task
+/// adoption, the dropped log lines).
 pub fn exposed_names() -> Vec<String> {
     let text = render(Scrape {
         dispatcher: MetricsSnapshot {
@@ -369,6 +382,7 @@ pub fn exposed_names() -> Vec<String> {
         }),
         rows_unreadable: Some(0),
         adoption: Some(AdoptionTotals::default()),
+        log_lines_dropped: Some(0),
     })
     // Encoding into a String cannot fail; an empty list fails its users.
     .unwrap_or_default();
@@ -411,10 +425,15 @@ mod tests {
             handoff: None,
             rows_unreadable: Some(4),
             adoption: None,
+            log_lines_dropped: Some(9),
         })
         .expect("encodes");
         assert!(
             text.contains("gorge_webhook_rows_unreadable_total 4"),
+            "{text}"
+        );
+        assert!(
+            text.contains("gorge_webhook_log_lines_dropped_total 9"),
             "{text}"
         );
         assert!(
@@ -442,6 +461,7 @@ mod tests {
             handoff: None,
             rows_unreadable: None,
             adoption: None,
+            log_lines_dropped: None,
         })
         .expect("encodes");
         assert!(text.contains("gorge_webhook_database_up 0"), "{text}");
@@ -458,6 +478,7 @@ mod tests {
             queue: None,
             rows_unreadable: None,
             adoption: None,
+            log_lines_dropped: None,
             handoff: Some(HandOffStatus {
                 silent_mode: Sight {
                     local_config,
@@ -502,6 +523,7 @@ mod tests {
             "gorge_webhook_deliveries",
             "gorge_webhook_deliveries_total",
             "gorge_webhook_rows_unreadable_total",
+            "gorge_webhook_log_lines_dropped_total",
             "gorge_webhook_queue_rows",
             "gorge_webhook_silent_mode_visible",
             "gorge_webhook_php_delivery_tasks",

@@ -3,9 +3,10 @@
 //! crate never does), exactly the `GORGE_*` settings it gets (inherited
 //! ones are removed), a free loopback diagnostics port unless one is given,
 //! stdout and stderr captured by reader threads (stderr optionally copied
-//! to a file as it arrives), readiness by polling `/healthz`, `/metrics`
-//! scraped over raw HTTP, signals through `kill`, waiting for the exit,
-//! and a kill (and reap) in `Drop`.
+//! to a file as it arrives) — or given one pipe nobody reads, or a pipe whose
+//! reader is gone ([`Output`]) —, readiness by polling `/healthz`,
+//! `/metrics` scraped over raw HTTP, signals through `kill`, waiting for
+//! the exit, and a kill (and reap) in `Drop`.
 //!
 //! Everything waits on conditions with deadlines; nothing sleeps to
 //! synchronise. Test code: failures panic with the daemon's log.
@@ -13,6 +14,7 @@
 use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
@@ -82,6 +84,39 @@ impl Captured {
     }
 }
 
+/// Where the daemon's stdout and stderr go.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Output {
+    /// Pipes the harness reads to their end as the bytes arrive.
+    #[default]
+    Captured,
+    /// One pipe for both, as systemd gives a service its journal stream,
+    /// that nobody reads until [`DaemonProcess::read_output`] (then read
+    /// as stderr): once its buffer (64 KiB on Linux) is full, every write
+    /// to either stream blocks, as with a stalled journald or log shipper.
+    Unread,
+    /// Pipes whose reading end was closed before the daemon started: every
+    /// write to them fails (EPIPE), as when the log's reader has died.
+    ReaderClosed,
+}
+
+/// The writing end of a pipe whose reading end is already closed: given to
+/// `true` as its stdin, which it exits without reading.
+fn pipe_without_reader() -> OwnedFd {
+    let mut child = Command::new("true")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("run true: {e}"));
+    let writer = child.stdin.take().expect("the piped stdin of true");
+    let status = child
+        .wait()
+        .unwrap_or_else(|e| panic!("wait for true: {e}"));
+    assert!(status.success(), "true failed: {status}");
+    writer.into()
+}
+
 /// How to start a daemon process: [`DaemonProcess::command`], then the
 /// options, then [`spawn`](Self::spawn).
 #[derive(Debug, Clone)]
@@ -92,6 +127,7 @@ pub struct DaemonCommand {
     env: Vec<(String, String)>,
     nofile: Option<u32>,
     stderr_copy: Option<PathBuf>,
+    output: Output,
 }
 
 impl DaemonCommand {
@@ -123,6 +159,13 @@ impl DaemonCommand {
         self
     }
 
+    /// Where stdout and stderr go (both the same way); captured unless
+    /// told otherwise.
+    pub fn output(mut self, output: Output) -> Self {
+        self.output = output;
+        self
+    }
+
     /// The listen address as given or chosen, and the settings with it.
     fn listen(&self) -> (SocketAddr, Vec<(String, String)>) {
         let mut env = self.env.clone();
@@ -146,22 +189,43 @@ impl DaemonCommand {
         (addr, env)
     }
 
+    /// The binary, or `sh` setting the descriptor limit and, for
+    /// [`Output::Unread`], pointing stdout at stderr's pipe before it
+    /// `exec`s the binary (so the pid is the daemon's).
     fn command(&self, env: &[(String, String)]) -> Command {
-        let mut command = match self.nofile {
-            None => Command::new(&self.bin),
-            Some(limit) => {
-                let mut sh = Command::new("sh");
-                sh.args(["-c", "ulimit -n \"$0\" && exec \"$@\""])
-                    .arg(limit.to_string())
-                    .arg(&self.bin);
-                sh
-            }
+        let one_pipe = self.output == Output::Unread;
+        let mut command = if self.nofile.is_none() && !one_pipe {
+            Command::new(&self.bin)
+        } else {
+            let limit = if self.nofile.is_some() {
+                "ulimit -n \"$0\" && "
+            } else {
+                ""
+            };
+            let redirect = if one_pipe { " >&2" } else { "" };
+            let mut sh = Command::new("sh");
+            sh.arg("-c")
+                .arg(format!("{limit}exec \"$@\"{redirect}"))
+                .arg(
+                    self.nofile
+                        .map_or_else(|| "sh".to_owned(), |n| n.to_string()),
+                )
+                .arg(&self.bin);
+            sh
         };
-        command
-            .args(&self.args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        command.args(&self.args).stdin(Stdio::null());
+        match self.output {
+            Output::Captured | Output::Unread => {
+                command.stdout(Stdio::piped()).stderr(Stdio::piped());
+            }
+            Output::ReaderClosed => {
+                let stdout = pipe_without_reader();
+                let stderr = stdout
+                    .try_clone()
+                    .unwrap_or_else(|e| panic!("duplicate a pipe's descriptor: {e}"));
+                command.stdout(stdout).stderr(stderr);
+            }
+        }
         for (name, _) in std::env::vars_os() {
             if name.to_string_lossy().starts_with("GORGE_") {
                 command.env_remove(name);
@@ -185,26 +249,34 @@ impl DaemonCommand {
             .command(&env)
             .spawn()
             .unwrap_or_else(|e| panic!("{label}: cannot start {bin}: {e}"));
-        let stdout = Captured::default();
-        let stderr = Captured::default();
-        let mut readers = Vec::new();
-        if let Some(out) = child.stdout.take() {
-            readers.push(stdout.spawn_reader(out, None));
-        }
-        if let Some(err) = child.stderr.take() {
-            readers.push(stderr.spawn_reader(err, stderr_copy));
-        }
-        DaemonProcess {
+        let mut daemon = DaemonProcess {
+            unread: Some(Unread {
+                stdout: child.stdout.take(),
+                stderr: child.stderr.take(),
+                stderr_copy,
+            }),
             child,
             exited: None,
             addr,
             started,
-            stdout,
-            stderr,
-            readers,
+            stdout: Captured::default(),
+            stderr: Captured::default(),
+            readers: Vec::new(),
             label,
+            output: self.output,
+        };
+        if self.output == Output::Captured {
+            daemon.read_output();
         }
+        daemon
     }
+}
+
+/// The reading ends of the daemon's pipes before anyone reads them.
+struct Unread {
+    stdout: Option<std::process::ChildStdout>,
+    stderr: Option<std::process::ChildStderr>,
+    stderr_copy: Option<File>,
 }
 
 /// A running daemon process; killed (and reaped) when dropped.
@@ -215,8 +287,11 @@ pub struct DaemonProcess {
     started: Instant,
     stdout: Captured,
     stderr: Captured,
+    /// Held open, unread, until [`DaemonProcess::read_output`].
+    unread: Option<Unread>,
     readers: Vec<JoinHandle<()>>,
     label: String,
+    output: Output,
 }
 
 impl DaemonProcess {
@@ -229,6 +304,30 @@ impl DaemonProcess {
             env: Vec::new(),
             nofile: None,
             stderr_copy: None,
+            output: Output::default(),
+        }
+    }
+
+    /// Starts reading stdout and stderr, to their end, from where they
+    /// are: at once for [`Output::Captured`], when the test says so for
+    /// [`Output::Unread`] (what the pipes hold comes first). Once only;
+    /// nothing to read for [`Output::ReaderClosed`].
+    pub fn read_output(&mut self) {
+        let Some(unread) = self.unread.take() else {
+            return;
+        };
+        if let Some(out) = unread.stdout {
+            self.readers.push(self.stdout.spawn_reader(out, None));
+        }
+        if let Some(err) = unread.stderr {
+            self.readers
+                .push(self.stderr.spawn_reader(err, unread.stderr_copy));
+        }
+        if self.exited.is_some() {
+            // The pipes hold all there will be: read it now.
+            for reader in self.readers.drain(..) {
+                let _ = reader.join();
+            }
         }
     }
 
@@ -336,9 +435,20 @@ impl DaemonProcess {
 
     /// SIGTERM, then waits for the exit and asserts it was clean (code 0).
     pub async fn stop_cleanly(&mut self, deadline: Duration) {
-        self.terminate();
+        self.stop_cleanly_with("TERM", deadline).await;
+    }
+
+    /// Sends the signal `name`, then waits for the exit and asserts it was
+    /// clean (code 0).
+    pub async fn stop_cleanly_with(&mut self, name: &str, deadline: Duration) {
+        self.signal(name);
         let status = self.wait_exit(deadline).await;
-        assert_eq!(status.code(), Some(0), "clean exit\n{}", self.log());
+        assert_eq!(
+            status.code(),
+            Some(0),
+            "clean exit after SIG{name}\n{}",
+            self.log()
+        );
     }
 
     /// Sends the signal `name` (`TERM`, `INT`, `STOP`, `CONT`, …) with
@@ -405,8 +515,13 @@ impl DaemonProcess {
 
     /// Both streams, labelled, for failure messages.
     pub fn log(&self) -> String {
+        let unread = match (self.output, self.unread.is_some()) {
+            (Output::ReaderClosed, _) => " (given a pipe without a reader: nothing to show)",
+            (Output::Unread, true) => " (given a pipe nobody reads yet: nothing to show)",
+            _ => "",
+        };
         format!(
-            "--- {} stderr ---\n{}--- {} stdout ---\n{}---",
+            "--- {} stderr{unread} ---\n{}--- {} stdout ---\n{}---",
             self.label,
             self.stderr(),
             self.label,

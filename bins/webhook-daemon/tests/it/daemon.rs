@@ -7,7 +7,7 @@ use std::ops::{Deref, DerefMut};
 
 use webhook_test_support::DaemonProcess;
 
-pub use webhook_test_support::daemon_process::{database_env, free_port};
+pub use webhook_test_support::daemon_process::{database_env, free_port, Output};
 pub use webhook_test_support::raw_http::http;
 pub use webhook_test_support::HttpResponse;
 
@@ -48,6 +48,18 @@ impl Daemon {
                 .args(args)
                 .envs(env)
                 .nofile(nofile)
+                .spawn(),
+        )
+    }
+
+    /// Like [`Daemon::spawn`], with stdout and stderr going where `output`
+    /// says (a pipe nobody reads, one whose reader is gone).
+    pub fn spawn_to(label: &str, args: &[&str], env: &[(String, String)], output: Output) -> Self {
+        Self(
+            DaemonProcess::command(bin(), label)
+                .args(args)
+                .envs(env)
+                .output(output)
                 .spawn(),
         )
     }

@@ -351,8 +351,8 @@ async fn sigterm_lets_the_delivery_in_flight_finish_and_nothing_is_sent_twice() 
 }
 
 #[tokio::test]
-async fn sigterm_or_sigint_right_after_startup_is_a_clean_exit() {
-    for signal in ["TERM", "INT"] {
+async fn sigterm_sigint_or_sigquit_right_after_startup_is_a_clean_exit() {
+    for signal in ["TERM", "INT", "QUIT"] {
         let mut env = database_env(&unique_namespace());
         env.push(("GORGE_WEBHOOK_MYSQL_PORT".into(), free_port().to_string()));
         // Once /healthz answers, the handlers are in place.

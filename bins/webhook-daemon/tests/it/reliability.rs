@@ -26,7 +26,7 @@ use crate::support::{
 };
 
 /// Each hook's HMAC key: 32 ASCII characters, as long as Phorge's.
-fn hook_key(n: usize) -> String {
+pub(crate) fn hook_key(n: usize) -> String {
     format!("reliabilitykey{n:04}aaaaaaaaaaaaaa")
 }
 
@@ -271,7 +271,12 @@ async fn three_instances_deliver_every_row_once_through_random_failures() {
 
 /// Waits until at least `n` receipts sent by `agent` are still unanswered;
 /// returns them.
-async fn wait_in_flight(receiver: &Receiver, agent: &str, n: usize, daemons: &[&Daemon]) -> usize {
+pub(crate) async fn wait_in_flight(
+    receiver: &Receiver,
+    agent: &str,
+    n: usize,
+    daemons: &[&Daemon],
+) -> usize {
     let until = tokio::time::Instant::now() + DEADLINE;
     loop {
         let in_flight = receiver
@@ -436,33 +441,40 @@ async fn a_killed_instance_loses_nothing_and_resends_only_what_it_had_in_flight(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_amid_slow_deliveries_stores_every_result_and_resends_nothing() {
+    stop_amid_slow_deliveries("TERM").await;
+}
+
+/// The signal `name` (`TERM`, `INT`, `QUIT`) with 2 s calls in flight: the
+/// daemon exits 0 having stored every call's result and claimed nothing
+/// else; after a restart every row is received exactly once.
+pub(crate) async fn stop_amid_slow_deliveries(name: &str) {
     const HOOKS: usize = 6;
     const ROWS: usize = 18;
     // GORGE_WEBHOOK_DELIVERY_TIMEOUT=5 raises the lease to 5 + 2.
     const LEASE: Duration = Duration::from_secs(7);
+    let tag = format!("sig{}", name.to_lowercase());
     with_db(|db| async move {
         let receiver = Receiver::start().await;
         for n in 0..HOOKS {
             let path = format!("/stop/{n}");
-            add_hook(
-                &db,
-                &hook_phid("stop", n),
-                receiver.url(&path),
-                &hook_key(n),
-            )
-            .await;
+            add_hook(&db, &hook_phid(&tag, n), receiver.url(&path), &hook_key(n)).await;
             receiver.always(&path, Reply::status(200).after(Duration::from_secs(2)));
         }
         let env = with_setting(
-            instance_env(&db, "stop"),
+            instance_env(&db, &tag),
             "GORGE_WEBHOOK_DELIVERY_TIMEOUT",
             "5",
         );
-        let mut daemon = Daemon::start("stop", &env).await;
-        insert_rows(&db, &spread("stop", ROWS, HOOKS), 100).await;
-        let in_flight = wait_in_flight(&receiver, "stop", 4, &[&daemon]).await;
-        daemon.stop_cleanly(DEADLINE).await;
+        let mut daemon = Daemon::start(&tag, &env).await;
+        insert_rows(&db, &spread(&tag, ROWS, HOOKS), 100).await;
+        let in_flight = wait_in_flight(&receiver, &tag, 4, &[&daemon]).await;
+        daemon.stop_cleanly_with(name, DEADLINE).await;
         let log = daemon.stderr();
+        assert!(
+            log.contains(&format!(r#"event="shutdown_requested" signal="SIG{name}""#)),
+            "{}",
+            daemon.log()
+        );
         assert!(log.contains("deliveries_drained"), "{}", daemon.log());
         assert!(!log.contains("shutdown_grace_exceeded"), "{}", daemon.log());
 
@@ -489,7 +501,7 @@ async fn sigterm_amid_slow_deliveries_stores_every_result_and_resends_nothing() 
         let sent_before_restart = before.len();
         drop(daemon);
 
-        let restarted = Daemon::start("stop-2", &env).await;
+        let restarted = Daemon::start(&format!("{tag}-2"), &env).await;
         let rows = wait_table(
             &db,
             &[&restarted],
@@ -510,7 +522,7 @@ async fn sigterm_amid_slow_deliveries_stores_every_result_and_resends_nothing() 
             assert_eq!(receipts.len(), 1, "{phid} sent twice: {receipts:?}");
         }
         eprintln!(
-            "reliability: sigterm rows={ROWS} in_flight_at_sigterm={in_flight} \
+            "reliability: SIG{name} rows={ROWS} in_flight_at_signal={in_flight} \
              sent_before_restart={sent_before_restart} receipts={} duplicates=0",
             all.len()
         );
