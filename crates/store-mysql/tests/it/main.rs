@@ -18,5 +18,6 @@ mod reads;
 mod requeue;
 mod rows;
 mod schema;
+mod server_time;
 mod sizes;
 mod timeouts;
