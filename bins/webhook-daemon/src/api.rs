@@ -152,6 +152,7 @@ pub struct Api {
     adoption: Option<AdoptionCounts>,
     pauses: Option<Arc<HookPauses>>,
     key_grace: Option<KeysInGrace>,
+    clock_skew: Option<ClockSkew>,
 }
 
 impl std::fmt::Debug for Api {
@@ -183,6 +184,10 @@ pub type KeysInGrace = Arc<dyn Fn() -> Vec<(String, UnixTime)> + Send + Sync>;
 
 /// Reads task adoption's totals.
 pub type AdoptionCounts = Arc<dyn Fn() -> Option<AdoptionTotals> + Send + Sync>;
+
+/// Reads the skew of this host's clock against the database server's, in
+/// seconds, once measured.
+pub type ClockSkew = Arc<dyn Fn() -> Option<f64> + Send + Sync>;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Route {
@@ -234,6 +239,7 @@ impl Api {
             adoption: None,
             pauses: None,
             key_grace: None,
+            clock_skew: None,
             db_turns: Semaphore::new(DB_ROUTES_AT_ONCE),
         }
     }
@@ -284,6 +290,13 @@ impl Api {
     /// the list is empty.
     pub fn with_key_grace(mut self, keys: KeysInGrace) -> Self {
         self.key_grace = Some(keys);
+        self
+    }
+
+    /// Reports the skew of this host's clock against the database
+    /// server's in `/metrics`.
+    pub fn with_clock_skew(mut self, skew: ClockSkew) -> Self {
+        self.clock_skew = Some(skew);
         self
     }
 
@@ -500,6 +513,7 @@ impl Api {
             handoff: self.handoff.as_ref().map(|h| h.status()),
             rows_unreadable: self.rows_unreadable.as_ref().map(|count| count()),
             adoption: self.adoption.as_ref().and_then(|totals| totals()),
+            clock_skew_secs: self.clock_skew.as_ref().and_then(|skew| skew()),
         };
         match metrics_text::render(scrape) {
             Ok(text) => Reply {

@@ -30,6 +30,9 @@ pub struct Scrape {
     pub rows_unreadable: Option<u64>,
     /// Task adoption's totals, where it is on.
     pub adoption: Option<AdoptionTotals>,
+    /// The database server's time minus this host's, in seconds, once
+    /// measured.
+    pub clock_skew_secs: Option<f64>,
 }
 
 #[derive(Debug)]
@@ -234,6 +237,16 @@ impl Collector for ScrapeCollector {
         if let Some(handoff) = &self.0.handoff {
             encode_handoff(&mut encoder, handoff)?;
         }
+        if let Some(skew) = self.0.clock_skew_secs {
+            let metric = encoder.encode_descriptor(
+                "gorge_webhook_clock_skew_seconds",
+                "The database server's clock minus this host's at the last measurement (positive: \
+                 this host is behind); delivery runs on the server's",
+                None,
+                MetricType::Gauge,
+            )?;
+            ConstGauge::new(skew).encode(metric)?;
+        }
         let mut histogram = encoder.encode_descriptor(
             "gorge_webhook_delivery_duration_seconds",
             "Time from request start to the receiver's final answer",
@@ -346,7 +359,8 @@ pub fn render(scrape: Scrape) -> Result<String, std::fmt::Error> {
 /// Every name `/metrics` can expose: each family as its `# TYPE` line
 /// names it, and each sample's name (a counter's `_total`, a histogram's
 /// `_bucket`, `_sum` and `_count`), read from a scrape with every part
-/// present (the queue, the hand-off, the unreadable-row count).
+/// present (the queue, the hand-off, the unreadable-row count, the clock's
+/// skew).
 pub fn exposed_names() -> Vec<String> {
     let text = render(Scrape {
         dispatcher: MetricsSnapshot {
@@ -364,6 +378,7 @@ pub fn exposed_names() -> Vec<String> {
         }),
         rows_unreadable: Some(0),
         adoption: Some(AdoptionTotals::default()),
+        clock_skew_secs: Some(0.0),
     })
     // Encoding into a String cannot fail; an empty list fails its users.
     .unwrap_or_default();
@@ -406,8 +421,13 @@ mod tests {
             handoff: None,
             rows_unreadable: Some(4),
             adoption: None,
+            clock_skew_secs: Some(-3_600.25),
         })
         .expect("encodes");
+        assert!(
+            text.contains("gorge_webhook_clock_skew_seconds -3600.25\n"),
+            "{text}"
+        );
         assert!(
             text.contains("gorge_webhook_rows_unreadable_total 4"),
             "{text}"
@@ -437,11 +457,13 @@ mod tests {
             handoff: None,
             rows_unreadable: None,
             adoption: None,
+            clock_skew_secs: None,
         })
         .expect("encodes");
         assert!(text.contains("gorge_webhook_database_up 0"), "{text}");
         assert!(text.contains("gorge_webhook_polls_total 0"), "{text}");
         assert!(!text.contains("queue_rows{"));
+        assert!(!text.contains("clock_skew"), "not measured yet: {text}");
     }
 
     fn handoff_lines(local_config: Reading, database: Reading) -> Vec<String> {
@@ -453,6 +475,7 @@ mod tests {
             queue: None,
             rows_unreadable: None,
             adoption: None,
+            clock_skew_secs: None,
             handoff: Some(HandOffStatus {
                 silent_mode: Sight {
                     local_config,
@@ -500,6 +523,7 @@ mod tests {
             "gorge_webhook_queue_rows",
             "gorge_webhook_silent_mode_visible",
             "gorge_webhook_php_delivery_tasks",
+            "gorge_webhook_clock_skew_seconds",
             "gorge_webhook_delivery_duration_seconds",
             "gorge_webhook_delivery_duration_seconds_bucket",
             "gorge_webhook_delivery_duration_seconds_sum",
