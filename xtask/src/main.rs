@@ -2,8 +2,8 @@
 //!
 //! - `ci`: everything a submission must pass (fmt, clippy, promtool's
 //!   checks, the whole test suite with MariaDB started when it is not
-//!   running and Prometheus installed when it is missing, the supply-chain
-//!   checks and a short fuzz round).
+//!   running and Prometheus and libfaketime installed when they are
+//!   missing, the supply-chain checks and a short fuzz round).
 //! - `layers`: the crate layering rules of docs/ARCHITECTURE.md, checked on
 //!   the real dependency graph.
 //! - `contract-test`: the diagnostics API's fixtures (`contracts/`) against
@@ -24,6 +24,7 @@
 //!   Docker").
 
 mod deny;
+mod faketime;
 mod fuzz;
 mod image;
 mod layers;
@@ -51,7 +52,7 @@ fn main() -> ExitCode {
                 "usage: cargo xtask <command>\n\n\
                  commands:\n  \
                  ci       fmt, clippy, promtool and the whole test suite (starts MariaDB and\n           \
-                 installs Prometheus if needed)\n  \
+                 installs Prometheus and libfaketime if needed)\n  \
                  layers   check the crate layering rules\n  \
                  mariadb  start the local MariaDB if it is not running\n  \
                  contract-test  run contracts/api/*.json against the real daemon and check\n           \
@@ -98,6 +99,7 @@ fn ci() -> Result<(), String> {
     // Installs Prometheus when it is missing: the daemon's tests run a real
     // one against it.
     prometheus::check()?;
+    faketime::ensure_installed()?;
     run("cargo", &["test", "--workspace"])?;
     deny::check()?;
     // The short round: every target for its default time, from the

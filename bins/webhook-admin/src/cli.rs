@@ -138,8 +138,9 @@ pub enum Command {
         /// Script-friendly output.
         #[command(flatten)]
         output: Output,
-        /// Judge as of this Unix time instead of the host clock (e.g. "will
-        /// it be eligible at 1700000100?").
+        /// Judge as of this Unix time instead of the database server's now,
+        /// which the daemon judges by (e.g. "will it be eligible at
+        /// 1700000100?").
         #[arg(long, value_name = "UNIX_SECONDS")]
         at: Option<u64>,
         /// The daemon's diagnostics address, asked for its Retry-After

@@ -1,23 +1,34 @@
-//! The wall clock and how times are shown. The clock is read once per
-//! command, in `main`'s callers, and passed down: every decision takes
-//! `now` as an argument, so the explain logic is tested without sleeping.
+//! The clocks and how times are shown. A clock is read once per command,
+//! in `main`'s callers, and passed down: every decision takes `now` as an
+//! argument, so the explain logic is tested without sleeping. Rows are
+//! judged at the database server's time ([`server_now`]), as the daemon
+//! judges them; this host's clock ([`now`]) places the times an operator
+//! types and the lines the tool prints.
 //!
 //! Times are shown in UTC next to the raw Unix seconds Phorge stores, so
 //! an operator can match them against the table without converting, and
 //! read ([`parse_time`]) as Unix seconds, an RFC 3339 UTC timestamp or a
 //! time of today (UTC).
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
-use webhook_core::UnixTime;
+use webhook_core::{StoreError, UnixTime};
+use webhook_daemon::server_clock::{system_time, Measurement};
+use webhook_store_mysql::MysqlReader;
 
-/// Unix seconds from the host clock, as the daemon reads them for its
-/// cutoffs (a clock before 1970 reads as 0).
+/// Unix seconds from this host's clock (a clock before 1970 reads as 0).
 pub fn now() -> UnixTime {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    system_time().as_secs()
+}
+
+/// Unix seconds on the database server's clock, which the daemon's
+/// cutoffs run on: one reading, carried to this moment as the daemon
+/// carries it.
+pub async fn server_now(reader: &MysqlReader) -> Result<UnixTime, StoreError> {
+    let reading = reader.server_time().await?;
+    Ok(Measurement::taken(&reading)
+        .server_time_at(Instant::now())
+        .as_secs())
 }
 
 /// `2023-11-14 22:13:20 UTC`.

@@ -1,14 +1,18 @@
 //! `doctor`: the hand-off checks an operator runs before and after
-//! switching delivery to the daemon — database readiness and schema,
-//! Phorge's global silent mode (its `local.json` and its database entry,
+//! switching delivery to the daemon — database readiness and schema, this
+//! host's clock against the database server's (measured as the daemon
+//! measures it), Phorge's global silent mode (its `local.json` and its database entry,
 //! added up by the core's `Sight` as the daemon adds them up), leftover
 //! PHP delivery tasks, and whether requests' objects can be checked as
 //! Phorge's worker does — each with what to do about it. Read-only, like
 //! every command.
 
+use std::time::Duration;
+
 use serde_json::{json, Value};
 use webhook_core::hold::{Reading, Sight, Visibility};
 use webhook_core::{ConfigUnreadable, PhorgeConfig};
+use webhook_daemon::server_clock::{skew_words, Measurement, SKEW_WARN_SECS};
 use webhook_store_mysql::local_config::{LocalConfig, LocalConfigError};
 use webhook_store_mysql::{MysqlReader, PhpDeliveryTasks, OBJECT_TABLES};
 
@@ -80,6 +84,18 @@ pub async fn run(
             advice: Some("point GORGE_WEBHOOK_NAMESPACE at Phorge's storage namespace"),
         },
     });
+    checks.push(match reader.server_time().await {
+        Ok(reading) => {
+            let measurement = Measurement::taken(&reading);
+            clock_check(measurement.skew_secs(), measurement.round_trip())
+        }
+        Err(err) => Check {
+            name: "clock",
+            verdict: Verdict::Warn,
+            finding: format!("cannot read the database server's clock: {err}"),
+            advice: None,
+        },
+    });
     let file = match local_config {
         Some(config) => Some((config, config.silent_mode_now().await)),
         None => None,
@@ -101,6 +117,35 @@ pub async fn run(
     } else {
         exit::OK
     })
+}
+
+/// This host's clock against the database server's: the daemon's leases
+/// run on the server's, so a skew only warns (the threshold is the
+/// daemon's own).
+fn clock_check(skew_secs: f64, round_trip: Duration) -> Check {
+    let finding = format!(
+        "this host's clock is {} the database server's (read in {:.1} ms); the daemon's \
+         leases and spacing run on the server's",
+        skew_words(skew_secs),
+        round_trip.as_secs_f64() * 1e3
+    );
+    if skew_secs.abs() <= SKEW_WARN_SECS {
+        return Check {
+            name: "clock",
+            verdict: Verdict::Ok,
+            finding,
+            advice: None,
+        };
+    }
+    Check {
+        name: "clock",
+        verdict: Verdict::Warn,
+        finding,
+        advice: Some(
+            "synchronise this host's clock (NTP) with the database server's: log times, TLS \
+             certificate checks and Phorge's own hosts go by their clocks",
+        ),
+    }
 }
 
 /// What Phorge's webhook tasks say of PHP's delivery: none PHP could run

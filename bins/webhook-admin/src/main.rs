@@ -31,6 +31,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use webhook_core::UnixTime;
 use webhook_daemon::config::{LISTEN, SERVICE_TOKEN};
 
 use crate::cli::{Cli, Command};
@@ -129,11 +130,10 @@ fn run(cli: Cli) -> Result<u8, AdminError> {
         } => {
             let daemon = daemon_ask(url)?;
             let (config, db, rt) = open_db()?;
-            let now = clock::now();
-            rt.block_on(closing(
-                &db,
-                inspect::hooks(&db, &config, now, output.json, show_uri, &daemon),
-            ))
+            rt.block_on(closing(&db, async {
+                let now = judging_time(&db, None).await?;
+                inspect::hooks(&db, &config, now, output.json, show_uri, &daemon).await
+            }))
         }
         Command::Explain {
             request,
@@ -144,11 +144,10 @@ fn run(cli: Cli) -> Result<u8, AdminError> {
             let which = RequestRef::parse(&request)?;
             let daemon = daemon_ask(url)?;
             let (config, db, rt) = open_db()?;
-            let now = at.unwrap_or_else(clock::now);
-            rt.block_on(closing(
-                &db,
-                inspect::explain_request(&db, &config, &which, now, output.json, &daemon),
-            ))
+            rt.block_on(closing(&db, async {
+                let now = judging_time(&db, at).await?;
+                inspect::explain_request(&db, &config, &which, now, output.json, &daemon).await
+            }))
         }
         Command::Doctor(output) => {
             let (config, db, rt) = open_db()?;
@@ -194,6 +193,17 @@ fn run(cli: Cli) -> Result<u8, AdminError> {
             let (_, db, rt) = open_db()?;
             rt.block_on(closing(&db, inspect::payload(&db, &which)))
         }
+    }
+}
+
+/// The time rows are judged at: `at` when given, else the database
+/// server's now, as the daemon judges them.
+async fn judging_time(db: &Db, at: Option<UnixTime>) -> Result<UnixTime, AdminError> {
+    match at {
+        Some(at) => Ok(at),
+        None => clock::server_now(db.reader())
+            .await
+            .map_err(|err| db.fail(err)),
     }
 }
 

@@ -153,6 +153,7 @@ pub struct Api {
     adoption: Option<AdoptionCounts>,
     pauses: Option<Arc<HookPauses>>,
     key_grace: Option<KeysInGrace>,
+    clock_skew: Option<ClockSkew>,
 }
 
 impl std::fmt::Debug for Api {
@@ -187,6 +188,10 @@ pub type KeysInGrace = Arc<dyn Fn() -> Vec<(String, UnixTime)> + Send + Sync>;
 
 /// Reads task adoption's totals.
 pub type AdoptionCounts = Arc<dyn Fn() -> Option<AdoptionTotals> + Send + Sync>;
+
+/// Reads the skew of this host's clock against the database server's, in
+/// seconds, once measured.
+pub type ClockSkew = Arc<dyn Fn() -> Option<f64> + Send + Sync>;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Route {
@@ -239,6 +244,7 @@ impl Api {
             adoption: None,
             pauses: None,
             key_grace: None,
+            clock_skew: None,
             db_turns: Semaphore::new(DB_ROUTES_AT_ONCE),
         }
     }
@@ -289,6 +295,13 @@ impl Api {
     /// the list is empty.
     pub fn with_key_grace(mut self, keys: KeysInGrace) -> Self {
         self.key_grace = Some(keys);
+        self
+    }
+
+    /// Reports the skew of this host's clock against the database
+    /// server's in `/metrics`.
+    pub fn with_clock_skew(mut self, skew: ClockSkew) -> Self {
+        self.clock_skew = Some(skew);
         self
     }
 
@@ -512,6 +525,7 @@ impl Api {
             rows_unreadable: self.rows_unreadable.as_ref().map(|count| count()),
             log_lines_dropped: self.log_lines_dropped.as_ref().map(|count| count()),
             adoption: self.adoption.as_ref().and_then(|totals| totals()),
+            clock_skew_secs: self.clock_skew.as_ref().and_then(|skew| skew()),
         };
         match metrics_text::render(scrape) {
             Ok(text) => Reply {

@@ -12,19 +12,19 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 use webhook_core::{
-    Dispatcher, EventSink, PhorgeConfig, PhorgeObjects, SilentMode, Store, Windows,
+    Clock, Dispatcher, EventSink, PhorgeConfig, PhorgeObjects, SilentMode, Store, Windows,
 };
 use webhook_store_mysql::{MysqlConfig, MysqlStore};
 use webhook_transport_hyper::HyperTransport;
 
 use crate::adoption::adopt_php_tasks;
 use crate::api::{Api, Readiness, ServiceToken};
-use crate::clock::SystemClock;
 use crate::config::DaemonConfig;
 use crate::handoff::HandOff;
 use crate::live::EventHub;
 use crate::logging::{report_dropped_lines, DroppedLines};
 use crate::server;
+use crate::server_clock::{keep_measured, once_measured, ServerClock};
 
 /// How often the startup schema check retries while the database is not
 /// there yet.
@@ -138,10 +138,11 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
     }
     let handoff = Arc::new(handoff);
     let events = Arc::new(EventHub::new(config.event_streams));
+    let clock = Arc::new(ServerClock::new());
     let mut dispatcher = Dispatcher::new(
         Arc::clone(&store) as Arc<dyn Store>,
         transport,
-        Arc::new(SystemClock::new()),
+        Arc::clone(&clock) as Arc<dyn Clock>,
         config.delivery.windows.clone(),
     )
     .with_silent_mode(silent_mode)
@@ -191,6 +192,10 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
         .with_log_lines_dropped({
             let dropped = log_dropped.clone();
             Arc::new(move || dropped.total())
+        })
+        .with_clock_skew({
+            let clock = Arc::clone(&clock);
+            Arc::new(move || clock.skew_secs())
         }),
     );
     // Left running to the end: lines dropped during the stop are reported
@@ -200,9 +205,13 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
     let server = tokio::spawn(server::serve(listener, api, signalled(stopped.clone())));
     let schema = tokio::spawn(check_schema_when_ready(Arc::clone(&store)));
     let php_watch = tokio::spawn(handoff.watch_php_delivery(Arc::clone(&store)));
+    let measuring = tokio::spawn(keep_measured(Arc::clone(&clock), store.reader().clone()));
     let delivering = {
         let dispatcher = Arc::clone(&dispatcher);
-        tokio::spawn(async move { dispatcher.run(signalled(stopped)).await })
+        tokio::spawn(async move {
+            let stop = signalled(stopped.clone());
+            once_measured(&clock, stop, dispatcher.run(signalled(stopped))).await;
+        })
     };
 
     let mut adoption = tokio::spawn({
@@ -241,6 +250,7 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
     let _ = stop.send(true);
     schema.abort();
     php_watch.abort();
+    measuring.abort();
     // Adopted leases are kept, not handed back: any other instance, or
     // this one restarted, extends them and delivers their rows; with no
     // daemon left they lapse and phd takes the tasks over.

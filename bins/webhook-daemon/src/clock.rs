@@ -1,10 +1,14 @@
-//! The real `Clock`: the system's Unix time, a monotonic origin, and tokio's
-//! timer. The only place the daemon's delivery logic meets wall time.
+//! `SystemClock`: the system's Unix time, a monotonic origin, and tokio's
+//! timer, for the in-memory demo and tests, which have no database whose
+//! clock to read. Delivery from the database runs on
+//! [`crate::server_clock::ServerClock`].
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use webhook_core::{Clock, UnixTime};
+
+use crate::server_clock::system_time;
 
 /// System time and tokio sleeps.
 #[derive(Debug)]
@@ -31,10 +35,7 @@ impl Clock for SystemClock {
     fn now(&self) -> UnixTime {
         // A clock set before 1970 reads as 0: every row then looks new,
         // which errs towards delivering rather than losing.
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0)
+        system_time().as_secs()
     }
 
     fn monotonic(&self) -> Duration {

@@ -6,8 +6,10 @@
 //! The public surface is what those neighbours need: [`config`] (the
 //! settings registry, [`config::DaemonConfig`], `--help`), [`api`] (the
 //! diagnostics handler the fuzzer drives), [`metrics_text`] (the metric
-//! families `/metrics` exposes), [`server::MAX_CONNECTIONS`], and the two
-//! entry points [`launch::run_daemon`] and [`launch::run_demo`].
+//! families `/metrics` exposes), [`server::MAX_CONNECTIONS`],
+//! [`server_clock`] (the database server's clock, which `webhook-admin
+//! doctor` measures the host's skew against as the daemon does), and the
+//! two entry points [`launch::run_daemon`] and [`launch::run_demo`].
 
 #![warn(missing_docs)]
 
@@ -23,3 +25,4 @@ pub mod live;
 pub mod logging;
 pub mod metrics_text;
 pub mod server;
+pub mod server_clock;

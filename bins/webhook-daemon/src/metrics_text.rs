@@ -33,6 +33,9 @@ pub struct Scrape {
     /// Log lines dropped while the log output was full, where it counts
     /// them.
     pub log_lines_dropped: Option<u64>,
+    /// The database server's time minus this host's, in seconds, once
+    /// measured.
+    pub clock_skew_secs: Option<f64>,
 }
 
 #[derive(Debug)]
@@ -251,6 +254,16 @@ impl Collector for ScrapeCollector {
         if let Some(handoff) = &self.0.handoff {
             encode_handoff(&mut encoder, handoff)?;
         }
+        if let Some(skew) = self.0.clock_skew_secs {
+            let metric = encoder.encode_descriptor(
+                "gorge_webhook_clock_skew_seconds",
+                "The database server's clock minus this host's at the last measurement (positive: \
+                 this host is behind); delivery runs on the server's",
+                None,
+                MetricType::Gauge,
+            )?;
+            ConstGauge::new(skew).encode(metric)?;
+        }
         let mut histogram = encoder.encode_descriptor(
             "gorge_webhook_delivery_duration_seconds",
             "Time from request start to the receiver's final answer",
@@ -364,7 +377,7 @@ pub fn render(scrape: Scrape) -> Result<String, std::fmt::Error> {
 /// names it, and each sample's name (a counter's `_total`, a histogram's
 /// `_bucket`, `_sum` and `_count`), read from a scrape with every part
 /// present (the queue, the hand-off, the unreadable-row count, task
-/// adoption, the dropped log lines).
+/// adoption, the dropped log lines, the clock's skew).
 pub fn exposed_names() -> Vec<String> {
     let text = render(Scrape {
         dispatcher: MetricsSnapshot {
@@ -383,6 +396,7 @@ pub fn exposed_names() -> Vec<String> {
         rows_unreadable: Some(0),
         adoption: Some(AdoptionTotals::default()),
         log_lines_dropped: Some(0),
+        clock_skew_secs: Some(0.0),
     })
     // Encoding into a String cannot fail; an empty list fails its users.
     .unwrap_or_default();
@@ -426,8 +440,13 @@ mod tests {
             rows_unreadable: Some(4),
             adoption: None,
             log_lines_dropped: Some(9),
+            clock_skew_secs: Some(-3_600.25),
         })
         .expect("encodes");
+        assert!(
+            text.contains("gorge_webhook_clock_skew_seconds -3600.25\n"),
+            "{text}"
+        );
         assert!(
             text.contains("gorge_webhook_rows_unreadable_total 4"),
             "{text}"
@@ -462,11 +481,13 @@ mod tests {
             rows_unreadable: None,
             adoption: None,
             log_lines_dropped: None,
+            clock_skew_secs: None,
         })
         .expect("encodes");
         assert!(text.contains("gorge_webhook_database_up 0"), "{text}");
         assert!(text.contains("gorge_webhook_polls_total 0"), "{text}");
         assert!(!text.contains("queue_rows{"));
+        assert!(!text.contains("clock_skew"), "not measured yet: {text}");
     }
 
     fn handoff_lines(local_config: Reading, database: Reading) -> Vec<String> {
@@ -479,6 +500,7 @@ mod tests {
             rows_unreadable: None,
             adoption: None,
             log_lines_dropped: None,
+            clock_skew_secs: None,
             handoff: Some(HandOffStatus {
                 silent_mode: Sight {
                     local_config,
@@ -527,6 +549,7 @@ mod tests {
             "gorge_webhook_queue_rows",
             "gorge_webhook_silent_mode_visible",
             "gorge_webhook_php_delivery_tasks",
+            "gorge_webhook_clock_skew_seconds",
             "gorge_webhook_delivery_duration_seconds",
             "gorge_webhook_delivery_duration_seconds_bucket",
             "gorge_webhook_delivery_duration_seconds_sum",

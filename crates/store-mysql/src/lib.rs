@@ -33,7 +33,9 @@
 //!   compare-and-set `UPDATE` that puts a row back in the queue in
 //!   Phorge's own values ([`sql::REQUEUE_STATEMENTS`]).
 //! * [`MysqlReader::ready`] is the `/readyz` probe; [`MysqlReader::check_schema`]
-//!   the startup check of the columns and of the `key_status` index.
+//!   the startup check of the columns and of the `key_status` index;
+//!   [`MysqlReader::server_time`] reads the server's clock, which the
+//!   daemon's cutoffs run on.
 //! * [`MysqlHookLock`] is Phorge's per-hook `GET_LOCK`, so a daemon and a
 //!   leftover PHP worker exclude each other. Many locks share each of a few
 //!   lock sessions outside the pool (`lock`): concurrency costs no
@@ -77,6 +79,7 @@ mod reads;
 mod requeue;
 mod rows;
 mod schema;
+mod server_time;
 mod session;
 pub mod sql;
 mod store;
@@ -95,4 +98,5 @@ pub use reader::MysqlReader;
 pub use reads::HookSummary;
 pub use requeue::{MysqlRequeue, Requeued};
 pub use schema::{SchemaWarning, HOOK_COLUMNS, REQUEST_COLUMNS};
+pub use server_time::ServerTimeReading;
 pub use store::MysqlStore;

@@ -2,8 +2,9 @@
 //! the operator's tool (`webhook-admin`) asks the database goes through
 //! it: one request row, a hook, the queue's counts, per-hook summaries,
 //! the breaker's failure epochs, who holds a hook's lock, readiness, the
-//! schema check, the object check ([`webhook_core::PhorgeObjects`]) and
-//! the hand-off reads (silent mode, leftover PHP delivery tasks).
+//! server's clock, the schema check, the object check
+//! ([`webhook_core::PhorgeObjects`]) and the hand-off reads (silent mode,
+//! leftover PHP delivery tasks).
 //!
 //! It has no method that writes, claims or locks, and holds nothing that
 //! could: no group-commit workers, no `Store` implementation. The daemon's
@@ -26,6 +27,7 @@ use crate::object_tables::ObjectTables;
 use crate::objects::{self, UnreadableTables};
 use crate::reads::{self, HookSummary};
 use crate::schema::{self, SchemaWarning};
+use crate::server_time::{self, ServerTimeReading};
 use crate::sql;
 
 /// Read-only access to Phorge's herald tables (and, for the hand-off and
@@ -102,6 +104,13 @@ impl MysqlReader {
         conn.ping()
             .await
             .map_err(|err| err.into_not_ready(&self.connector.database))
+    }
+
+    /// The server's clock, read between two readings of this host's
+    /// monotonic clock ([`sql::SERVER_TIME`]): what the daemon's clock runs
+    /// on, and what `webhook-admin doctor` measures this host's skew by.
+    pub async fn server_time(&self) -> Result<ServerTimeReading, StoreError> {
+        server_time::read(&self.connector).await
     }
 
     /// The startup schema check: an error naming a missing table or its

@@ -354,6 +354,16 @@ pub fn tasks_adoptable(namespace: &str) -> String {
 /// The server's clock, which Phorge's task protocol runs on.
 pub const SERVER_NOW: &str = "SELECT UNIX_TIMESTAMP()";
 
+/// The server's clock to the microsecond: `UNIX_TIMESTAMP()` and the
+/// microseconds of `NOW(6)`. The server takes both from the statement's
+/// start time (the instant a claim's `UNIX_TIMESTAMP()` reads too), so
+/// they name one instant however long the statement runs; neither depends
+/// on the session's time zone (`UNIX_TIMESTAMP()` is UTC, and no zone's
+/// offset has a fraction of a second). `UNIX_TIMESTAMP(NOW(6))` would
+/// convert a local time back through the zone, which is ambiguous in the
+/// hour a daylight-saving change repeats.
+pub const SERVER_TIME: &str = "SELECT UNIX_TIMESTAMP(), MICROSECOND(NOW(6))";
+
 /// Up to `?` webhook tasks with no owner at all, lowest id first: what
 /// Phorge queues, found through `key_owner` without reading the leased
 /// ones, for the frequent sweep. Parameters: the limit.

@@ -1,7 +1,8 @@
 //! Running a `webhook-daemon` binary as a child process, for the e2e tests
 //! and the bench alike: the caller names the binary (cargo builds it; this
 //! crate never does), exactly the `GORGE_*` settings it gets (inherited
-//! ones are removed), a free loopback diagnostics port unless one is given,
+//! ones are removed) and any other variables (libfaketime's, to shift its
+//! clock), a free loopback diagnostics port unless one is given,
 //! stdout and stderr captured by reader threads (stderr optionally copied
 //! to a file as it arrives) — or given one pipe nobody reads, or a pipe whose
 //! reader is gone ([`Output`]) —, readiness by polling `/healthz`,
@@ -138,8 +139,9 @@ impl DaemonCommand {
     }
 
     /// Exactly these `GORGE_*` settings (inherited `GORGE_*` variables are
-    /// removed; later entries win). Without `GORGE_LISTEN_ADDR`, a free
-    /// loopback port is chosen.
+    /// removed; later entries win), and any other variable given, such as
+    /// [`crate::faketime::shifted_clock`]'s. Without `GORGE_LISTEN_ADDR`, a
+    /// free loopback port is chosen.
     pub fn envs(mut self, env: &[(String, String)]) -> Self {
         self.env.extend(env.iter().cloned());
         self

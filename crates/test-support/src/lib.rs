@@ -7,8 +7,9 @@
 //! fault-injecting TCP proxy for database outages ([`fault_proxy`]), and
 //! the daemon binary run as a child process ([`daemon_process`]), its
 //! database sessions as the server lists them ([`process_sessions`]), a raw
-//! HTTP/1.1 client for its diagnostics listener ([`raw_http`]) and a reader
-//! of its `/metrics` text ([`metrics_text`]).
+//! HTTP/1.1 client for its diagnostics listener ([`raw_http`]), a reader
+//! of its `/metrics` text ([`metrics_text`]), and libfaketime's variables
+//! to run it with its wall clock shifted ([`faketime`]).
 //!
 //! Test-only code: failures panic with a message saying what was expected.
 
@@ -16,6 +17,7 @@
 
 pub mod applications;
 pub mod daemon_process;
+pub mod faketime;
 pub mod fault_proxy;
 pub mod local_config;
 pub mod mariadb;

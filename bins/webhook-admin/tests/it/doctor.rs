@@ -1,8 +1,10 @@
 //! `doctor`: the hand-off checks against tables created from Phorge's
 //! definitions and Phorge's `conf/local/local.json` — silent mode and
 //! leftover PHP delivery tasks — and what it says when those cannot be
-//! read.
+//! read; this host's clock against the server's, also with the tool's
+//! clock shifted an hour (libfaketime).
 
+use webhook_test_support::faketime::shifted_clock;
 use webhook_test_support::mariadb::with_phorge_side;
 use webhook_test_support::{with_db, LocalJson, TestDb};
 
@@ -120,6 +122,53 @@ async fn doctor_says_what_it_cannot_see() {
         let line = silent_mode_line(&missing);
         assert!(line.starts_with("warn silent-mode unknown:"), "{line}");
         assert!(line.contains("does not exist"), "{line}");
+    })
+    .await;
+}
+
+/// The clock check's verdict and finding from `doctor --json`.
+fn clock_check(run: &Run) -> (String, String) {
+    let checks = run.json()["checks"].clone();
+    let check = checks
+        .as_array()
+        .and_then(|all| all.iter().find(|c| c["check"] == "clock"))
+        .unwrap_or_else(|| panic!("no clock check: {}", run.all_output()))
+        .clone();
+    (
+        check["verdict"].as_str().unwrap_or_default().to_owned(),
+        check["finding"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_measures_this_hosts_clock_against_the_servers() {
+    with_db(|db| async move {
+        let (verdict, finding) = clock_check(&on_db(&db, &["doctor", "--json"]).await);
+        assert_eq!(verdict, "ok", "{finding}");
+        assert!(finding.starts_with("this host's clock is 0.0"), "{finding}");
+
+        // The same host with its wall clock an hour ahead (libfaketime).
+        let mut env = db_env(&db, &[]);
+        env.extend(shifted_clock("+1h"));
+        let ahead = run(&env, &["doctor", "--json"]).await;
+        let (verdict, finding) = clock_check(&ahead);
+        assert_eq!(verdict, "warn", "{finding}");
+        assert!(
+            finding.starts_with("this host's clock is 3599.")
+                || finding.starts_with("this host's clock is 3600."),
+            "{finding}"
+        );
+        assert!(
+            finding.contains(" s ahead of the database server's"),
+            "{finding}"
+        );
+        let text = run(&env, &["doctor"]).await;
+        assert!(text.stdout.contains("warn  clock"), "{}", text.stdout);
+        assert!(
+            text.stdout.contains("-> synchronise this host's clock"),
+            "{}",
+            text.stdout
+        );
     })
     .await;
 }

@@ -2,12 +2,14 @@
 //! `--at` so every `until` is an exact number, by id and by PHID, as text
 //! and as JSON, with the payload and the signature (never the key); and a
 //! hook the daemon paused for `Retry-After`, asked of a stand-in daemon,
-//! or a note when no daemon answers.
+//! or a note when no daemon answers. Without `--at`, rows are judged at
+//! the database server's time, also with the tool's clock an hour off.
 
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use webhook_core::{LastResult, NewRequest, RequestStatus};
+use webhook_test_support::faketime::shifted_clock;
 use webhook_test_support::{with_db, TestDb};
 
 use crate::support::{db_env, hook, on_db, run, KEY, NOW};
@@ -497,6 +499,37 @@ async fn a_hook_the_daemon_paused_is_explained_from_the_daemons_answer() {
             "{note}"
         );
         assert!(note.ends_with("judged from the database alone"), "{note}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_is_judged_at_the_database_servers_time_whatever_this_hosts_clock_says() {
+    with_db(|db| async move {
+        db.insert_hook(&hook(HOOK_OK, "ok hook", "enabled")).await;
+        // Phorge read its clock twice: the row waits one lease (30 s).
+        let created = db.now().await;
+        let id = db
+            .insert_request(&NewRequest {
+                date_created: Some(created),
+                date_modified: Some(created + 1),
+                ..NewRequest::queued(HOOK_OK, "{}")
+            })
+            .await;
+        for offset in ["+1h", "-1h"] {
+            let mut env = db_env(&db, &[]);
+            env.extend(shifted_clock(offset));
+            let out = run(&env, &["explain", &id.to_string(), "--json"]).await;
+            assert_eq!(out.status, 0, "{out:?}");
+            let json = out.json();
+            let now = json["now"].as_u64().expect("now");
+            let server_now = db.now().await;
+            assert!(
+                now.abs_diff(server_now) <= 2,
+                "{offset}: judged at {now}, the server says {server_now}"
+            );
+            assert_eq!(json["verdict"]["code"], "in-lease", "{offset}: {json}");
+        }
     })
     .await;
 }

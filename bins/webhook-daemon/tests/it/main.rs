@@ -6,6 +6,7 @@
 
 mod adoption;
 mod allocator;
+mod clock_skew;
 mod contracts;
 mod daemon;
 mod e2e;

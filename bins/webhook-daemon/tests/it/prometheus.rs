@@ -228,7 +228,7 @@ async fn a_real_prometheus_scrapes_every_documented_metric_and_every_dashboard_p
 
             let rules = api(port, "/api/v1/rules").await.expect("rules");
             let loaded = rules["groups"][0]["rules"].as_array().map_or(0, Vec::len);
-            assert_eq!(loaded, 6, "deploy/alerts.yml's rules are loaded: {rules}");
+            assert_eq!(loaded, 7, "deploy/alerts.yml's rules are loaded: {rules}");
 
             let missing: Vec<String> = {
                 let mut missing = Vec::new();

@@ -19,5 +19,6 @@ mod reads;
 mod requeue;
 mod rows;
 mod schema;
+mod server_time;
 mod sizes;
 mod timeouts;

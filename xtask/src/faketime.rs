@@ -1,0 +1,30 @@
+//! libfaketime for the clock tests, which run the daemon and
+//! `webhook-admin` with their wall clock shifted an hour
+//! (`bins/webhook-daemon/tests/it/clock_skew.rs`, the doctor's clock
+//! check): Debian's `libfaketime`, installed with apt-get when dpkg does
+//! not list it, as `prometheus` installs promtool. Without it those tests
+//! fail saying so.
+
+use std::process::Command;
+
+use crate::apt_install;
+
+/// The package that provides the library.
+const PACKAGE: &str = "libfaketime";
+
+/// Installs libfaketime if dpkg does not list it as installed.
+pub(crate) fn ensure_installed() -> Result<(), String> {
+    if installed() {
+        return Ok(());
+    }
+    eprintln!("xtask: {PACKAGE} is not installed; installing Debian's {PACKAGE} package (once per machine)");
+    apt_install(&[PACKAGE])
+        .map_err(|err| format!("{err}; install libfaketime (Debian: apt-get install {PACKAGE})"))
+}
+
+fn installed() -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${db:Status-Status}", PACKAGE])
+        .output()
+        .is_ok_and(|out| out.status.success() && out.stdout == b"installed")
+}
