@@ -69,12 +69,23 @@ pub enum StartError {
     },
 }
 
-struct MysqlReadiness(Arc<MysqlStore>);
+/// Ready when the database answers and its server's clock was measured:
+/// delivery waits for that measurement.
+struct MysqlReadiness {
+    store: Arc<MysqlStore>,
+    clock: Arc<ServerClock>,
+}
 
 #[async_trait]
 impl Readiness for MysqlReadiness {
     async fn check(&self) -> Result<(), String> {
-        self.0.ready().await.map_err(|e| e.to_string())
+        self.store.ready().await.map_err(|e| e.to_string())?;
+        match self.clock.latest() {
+            Some(_) => Ok(()),
+            None => Err(
+                "the database server's clock is not measured yet; delivery waits for it".to_owned(),
+            ),
+        }
     }
 }
 
@@ -170,7 +181,10 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
     let api = Arc::new(
         Api::new(
             Arc::clone(&api_store) as Arc<dyn Store>,
-            Arc::new(MysqlReadiness(Arc::clone(&api_store))),
+            Arc::new(MysqlReadiness {
+                store: Arc::clone(&api_store),
+                clock: Arc::clone(&clock),
+            }),
             dispatcher.metrics(),
             ServiceToken::new(&config.service_token),
         )

@@ -10,8 +10,9 @@
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::AsFd;
-use std::sync::{mpsc, OnceLock};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use tracing::warn;
 use tracing_appender::non_blocking::{ErrorCounter, NonBlocking, NonBlockingBuilder, WorkerGuard};
@@ -34,7 +35,7 @@ const REPORT_EVERY: Duration = Duration::from_secs(1);
 
 /// The log's channel when the log goes to stdout (the demo), so what
 /// [`print_out`] writes keeps its place among the log lines.
-static STDOUT_LINES: OnceLock<NonBlocking> = OnceLock::new();
+static STDOUT_LINES: OnceLock<Counted<NonBlocking>> = OnceLock::new();
 
 /// Writes `text` to stdout for a person; a closed stdout loses it
 /// (`print!` would panic). Through the log's channel when the log goes to
@@ -70,6 +71,10 @@ pub enum Stream {
 pub struct LogOutput {
     writer: NonBlocking,
     guard: WorkerGuard,
+    /// Lines handed to the channel (dropped ones included) and lines its
+    /// thread has written out: the exit waits for the two to meet.
+    sent: Arc<AtomicU64>,
+    written: Arc<AtomicU64>,
 }
 
 impl LogOutput {
@@ -84,17 +89,37 @@ impl LogOutput {
 
     /// Lines to `sink`, through a channel of `lines` lines.
     fn with_sink(sink: impl Write + Send + 'static, lines: usize) -> Self {
+        let written = Arc::new(AtomicU64::new(0));
+        let sink = Counted {
+            inner: sink,
+            lines: Arc::clone(&written),
+        };
         let (writer, guard) = NonBlockingBuilder::default()
             .lossy(true)
             .buffered_lines_limit(lines)
             .thread_name("log-writer")
             .finish(sink);
-        Self { writer, guard }
+        Self {
+            writer,
+            guard,
+            sent: Arc::new(AtomicU64::new(0)),
+            written,
+        }
     }
 
     /// The writer for `tracing_subscriber`'s `with_writer`.
-    pub fn writer(&self) -> NonBlocking {
-        self.writer.clone()
+    pub fn writer(&self) -> Counted<NonBlocking> {
+        Counted {
+            inner: self.writer.clone(),
+            lines: Arc::clone(&self.sent),
+        }
+    }
+
+    /// Whether every line handed over was written out or dropped.
+    fn drained(&self) -> bool {
+        let handed = self.sent.load(Ordering::Relaxed);
+        let done = self.written.load(Ordering::Relaxed) + self.dropped().total();
+        done >= handed
     }
 
     /// The count of lines dropped so far.
@@ -103,11 +128,18 @@ impl LogOutput {
     }
 
     /// Lets the writer thread write what is buffered, waiting at most
-    /// [`FLUSH_BOUND`]. The guard's own drop waits up to 1.1 s and may
-    /// then print to stdout, which blocks on a stuck pipe and panics on a
-    /// closed one; so it runs on a thread of its own, left behind if it
-    /// does not finish in time (the process is about to exit).
+    /// [`FLUSH_BOUND`] in all: first until every line handed over was
+    /// written out or dropped (the guard's own drop gives a full channel
+    /// only 100 ms, and the stop's last lines are the ones that matter),
+    /// then for the guard. Its drop may print to stdout, which blocks on a
+    /// stuck pipe and panics on a closed one; so it runs on a thread of
+    /// its own, left behind if it does not finish in time (the process is
+    /// about to exit).
     pub fn flush_at_exit(self) {
+        let until = Instant::now() + FLUSH_BOUND;
+        while !self.drained() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let (done, finished) = mpsc::channel();
         let guard = self.guard;
         let spawned = std::thread::Builder::new()
@@ -117,8 +149,37 @@ impl LogOutput {
                 let _ = done.send(());
             });
         if spawned.is_ok() {
-            let _ = finished.recv_timeout(FLUSH_BOUND);
+            let _ = finished.recv_timeout(until.saturating_duration_since(Instant::now()));
         }
+    }
+}
+
+/// A writer that counts the lines (writes) it passes on: on the
+/// subscriber's side, the lines handed to the channel; on the thread's
+/// side, the lines written out.
+#[derive(Debug, Clone)]
+pub struct Counted<W> {
+    inner: W,
+    lines: Arc<AtomicU64>,
+}
+
+impl<W: Write> Write for Counted<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let written = self.inner.write(buf)?;
+        self.lines.fetch_add(1, Ordering::Relaxed);
+        Ok(written)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Counted<NonBlocking> {
+    type Writer = Self;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
     }
 }
 

@@ -46,6 +46,18 @@ const SKEW_CLEAR_SECS: f64 = 1.0;
 /// How often a lasting skew is said again.
 const SKEW_REPEAT: Duration = Duration::from_secs(3_600);
 
+/// The longest round trip a measurement may take to replace one in force:
+/// the server's time is known to within half the round trip, and a reading
+/// that waited on the server (a busy server, a lock) would set the clock
+/// ahead of it, which takes other deliverers' claims over early. A first
+/// measurement is taken whatever its round trip (it is better than the
+/// host's clock), then replaced as soon as a quicker one comes.
+pub const ROUND_TRIP_MAX: Duration = Duration::from_millis(500);
+
+/// How often a failing first measurement is said at warn: polling waits
+/// for it, so an operator must hear why nothing is delivered.
+const UNMEASURED_WARN_EVERY: Duration = Duration::from_secs(60);
+
 /// A change of the server's time against what the anchor carried it to,
 /// beyond which it is logged: the server's clock was stepped, or this
 /// host's monotonic clock stood still (a suspended virtual machine).
@@ -253,31 +265,63 @@ impl SkewAlarm {
     }
 }
 
+/// Whether `next` should replace the measurement in force: always when
+/// there is none, else only when its round trip is within
+/// [`ROUND_TRIP_MAX`].
+fn replaces(current: Option<&Measurement>, next: &Measurement) -> bool {
+    current.is_none() || next.round_trip() <= ROUND_TRIP_MAX
+}
+
+/// How long until the next measurement: soon while there is none or the
+/// one in force took longer than [`ROUND_TRIP_MAX`], else
+/// [`MEASURE_EVERY`].
+fn next_measurement_in(current: Option<&Measurement>) -> Duration {
+    match current {
+        Some(m) if m.round_trip() <= ROUND_TRIP_MAX => MEASURE_EVERY,
+        _ => FIRST_RETRY,
+    }
+}
+
 /// Measures the server's clock through `reader` until dropped: at once
-/// (again every [`FIRST_RETRY`] until it answers), then every
-/// [`MEASURE_EVERY`]; each measurement becomes `clock`'s anchor. A failed
-/// one leaves the anchor as it was.
+/// (again every [`FIRST_RETRY`] until it answers quickly enough), then
+/// every [`MEASURE_EVERY`]; a measurement that [`replaces`] the one in
+/// force becomes `clock`'s anchor. A failed one leaves the anchor as it
+/// was; while there is none, failures are said at warn once a minute
+/// (delivery waits for it).
 pub(crate) async fn keep_measured(clock: Arc<ServerClock>, reader: MysqlReader) {
     let mut alarm = SkewAlarm::default();
+    let mut unmeasured_said: Option<Duration> = None;
     loop {
-        let wait = match reader.server_time().await {
+        let current = clock.latest();
+        match reader.server_time().await {
             Ok(reading) => {
                 let measurement = Measurement::taken(&reading);
-                note_measurement(clock.latest(), &measurement);
-                clock.anchor(measurement);
-                note_skew(&mut alarm, &measurement, clock.monotonic());
-                MEASURE_EVERY
-            }
-            Err(err) => {
-                debug!(event = "server_clock_unmeasured", error = %err);
-                if clock.latest().is_some() {
-                    MEASURE_EVERY
+                if replaces(current.as_ref(), &measurement) {
+                    note_measurement(current, &measurement);
+                    clock.anchor(measurement);
+                    note_skew(&mut alarm, &measurement, clock.monotonic());
                 } else {
-                    FIRST_RETRY
+                    debug!(
+                        event = "server_clock_reading_skipped",
+                        round_trip_ms =
+                            three_decimals(measurement.round_trip().as_secs_f64() * 1e3),
+                        "too slow to place the server's time; the measurement in force is kept"
+                    );
                 }
             }
-        };
-        tokio::time::sleep(wait).await;
+            Err(err) if current.is_none() => {
+                let now = clock.monotonic();
+                if unmeasured_said.is_none_or(|at| now >= at + UNMEASURED_WARN_EVERY) {
+                    unmeasured_said = Some(now);
+                    warn!(event = "server_clock_unmeasured", error = %err,
+                          "cannot read the database server's clock; delivery waits for it");
+                } else {
+                    debug!(event = "server_clock_unmeasured", error = %err);
+                }
+            }
+            Err(err) => debug!(event = "server_clock_unmeasured", error = %err),
+        }
+        tokio::time::sleep(next_measurement_in(clock.latest().as_ref())).await;
     }
 }
 
@@ -466,6 +510,23 @@ mod tests {
         })
         .await;
         assert!(!never.load(Ordering::SeqCst), "ran although stopped first");
+    }
+
+    #[test]
+    fn a_slow_reading_does_not_replace_a_quick_one_but_is_taken_when_there_is_none() {
+        let base = Instant::now();
+        let quick = Measurement::new(&reading(base, 0, 20, SERVER), SERVER, base);
+        // It waited 3 s on the server: placed mid-way, it would read the
+        // server's time up to 1.5 s ahead.
+        let slow = Measurement::new(&reading(base, 0, 3_000, SERVER), SERVER, base);
+        assert!(replaces(None, &slow), "better than the host's clock");
+        assert!(!replaces(Some(&quick), &slow));
+        assert!(replaces(Some(&slow), &quick));
+        assert!(replaces(Some(&quick), &quick));
+        // Measured again soon while there is none or only a slow one.
+        assert_eq!(next_measurement_in(None), FIRST_RETRY);
+        assert_eq!(next_measurement_in(Some(&slow)), FIRST_RETRY);
+        assert_eq!(next_measurement_in(Some(&quick)), MEASURE_EVERY);
     }
 
     #[test]

@@ -99,6 +99,11 @@ impl Dispatcher {
                     self.after_attempt(run, false);
                     return Step::StopRun.into();
                 }
+                // The checks above may have waited on the database: the
+                // call still has to fit in its claim's lease.
+                if self.left_late(run, row, claim.at) {
+                    return Step::Next.into();
+                }
                 let payload = match &transactions {
                     Some(loaded) => Payload::with_transactions(row, &properties, loaded),
                     None => Payload::build(row, &properties),
@@ -131,23 +136,24 @@ impl Dispatcher {
         );
         let sent = outcome == AttemptOutcome::Sent;
         let mut pending_write = None;
+        let mut step = Step::Next;
         if sent {
             let request_phid = row.phid.clone();
             pending_write = Some(
-                async move {
-                    self.write_back(&write, &request_phid, Some(claim.at)).await;
-                }
-                .boxed(),
+                async move { self.write_back(&write, &request_phid, Some(claim.at)).await }.boxed(),
             );
         } else {
-            self.write_back(&write, &row.phid, Some(claim.at)).await;
+            if !self.write_back(&write, &row.phid, Some(claim.at)).await {
+                // Calling on would leave a second result unstored.
+                step = Step::StopRun;
+            }
             // A new failure may have opened the breaker: look again before
             // the next claim (or the next row claimed along).
             run.breaker_closed = false;
         }
         self.after_attempt(run, sent);
         Attempted {
-            step: Step::Next,
+            step,
             pending_write,
         }
     }

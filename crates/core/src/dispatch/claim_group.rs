@@ -273,15 +273,18 @@ impl Dispatcher {
     }
 
     /// Whether a claimed row's claim is past the claim-ahead budget, so it
-    /// was left to its lease instead of being sent.
+    /// was left to its lease instead of being sent. Without a budget (the
+    /// lease leaves no room beyond one call) nothing is claimed ahead and
+    /// a row is called straight after its claim: nothing to judge.
     pub(super) fn left_late(
         &self,
         run: &mut HookRun,
         row: &RequestRow,
         claimed_at: Duration,
     ) -> bool {
+        let budget = self.windows.claim_ahead_budget();
         let waited = self.clock.monotonic().saturating_sub(claimed_at);
-        if waited <= self.windows.claim_ahead_budget() {
+        if budget.is_zero() || waited <= budget {
             return false;
         }
         self.leave_to_lease(row, waited, "late");

@@ -118,6 +118,7 @@ impl Dispatcher {
             Ok(false) => "the session holding it is gone".to_owned(),
             Err(err) => {
                 bump(&self.metrics.store_errors);
+                self.count_denied(&err);
                 format!("it could not be checked: {err}")
             }
         };

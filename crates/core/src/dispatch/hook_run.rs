@@ -93,7 +93,9 @@ pub(super) struct Guarded<'r> {
 /// next row up to its call (see [`Dispatcher::hook_run`]).
 pub(super) struct Attempted<'a> {
     pub(super) step: Step,
-    pub(super) pending_write: Option<BoxFuture<'a, ()>>,
+    /// Resolves to whether the result was stored (see
+    /// [`Dispatcher::write_back`]).
+    pub(super) pending_write: Option<BoxFuture<'a, bool>>,
 }
 
 impl From<Step> for Attempted<'_> {
@@ -140,9 +142,12 @@ impl Dispatcher {
     ) -> RunReport {
         let mut run = HookRun::resuming(held, pace);
         let mut exclude = false;
+        // A write-back that finished alongside the row's guard lost its
+        // result.
+        let mut lost = false;
         // The write-back of the last successful delivery, stored while the
-        // run takes its next row up to its call.
-        let mut storing: FuturesUnordered<BoxFuture<'_, ()>> = FuturesUnordered::new();
+        // run takes its next row up to its claim.
+        let mut storing: FuturesUnordered<BoxFuture<'_, bool>> = FuturesUnordered::new();
         for (i, row) in rows.iter().enumerate() {
             // A row claimed along with an earlier one is dealt with even
             // when stopping: its claim group was taken before the stop.
@@ -153,27 +158,30 @@ impl Dispatcher {
             // the delivery under way, it is sent even if a hold began
             // meanwhile.
             let turn = match run.group.take_ahead(row.id) {
-                Some(ahead) => {
-                    // The last result is stored before the hook's next
-                    // call: a deliverer that pauses or dies mid-call then
-                    // leaves one unstored call per hook, not a queue.
-                    while storing.next().await.is_some() {}
-                    self.process_claimed(&mut run, row, ahead).await
-                }
+                Some(ahead) => match Self::last_result_stored(&mut storing, false).await {
+                    Ok(_) => self.process_claimed(&mut run, row, ahead).await,
+                    Err(step) => Turn::Done(step),
+                },
                 None => {
-                    let guarded =
-                        alongside(pin!(self.guard_row(&mut run, row)), &mut storing, drop).await;
+                    let guarded = alongside(
+                        pin!(self.guard_row(&mut run, row)),
+                        &mut storing,
+                        |stored| lost |= !stored,
+                    )
+                    .await;
                     match guarded {
-                        Ok(guarded) => {
-                            // Likewise, and before the claim, so the claim's
-                            // lease is all the call's.
-                            while storing.next().await.is_some() {}
-                            self.claim_row(&mut run, guarded, &rows[i + 1..]).await
-                        }
+                        Ok(guarded) => match Self::last_result_stored(&mut storing, lost).await {
+                            // A hold that began while it waited keeps the
+                            // row unclaimed.
+                            Ok(true) if self.hold_now().await => Turn::Done(Step::StopRun),
+                            Ok(_) => self.claim_row(&mut run, guarded, &rows[i + 1..]).await,
+                            Err(step) => Turn::Done(step),
+                        },
                         Err(step) => Turn::Done(step),
                     }
                 }
             };
+            lost = false;
             let step = match turn {
                 Turn::Done(step) => step,
                 Turn::Call(claimed) => {
@@ -223,6 +231,27 @@ impl Dispatcher {
             exclude,
             kept,
             pace: run.group.pace(),
+        }
+    }
+
+    /// Waits until the last result is stored: a hook's next claim (or, for
+    /// a row claimed along, its call) waits for it, so a deliverer that
+    /// pauses or dies mid-call leaves one unstored call per hook, not a
+    /// queue. `Ok(waited)`: whether it had to wait. `Err` stops the run:
+    /// the result was lost (`lost`, or found so now), and calling on
+    /// would leave a second one unstored.
+    async fn last_result_stored(
+        storing: &mut FuturesUnordered<BoxFuture<'_, bool>>,
+        mut lost: bool,
+    ) -> Result<bool, Step> {
+        let waited = !storing.is_empty();
+        while let Some(stored) = storing.next().await {
+            lost |= !stored;
+        }
+        if lost {
+            Err(Step::StopRun)
+        } else {
+            Ok(waited)
         }
     }
 

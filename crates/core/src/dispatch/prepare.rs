@@ -80,13 +80,7 @@ impl Dispatcher {
         let (properties, hook) = match triage(row, || self.hook_for(row)).await {
             Triage::Ready { properties, hook } => (properties, hook),
             Triage::HookUnavailable => return Err(Step::StopRun),
-            failed => {
-                note_failed_triage(row, &failed);
-                if let Some((error, properties)) = failed.into_failure() {
-                    self.fail_hook(row, &properties, error, None).await;
-                }
-                return Err(Step::Next);
-            }
+            failed => return Err(self.fail_triaged(row, failed, None).await),
         };
         let target = self.resolve(row, &properties, &hook, None).await?;
         Ok(Ready {
@@ -117,13 +111,7 @@ impl Dispatcher {
                 self.leave_to_lease(row, waited, "run_stopped");
                 return Err(Step::StopRun);
             }
-            failed => {
-                note_failed_triage(row, &failed);
-                if let Some((error, properties)) = failed.into_failure() {
-                    self.fail_hook(row, &properties, error, Some(claim)).await;
-                }
-                return Err(Step::Next);
-            }
+            failed => return Err(self.fail_triaged(row, failed, Some(claim)).await),
         };
         let target = if hook.uri == was.uri {
             target
@@ -138,6 +126,21 @@ impl Dispatcher {
             transactions,
             claim,
         })
+    }
+
+    /// A row [`triage`] failed: said in the log and written with its hook
+    /// error (onto the claim's version when it was claimed).
+    async fn fail_triaged(
+        &self,
+        row: &RequestRow,
+        failed: Triage<'_>,
+        claim: Option<ClaimToken>,
+    ) -> Step {
+        note_failed_triage(row, &failed);
+        if let Some((error, properties)) = failed.into_failure() {
+            self.fail_hook(row, &properties, error, claim).await;
+        }
+        Step::Next
     }
 
     /// Step 5: the hook's URI checked through the transport. A refused one

@@ -80,13 +80,24 @@ impl Dispatcher {
     /// words and how many refusals it held back since the last; the rest go
     /// to debug.
     fn store_denied(&self, operation: &str, err: &StoreError) {
-        let count = self.metrics.store_denied.fetch_add(1, Ordering::Relaxed) + 1;
+        let count = self.count_denied(err);
         match self.denied_warning_due(count) {
             Some(suppressed) => {
                 warn!(target: LOG_TARGET, event = "store_denied", operation, error = %err, suppressed,
-                      "the database account lacks a privilege; hooks are skipped until it is granted")
+                      "the database refused this account (a privilege it lacks, or its login); \
+                       hooks are skipped until that is put right")
             }
             None => debug!(target: LOG_TARGET, event = "store_denied", operation, error = %err),
+        }
+    }
+
+    /// Counts a refusal for a missing privilege (whatever logs the
+    /// failure); the refusals counted so far.
+    pub(super) fn count_denied(&self, err: &StoreError) -> u64 {
+        if matches!(err, StoreError::Denied(_)) {
+            self.metrics.store_denied.fetch_add(1, Ordering::Relaxed) + 1
+        } else {
+            self.metrics.store_denied.load(Ordering::Relaxed)
         }
     }
 

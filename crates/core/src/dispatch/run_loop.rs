@@ -283,6 +283,7 @@ impl Dispatcher {
             }
             Err(err) => {
                 bump(&self.metrics.poll_errors);
+                self.count_denied(&err);
                 poller.failed(&err);
                 Found::Nothing
             }

@@ -55,12 +55,16 @@ impl Dispatcher {
     /// meanwhile, storing the answer is what keeps it from being sent
     /// twice. With `claimed_at`, retries stop one second before the claim's
     /// lease ends.
+    ///
+    /// Whether the row is settled: the result stored, or the row moved on
+    /// (nothing of ours to store any more). `false`: the result is lost and
+    /// the row will be delivered again after its lease.
     pub(super) async fn write_back(
         &self,
         write: &ResultWrite,
         request_phid: &str,
         claimed_at: Option<Duration>,
-    ) {
+    ) -> bool {
         let lease = Duration::from_secs(self.windows.lease_secs());
         let give_up_at = claimed_at.map(|at| at + lease.saturating_sub(Duration::from_secs(1)));
         let mut delay = WRITE_RETRY_DELAY;
@@ -70,23 +74,24 @@ impl Dispatcher {
                 error!(target: LOG_TARGET, event = "writeback_failed", request = %request_phid, attempts = attempt - 1,
                        "lease over: result not stored, so as not to overwrite another deliverer's; \
                         the row will be delivered again");
-                return;
+                return false;
             }
             match self.store.write_result(write).await {
-                Ok(Written::Yes) => return,
+                Ok(Written::Yes) => return true,
                 Ok(Written::Skipped) if claimed_at.is_some() => {
                     bump(&self.metrics.writeback_stale);
                     warn!(target: LOG_TARGET, event = "result_dropped_stale", request = %request_phid, attempt,
                           "the row moved on since this claim (another deliverer claimed it after \
                            the lease, or an earlier try of this write landed): not stored over it");
-                    return;
+                    return true;
                 }
                 Ok(Written::Skipped) => {
                     debug!(target: LOG_TARGET, event = "write_skipped", request = %request_phid,
                            "row changed since it was read; another deliverer owns it");
-                    return;
+                    return true;
                 }
                 Err(err) if attempt < WRITE_ATTEMPTS => {
+                    self.count_denied(&err);
                     bump(&self.metrics.writeback_retries);
                     warn!(target: LOG_TARGET, event = "writeback_retry", request = %request_phid, attempt,
                           error = %err, retry_in_ms = delay.as_millis() as u64);
@@ -94,11 +99,13 @@ impl Dispatcher {
                     delay *= 2;
                 }
                 Err(err) => {
+                    self.count_denied(&err);
                     bump(&self.metrics.writeback_failures);
                     error!(target: LOG_TARGET, event = "writeback_failed", request = %request_phid, attempts = attempt,
                            error = %err, "result not stored; the row will be delivered again after its lease");
                 }
             }
         }
+        false
     }
 }
