@@ -22,7 +22,8 @@ use crate::daemon::Daemon;
 use crate::e2e::{add_hook, delivery_env, pairs, with_setting, DEADLINE};
 use crate::support::{
     all_rows, all_sent, assert_alive_without_panic, assert_value_domain, by_request, count, draw,
-    insert_rows, metrics, seed, wait_table, NewRow, Stored, REQUEST_ID_HEADER, REQUEST_ID_RECEIVED,
+    each_sent_once, insert_rows, metrics, seed, wait_table, NewRow, Stored, REQUEST_ID_HEADER,
+    REQUEST_ID_RECEIVED,
 };
 
 /// Each hook's HMAC key: 32 ASCII characters, as long as Phorge's.
@@ -502,25 +503,15 @@ pub(crate) async fn stop_amid_slow_deliveries(name: &str) {
         drop(daemon);
 
         let restarted = Daemon::start(&format!("{tag}-2"), &env).await;
-        let rows = wait_table(
+        let (_, all) = each_sent_once(
             &db,
             &[&restarted],
-            "all sent",
+            &receiver,
+            ROWS,
             Duration::from_secs(120),
-            all_sent,
+            LEASE + Duration::from_secs(2),
         )
         .await;
-        let settled = receiver.requests().len();
-        let all = receiver
-            .wait_for(settled + 1, LEASE + Duration::from_secs(2))
-            .await;
-        assert_eq!(all.len(), settled, "a receipt after every row was sent");
-        assert_value_domain(&rows);
-        let groups = by_request(&all);
-        assert_eq!(groups.len(), ROWS);
-        for (phid, receipts) in &groups {
-            assert_eq!(receipts.len(), 1, "{phid} sent twice: {receipts:?}");
-        }
         eprintln!(
             "reliability: SIG{name} rows={ROWS} in_flight_at_signal={in_flight} \
              sent_before_restart={sent_before_restart} receipts={} duplicates=0",

@@ -12,9 +12,7 @@ use crate::e2e::{add_hook, with_setting, DEADLINE};
 use crate::reliability::{
     hook_key, hook_phid, instance_env, spread, stop_amid_slow_deliveries, wait_in_flight,
 };
-use crate::support::{
-    all_sent, assert_alive_without_panic, assert_value_domain, by_request, insert_rows, wait_table,
-};
+use crate::support::{assert_alive_without_panic, each_sent_once, insert_rows};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_amid_slow_deliveries_is_ignored_and_nothing_is_sent_twice() {
@@ -51,18 +49,15 @@ async fn sighup_amid_slow_deliveries_is_ignored_and_nothing_is_sent_twice() {
         // A second one is no different.
         daemon.signal("HUP");
 
-        let rows = wait_table(&db, &[&daemon], "all sent", DEADLINE, all_sent).await;
-        let settled = receiver.requests().len();
-        let all = receiver
-            .wait_for(settled + 1, LEASE + Duration::from_secs(2))
-            .await;
-        assert_eq!(all.len(), settled, "a receipt after every row was sent");
-        assert_value_domain(&rows);
-        let groups = by_request(&all);
-        assert_eq!(groups.len(), ROWS);
-        for (phid, receipts) in &groups {
-            assert_eq!(receipts.len(), 1, "{phid} sent twice: {receipts:?}");
-        }
+        let (_, all) = each_sent_once(
+            &db,
+            &[&daemon],
+            &receiver,
+            ROWS,
+            DEADLINE,
+            LEASE + Duration::from_secs(2),
+        )
+        .await;
         assert_alive_without_panic(&mut daemon);
         let log = daemon.stderr();
         assert_eq!(log.matches(r#"event="sighup_ignored""#).count(), 2, "{log}");

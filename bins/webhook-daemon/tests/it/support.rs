@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
 use serde_json::Value;
-use webhook_test_support::{Recorded, TestDb};
+use webhook_test_support::{Receiver, Recorded, TestDb};
 
 use crate::daemon::Daemon;
 
@@ -360,4 +360,30 @@ fn draws_depend_only_on_their_inputs() {
 /// read.
 pub(crate) fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Waits (up to `deadline`) until `daemons` have every row `sent`, then
+/// `settle` longer for anything still to come (a second delivery after a
+/// lease); asserts that nothing came then, that every row is in Phorge's
+/// value domain and that each of the `rows` was received exactly once.
+/// Returns the rows and every receipt.
+pub async fn each_sent_once(
+    db: &TestDb,
+    daemons: &[&Daemon],
+    receiver: &Receiver,
+    rows: usize,
+    deadline: Duration,
+    settle: Duration,
+) -> (Vec<Stored>, Vec<Recorded>) {
+    let stored = wait_table(db, daemons, "all sent", deadline, all_sent).await;
+    let settled = receiver.requests().len();
+    let all = receiver.wait_for(settled + 1, settle).await;
+    assert_eq!(all.len(), settled, "a receipt after every row was sent");
+    assert_value_domain(&stored);
+    let groups = by_request(&all);
+    assert_eq!(groups.len(), rows);
+    for (phid, receipts) in &groups {
+        assert_eq!(receipts.len(), 1, "{phid} sent twice: {receipts:?}");
+    }
+    (stored, all)
 }

@@ -3,93 +3,17 @@
 //! dispatcher says so at most once a minute (with the server's words and
 //! how many it held back), and delivers once the refusals stop.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::field::{Field, Visit};
 use tracing::Level;
 use webhook_core::memory_store::StoreOp;
 use webhook_core::{NewRequest, RequestStatus};
 
-use crate::support::{hook, Harness, Reply};
+use crate::support::{hook, Harness, LineRecorder, Reply};
 
 const HOOKS: usize = 5;
 const NEVER: &str = r#"{"retry":"never"}"#;
-
-/// One log line: its level and every field, as text.
-#[derive(Debug, Clone)]
-struct Line {
-    level: Level,
-    fields: BTreeMap<String, String>,
-}
-
-impl Line {
-    fn field(&self, name: &str) -> &str {
-        self.fields.get(name).map_or("", String::as_str)
-    }
-}
-
-/// Keeps every event's level and fields.
-#[derive(Default)]
-struct LineRecorder(Mutex<Vec<Line>>);
-
-impl LineRecorder {
-    /// Every line of `event`, in the order written.
-    fn in_order(&self, event: &str) -> Vec<Line> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .filter(|line| line.field("event") == event)
-            .cloned()
-            .collect()
-    }
-
-    /// The lines of `event` at `level`.
-    fn lines(&self, event: &str, level: Level) -> Vec<Line> {
-        self.in_order(event)
-            .into_iter()
-            .filter(|line| line.level == level)
-            .collect()
-    }
-}
-
-struct Fields<'a>(&'a mut BTreeMap<String, String>);
-
-impl Visit for Fields<'_> {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.0.insert(
-            field.name().to_owned(),
-            format!("{value:?}").trim_matches('"').to_owned(),
-        );
-    }
-
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.0.insert(field.name().to_owned(), value.to_owned());
-    }
-}
-
-impl tracing::Subscriber for LineRecorder {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        let mut fields = BTreeMap::new();
-        event.record(&mut Fields(&mut fields));
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(Line {
-            level: *event.metadata().level(),
-            fields,
-        });
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
 
 /// [`HOOKS`] hooks with three rows each, every claim failing as `fault`
 /// says for `refused` on the manual clock; then the claims succeed again.

@@ -10,7 +10,7 @@ use webhook_core::{
     Settings, Store, TransportFailure,
 };
 
-use crate::support::{hook, Harness, Reply, KEY};
+use crate::support::{hook, Harness, LineRecorder, Reply, KEY};
 
 const HOOK_A: &str = "PHID-HWBH-aaaaaaaaaaaaaaaaaaaa";
 const HOOK_B: &str = "PHID-HWBH-bbbbbbbbbbbbbbbbbbbb";
@@ -1056,38 +1056,13 @@ fn a_hooks_pace_carries_over_to_its_next_run() {
     assert_eq!(most_claimed_unanswered_since(&h, from), 4);
 }
 
-/// Records the target and module of every event it sees.
-#[derive(Default)]
-struct TargetRecorder(std::sync::Mutex<Vec<(String, String)>>);
-
-impl tracing::Subscriber for TargetRecorder {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        let meta = event.metadata();
-        let module = meta.module_path().unwrap_or_default().to_owned();
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((meta.target().to_owned(), module));
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
-
 /// Operators filter the dispatcher's log lines by their target
 /// (`GORGE_LOG_LEVEL=webhook_core::dispatcher=debug`) and the docs quote
 /// it: however the dispatcher's code is split into modules, every line it
 /// writes keeps that one target.
 #[test]
 fn every_dispatcher_log_line_keeps_the_dispatchers_target() {
-    let recorder = std::sync::Arc::new(TargetRecorder::default());
+    let recorder = std::sync::Arc::new(LineRecorder::default());
     let subscriber = std::sync::Arc::clone(&recorder);
     tracing::subscriber::with_default(subscriber, || {
         let mut h = Harness::with_defaults();
@@ -1102,14 +1077,18 @@ fn every_dispatcher_log_line_keeps_the_dispatchers_target() {
         h.run_for(secs(5));
         h.stop();
     });
-    let seen = recorder.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let seen = recorder.all();
     let from_dispatcher: Vec<_> = seen
         .iter()
-        .filter(|(_, module)| module.starts_with("webhook_core::dispatch"))
+        .filter(|line| line.module.starts_with("webhook_core::dispatch"))
         .collect();
     assert!(from_dispatcher.len() >= 4, "{seen:?}");
-    for (target, module) in from_dispatcher {
-        assert_eq!(target, "webhook_core::dispatcher", "written from {module}");
+    for line in from_dispatcher {
+        assert_eq!(
+            line.target, "webhook_core::dispatcher",
+            "written from {}",
+            line.module
+        );
     }
 }
 

@@ -1,7 +1,7 @@
 //! Test doubles: a scripted `Transport` that records every POST on the
 //! manual clock, and a harness that drives one dispatcher deterministically.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -10,6 +10,8 @@ use futures::channel::oneshot;
 use futures::executor::LocalPool;
 use futures::task::LocalSpawnExt;
 use futures::FutureExt;
+use tracing::field::{Field, Visit};
+use tracing::Level;
 use webhook_core::{
     Clock, DeliveryResult, Dispatcher, Event, EventSink, Hook, ManualClock, MemoryStore,
     OutboundRequest, Resolution, Settings, Signatures, SilentMode, Target, Transport,
@@ -331,4 +333,87 @@ impl Harness {
     pub fn is_finished(&self) -> bool {
         *self.finished.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// One log line: its level, target, the module that wrote it and every
+/// field, as text.
+#[derive(Debug, Clone)]
+pub struct Line {
+    pub level: Level,
+    pub target: String,
+    pub module: String,
+    pub fields: BTreeMap<String, String>,
+}
+
+impl Line {
+    pub fn field(&self, name: &str) -> &str {
+        self.fields.get(name).map_or("", String::as_str)
+    }
+}
+
+/// Keeps every event's level, target, module and fields: a subscriber
+/// for `tracing::subscriber::with_default`.
+#[derive(Default)]
+pub struct LineRecorder(Mutex<Vec<Line>>);
+
+impl LineRecorder {
+    /// Every line, in the order written.
+    pub fn all(&self) -> Vec<Line> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Every line of `event`, in the order written.
+    pub fn in_order(&self, event: &str) -> Vec<Line> {
+        self.all()
+            .into_iter()
+            .filter(|line| line.field("event") == event)
+            .collect()
+    }
+
+    /// The lines of `event` at `level`.
+    pub fn lines(&self, event: &str, level: Level) -> Vec<Line> {
+        self.in_order(event)
+            .into_iter()
+            .filter(|line| line.level == level)
+            .collect()
+    }
+}
+
+struct Fields<'a>(&'a mut BTreeMap<String, String>);
+
+impl Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(
+            field.name().to_owned(),
+            format!("{value:?}").trim_matches('"').to_owned(),
+        );
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+}
+
+impl tracing::Subscriber for LineRecorder {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut fields = BTreeMap::new();
+        event.record(&mut Fields(&mut fields));
+        let meta = event.metadata();
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(Line {
+            level: *meta.level(),
+            target: meta.target().to_owned(),
+            module: meta.module_path().unwrap_or_default().to_owned(),
+            fields,
+        });
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
 }
