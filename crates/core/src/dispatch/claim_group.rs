@@ -15,21 +15,20 @@
 //! its deliverer had died (`claim_left_to_lease`).
 //!
 //! All of a run's claim-group state is in one [`ClaimGroup`]; the loop
-//! keeps only each hook's pace between its runs.
+//! keeps only each hook's pace between its runs. The `claim` stage starts
+//! groups and the row's orchestrator takes their rows in turn; the rules
+//! (the pace, the budget) are the pure functions here.
 //!
 //! [`Windows::claim_ahead_budget`]: crate::windows::Windows::claim_ahead_budget
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::model::{Hook, RequestRow, UnixTime};
-use crate::properties::Properties;
-use crate::store::{Claim, StoreError};
+use crate::model::{Hook, UnixTime};
 use crate::transport::Target;
 
-use super::hook_run::HookRun;
-use super::prepare::ObjectCheck;
-use super::Dispatcher;
+use super::context::ObjectCheck;
+use super::stages::Exit;
 
 /// Most rows one claim takes (the row and those claimed along with it):
 /// a hook run claims a fast hook's next rows in one group commit instead
@@ -58,8 +57,26 @@ struct Current {
 
 /// A row claimed along with an earlier one, waiting for its turn.
 pub(super) struct AheadRow {
-    id: u64,
-    claim: AheadClaim,
+    pub(super) id: u64,
+    pub(super) claim: AheadClaim,
+}
+
+impl AheadRow {
+    /// Whether its claim was won (so, unsent, it waits out its lease).
+    pub(super) fn won(&self) -> bool {
+        matches!(self.claim, AheadClaim::Won(..))
+    }
+}
+
+/// A row claimed along and won, as its turn comes: its object as checked
+/// beside its claim, the version the claim wrote, and the group's hook,
+/// target and claim time.
+pub(super) struct AheadTurn {
+    pub(super) check: ObjectCheck,
+    pub(super) version: UnixTime,
+    pub(super) hook: Hook,
+    pub(super) target: Target,
+    pub(super) claimed_at: Duration,
 }
 
 /// How the claim of a row taken along went.
@@ -84,6 +101,15 @@ struct GroupOutcome {
     took: Duration,
     /// Rows it claimed.
     size: usize,
+}
+
+/// Whether a claim made `waited` ago is past the claim-ahead `budget`, so
+/// its row must be left to its lease rather than called: its call would
+/// end too close to the lease's end. Without a budget (the lease leaves no
+/// room beyond one call) nothing is claimed ahead and a row is called
+/// straight after its claim: nothing to judge.
+pub(super) fn late(waited: Duration, budget: Duration) -> bool {
+    !budget.is_zero() && waited > budget
 }
 
 /// The pace after a group: one after any failure, halved after a slow
@@ -138,6 +164,7 @@ impl ClaimGroup {
     }
 
     /// The group's hook, its checked target and when it was claimed.
+    #[cfg(test)]
     pub(super) fn current(&self) -> Option<(&Hook, &Target, Duration)> {
         self.current
             .as_ref()
@@ -162,12 +189,30 @@ impl ClaimGroup {
         self.ahead_front().is_some_and(|ahead| ahead.id == id)
     }
 
-    /// Row `id`'s claim, if it was claimed along with an earlier one.
-    pub(super) fn take_ahead(&mut self, id: u64) -> Option<AheadClaim> {
+    /// Row `id`'s turn, if it was claimed along with an earlier one: won,
+    /// or what its claim's answer leaves to do (lost: nothing; unknown,
+    /// the store failing: the run stops).
+    pub(super) fn take_ahead(&mut self, id: u64) -> Option<Result<AheadTurn, Exit>> {
         if !self.has_ahead(id) {
             return None;
         }
-        self.ahead.pop_front().map(|ahead| ahead.claim)
+        let current = self.current.as_ref()?;
+        let (hook, target, claimed_at) = (
+            current.hook.clone(),
+            current.target.clone(),
+            current.claimed_at,
+        );
+        Some(match self.ahead.pop_front()?.claim {
+            AheadClaim::Won(check, version) => Ok(AheadTurn {
+                check,
+                version,
+                hook,
+                target,
+                claimed_at,
+            }),
+            AheadClaim::Lost => Err(Exit::Lost),
+            AheadClaim::Unknown => Err(Exit::Stop),
+        })
     }
 
     /// Whether rows claimed along still wait for their turn.
@@ -183,7 +228,7 @@ impl ClaimGroup {
     /// the pace for the next one (`now` is read only then). A row outside
     /// any group (its hook could not be resolved) that failed resets it
     /// too.
-    fn note(&mut self, smooth: bool, now: impl FnOnce() -> Duration, budget: Duration) {
+    pub(super) fn note(&mut self, smooth: bool, now: impl FnOnce() -> Duration, budget: Duration) {
         let Some(current) = self.current.as_mut() else {
             if !smooth {
                 self.pace = 1;
@@ -205,109 +250,9 @@ impl ClaimGroup {
 
     /// The rows still waiting in an unfinished group, taken out of it, and
     /// when they were claimed; `None` once the last group was finished.
-    fn unsent(&mut self) -> Option<(Duration, impl Iterator<Item = AheadRow> + '_)> {
+    pub(super) fn unsent(&mut self) -> Option<(Duration, impl Iterator<Item = AheadRow> + '_)> {
         let current = self.current.as_ref()?;
         Some((current.claimed_at, self.ahead.drain(..)))
-    }
-}
-
-impl Dispatcher {
-    /// The rows after this one to claim with it: as many as the hook's pace
-    /// allows, stopping at the first that would fail before its claim (a
-    /// defect, unparseable properties: it takes the ordinary path in its
-    /// turn). Their objects are looked up beside their claims.
-    pub(super) fn look_ahead<'r>(
-        &self,
-        group: &ClaimGroup,
-        upcoming: &'r [RequestRow],
-    ) -> Vec<(&'r RequestRow, Properties)> {
-        if self.windows.claim_ahead_budget().is_zero() {
-            return Vec::new();
-        }
-        upcoming
-            .iter()
-            .take(group.pace().saturating_sub(1))
-            .map_while(|row| match row.defect {
-                Some(_) => None,
-                None => Properties::parse(&row.properties).ok().map(|p| (row, p)),
-            })
-            .collect()
-    }
-
-    /// Starts the run's claim group on the first row's claim: the claims
-    /// of the rows taken along, in order, counted and reported.
-    pub(super) fn begin_group<'r>(
-        &self,
-        run: &mut HookRun,
-        hook: &Hook,
-        target: &Target,
-        claimed_at: Duration,
-        along: impl Iterator<Item = (&'r RequestRow, Properties, ObjectCheck)>,
-        claims: impl Iterator<Item = Result<Claim, StoreError>>,
-    ) {
-        let ahead = along.zip(claims).map(|((row, _properties, check), claim)| {
-            let claim = match claim {
-                Ok(claim) => {
-                    self.note_claim(row, &hook.phid, claim);
-                    match claim {
-                        Claim::Won(version) => AheadClaim::Won(check, version),
-                        Claim::Lost => AheadClaim::Lost,
-                    }
-                }
-                Err(err) => {
-                    self.store_failed("claim", &err);
-                    AheadClaim::Unknown
-                }
-            };
-            AheadRow { id: row.id, claim }
-        });
-        run.group
-            .begin(hook.clone(), target.clone(), claimed_at, ahead);
-    }
-
-    /// Notes how a row of the run's claim group went (see
-    /// [`ClaimGroup::note`]).
-    pub(super) fn after_attempt(&self, run: &mut HookRun, smooth: bool) {
-        let budget = self.windows.claim_ahead_budget();
-        run.group.note(smooth, || self.clock.monotonic(), budget);
-    }
-
-    /// Whether a claimed row's claim is past the claim-ahead budget, so it
-    /// was left to its lease instead of being sent. Without a budget (the
-    /// lease leaves no room beyond one call) nothing is claimed ahead and
-    /// a row is called straight after its claim: nothing to judge.
-    pub(super) fn left_late(
-        &self,
-        run: &mut HookRun,
-        row: &RequestRow,
-        claimed_at: Duration,
-    ) -> bool {
-        let budget = self.windows.claim_ahead_budget();
-        let waited = self.clock.monotonic().saturating_sub(claimed_at);
-        if budget.is_zero() || waited <= budget {
-            return false;
-        }
-        self.leave_to_lease(row, waited, "late");
-        self.after_attempt(run, false);
-        true
-    }
-
-    /// Claimed rows a stopped run will not send: they wait out their lease.
-    pub(super) fn abandon_claimed(&self, run: &mut HookRun, rows: &[RequestRow]) {
-        let Some((claimed_at, unsent)) = run.group.unsent() else {
-            // The last group was finished: its rows all had their turn.
-            return;
-        };
-        let waited = self.clock.monotonic().saturating_sub(claimed_at);
-        for ahead in unsent {
-            if !matches!(ahead.claim, AheadClaim::Won(..)) {
-                continue;
-            }
-            if let Some(row) = rows.iter().find(|r| r.id == ahead.id) {
-                self.leave_to_lease(row, waited, "run_stopped");
-            }
-        }
-        self.after_attempt(run, false);
     }
 }
 

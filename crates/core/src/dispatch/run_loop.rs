@@ -1,14 +1,14 @@
 //! The loop: when to poll and how many rows to ask for, which hook runs
 //! take the free slots (hanging hooks share at most half), which kept
 //! locks to give up, and what wakes it (shutdown, a finished run, the poll
-//! timer).
+//! timer); poll failures said once per outage, and a periodic summary.
 //!
-//! It owns the [`Backlog`] and the kept locks; a hook's rows are handled
-//! in `hook_run`.
+//! It owns the [`Backlog`], the slots (the runs in flight) and the kept
+//! locks; a hook's rows are handled in `hook_run`.
 
 use std::collections::HashMap;
 use std::future::{poll_fn, Future};
-use std::pin::pin;
+use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Poll;
 use std::time::Duration;
@@ -16,15 +16,15 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
-use tracing::info;
+use tracing::{debug, info, warn};
 
-use crate::metrics::bump;
-use crate::store::CandidateQuery;
+use crate::metrics::{bump, Metrics, MetricsSnapshot};
+use crate::store::{CandidateQuery, StoreError};
 
 use super::backlog::Backlog;
+use super::context::Context;
 use super::guard::release;
-use super::hook_run::{HeldLock, RunReport};
-use super::report::{PollHealth, Summary};
+use super::hook_run::{hook_run, HeldLock, RunReport};
 use super::LOG_TARGET;
 use super::{alongside, Dispatcher};
 
@@ -36,13 +36,16 @@ use super::{alongside, Dispatcher};
 /// large fetch.
 const BACKLOG_BATCHES_MAX: usize = 16;
 
+/// How often a summary of the counters is logged while there is activity.
+const SUMMARY_INTERVAL: Duration = Duration::from_secs(60);
+
 /// What a candidate query found that this instance did not have yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Found {
     /// Nothing new (or the query failed).
     Nothing,
     /// Some new rows, fewer than the limit.
-    Some,
+    Fresh,
     /// A full batch with new rows in it: there is a backlog.
     Full,
 }
@@ -81,242 +84,372 @@ impl Dispatcher {
     pub async fn run(&self, shutdown: impl Future<Output = ()> + Send) {
         let stop = AtomicBool::new(false);
         let mut shutdown = pin!(shutdown.fuse());
-        let mut runs: FuturesUnordered<BoxFuture<'_, RunReport>> = FuturesUnordered::new();
-        let mut backlog = Backlog::default();
-        let mut timer: Option<BoxFuture<'static, ()>> = None;
-        let mut next_poll = self.clock.monotonic();
-        let mut poller = PollHealth::default();
-        let mut summary = Summary::new(self.clock.monotonic(), self.metrics.snapshot());
-        let low_water = (self.windows.batch_size() / 2).max(1);
-        let mut limit = self.windows.batch_size();
-        let mut stopping = false;
-        let mut held: HashMap<String, HeldLock> = HashMap::new();
-        let mut last_poll = LastPoll::default();
+        let mut state = Loop::new(&self.cx, &stop);
         info!(target: LOG_TARGET, event = "dispatcher_started",
-            lease_secs = self.windows.lease_secs(),
-            retry_spacing_secs = self.windows.effective_retry_spacing_secs(),
-            max_concurrent = self.windows.max_concurrent(),
-            batch_size = self.windows.batch_size()
+            lease_secs = self.cx.windows.lease_secs(),
+            retry_spacing_secs = self.cx.windows.effective_retry_spacing_secs(),
+            max_concurrent = self.cx.windows.max_concurrent(),
+            batch_size = self.cx.windows.batch_size()
         );
-
-        let mut finished: Vec<RunReport> = Vec::new();
         loop {
-            let now = self.clock.monotonic();
-            if !stopping && now >= next_poll && backlog.startable(|h| self.is_slow(h)) < low_water {
-                if alongside(pin!(self.hold_now()), &mut runs, |r| finished.push(r)).await {
-                    backlog.drop_waiting();
-                }
-                let found = if self.held() {
-                    Found::Nothing
-                } else {
-                    alongside(
-                        pin!(self.poll_once(&mut backlog, &mut poller, limit, &mut last_poll)),
-                        &mut runs,
-                        |r| finished.push(r),
-                    )
-                    .await
-                };
-                limit = match found {
-                    Found::Full => (limit * 2).min(self.windows.batch_size() * BACKLOG_BATCHES_MAX),
-                    _ => self.windows.batch_size(),
-                };
-                next_poll = match found {
-                    Found::Full => now,
-                    // Rows are arriving: look again soon, so a steady
-                    // stream waits a fraction of the interval, not all of it.
-                    Found::Some => now + self.windows.busy_poll_interval(),
-                    Found::Nothing => now + self.windows.poll_interval(),
-                };
-                timer = None;
-                summary.maybe_log(now, &self.metrics);
-            }
-            while !stopping && runs.len() < self.windows.max_concurrent() {
-                let slow_running = backlog.running().filter(|hook| self.is_slow(hook)).count();
-                let may_start = |hook: &str| self.may_start(hook, slow_running);
-                let Some((hook, rows)) = backlog.next_run(may_start) else {
-                    break;
-                };
-                let kept = held.remove(&hook);
-                let pace = backlog.pace(&hook);
-                runs.push(self.hook_run(hook, rows, kept, pace, &stop).boxed());
-            }
-            alongside(
-                pin!(self.release_idle_locks(&mut held, runs.len(), stopping)),
-                &mut runs,
-                |r| finished.push(r),
-            )
-            .await;
-            if !finished.is_empty() {
-                for report in finished.drain(..) {
-                    let due = self.run_finished(report, &mut backlog, &mut held, &last_poll);
-                    if due < next_poll {
-                        next_poll = due;
-                        timer = None;
-                    }
-                }
+            state.poll_if_due().await;
+            state.start_runs();
+            state.release_idle_locks().await;
+            if state.book_finished() {
                 // Their hooks may have more rows, and slots are free again.
                 continue;
             }
-            if stopping && runs.is_empty() {
+            if state.stopping && state.runs.is_empty() {
                 break;
             }
-            let poll_wanted = !stopping && backlog.startable(|h| self.is_slow(h)) < low_water;
-            if poll_wanted && timer.is_none() {
-                let now = self.clock.monotonic();
-                timer = Some(self.clock.sleep(next_poll.saturating_sub(now)));
-            }
-            let woke = poll_fn(|cx| {
-                if !stopping && shutdown.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(Wake::Shutdown);
-                }
-                if let Poll::Ready(Some(report)) = runs.poll_next_unpin(cx) {
-                    return Poll::Ready(Wake::RunDone(report));
-                }
-                if poll_wanted {
-                    if let Some(t) = timer.as_mut() {
-                        if t.as_mut().poll(cx).is_ready() {
-                            return Poll::Ready(Wake::Timer);
-                        }
-                    }
-                }
-                Poll::Pending
-            })
-            .await;
-            match woke {
-                Wake::Shutdown => {
-                    stopping = true;
-                    stop.store(true, Ordering::Relaxed);
-                    backlog.drop_waiting();
-                    info!(target: LOG_TARGET, event = "dispatcher_stopping", in_flight_runs = runs.len());
-                }
-                Wake::RunDone(report) => {
-                    let due = self.run_finished(report, &mut backlog, &mut held, &last_poll);
-                    if due < next_poll {
-                        next_poll = due;
-                        timer = None;
-                    }
-                }
-                Wake::Timer => timer = None,
+            match state.wait(shutdown.as_mut()).await {
+                Wake::Shutdown => state.stop(),
+                Wake::RunDone(report) => state.book(report),
+                Wake::Timer => state.timer = None,
             }
         }
         info!(target: LOG_TARGET, event = "dispatcher_stopped");
     }
+}
 
-    /// Whether a run of `hook` may take a free slot. Hanging hooks (their
-    /// last call took half the delivery timeout or more, timeouts included)
-    /// share at most half the slots, so however many hooks hang, the
-    /// others keep the rest.
-    fn may_start(&self, hook: &str, slow_running: usize) -> bool {
-        let slow_slots = (self.windows.max_concurrent() / 2).max(1);
-        !self.is_slow(hook) || slow_running < slow_slots
-    }
+/// The loop's state between wake-ups.
+struct Loop<'a> {
+    cx: &'a Context,
+    stop: &'a AtomicBool,
+    runs: FuturesUnordered<BoxFuture<'a, RunReport>>,
+    finished: Vec<RunReport>,
+    backlog: Backlog,
+    held: HashMap<String, HeldLock>,
+    timer: Option<BoxFuture<'static, ()>>,
+    next_poll: Duration,
+    last_poll: LastPoll,
+    limit: usize,
+    stopping: bool,
+    poll_health: PollHealth,
+    summary: Summary,
+}
 
-    pub(super) fn is_slow(&self, hook: &str) -> bool {
-        self.slow_hooks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(hook)
-    }
-
-    /// Books a finished run; returns when a poll is due for its sake. A
-    /// hook the last poll left out (it was running) may have rows no poll
-    /// has read: without an early poll, every hook of a backlog spread over
-    /// no more hooks than `max_concurrent` would deliver one poll's rows
-    /// per poll interval and then sit idle.
-    fn run_finished(
-        &self,
-        mut report: RunReport,
-        backlog: &mut Backlog,
-        held: &mut HashMap<String, HeldLock>,
-        last_poll: &LastPoll,
-    ) -> Duration {
-        // A paused hook's rows stay out of the candidate query until its
-        // pause ends, not only until the next poll: polling them again
-        // would only triage and skip them.
-        let next_poll = self.clock.monotonic() + self.windows.poll_interval();
-        let until = self
-            .pauses
-            .ends(&report.hook)
-            .map_or(next_poll, |ends| ends.max(next_poll));
-        backlog.finish(&report, until);
-        let due = if !report.exclude && last_poll.left_out(&report.hook) {
-            last_poll.at + self.windows.busy_poll_interval()
-        } else {
-            Duration::MAX
-        };
-        if let Some(kept) = report.kept.take() {
-            held.insert(report.hook, kept);
+impl<'a> Loop<'a> {
+    fn new(cx: &'a Context, stop: &'a AtomicBool) -> Self {
+        let now = cx.clock.monotonic();
+        Self {
+            cx,
+            stop,
+            runs: FuturesUnordered::new(),
+            finished: Vec::new(),
+            backlog: Backlog::default(),
+            held: HashMap::new(),
+            timer: None,
+            next_poll: now,
+            last_poll: LastPoll::default(),
+            limit: cx.windows.batch_size(),
+            stopping: false,
+            poll_health: PollHealth::default(),
+            summary: Summary::new(now, cx.metrics.snapshot()),
         }
-        due
     }
 
-    /// One candidate query, and what it found that was new to this
-    /// instance.
-    async fn poll_once(
-        &self,
-        backlog: &mut Backlog,
-        poller: &mut PollHealth,
-        limit: usize,
-        last_poll: &mut LastPoll,
-    ) -> Found {
-        backlog.end_exclusions(self.clock.monotonic());
-        self.count_paused();
-        let mut query = CandidateQuery {
-            cutoffs: self.windows.cutoffs(self.clock.now()),
-            limit,
-            exclude_hooks: backlog.hooks_to_exclude(|h| self.is_slow(h)),
+    /// Whether a poll is wanted: not stopping, and fewer than half a batch
+    /// of rows wait for hooks that could start (rows a running or hanging
+    /// hook holds never count, so a slow hook's queue cannot stop the
+    /// polling that feeds the others).
+    fn poll_wanted(&self) -> bool {
+        let low_water = (self.cx.windows.batch_size() / 2).max(1);
+        !self.stopping && self.backlog.startable(|h| self.cx.hooks.is_hanging(h)) < low_water
+    }
+
+    /// Polls when one is due and wanted, while the runs go on; sets when
+    /// the next is due and how many rows it asks for.
+    async fn poll_if_due(&mut self) {
+        let now = self.cx.clock.monotonic();
+        if now < self.next_poll || !self.poll_wanted() {
+            return;
+        }
+        let cx = self.cx;
+        let finished = &mut self.finished;
+        if alongside(pin!(cx.hold_now()), &mut self.runs, |r| finished.push(r)).await {
+            self.backlog.drop_waiting();
+        }
+        let found = if cx.held() {
+            Found::Nothing
+        } else {
+            let poll = poll_once(
+                cx,
+                &mut self.backlog,
+                &mut self.poll_health,
+                self.limit,
+                &mut self.last_poll,
+            );
+            alongside(pin!(poll), &mut self.runs, |r| finished.push(r)).await
         };
-        last_poll.at = self.clock.monotonic();
-        bump(&self.metrics.polls);
-        let polled = self.store.candidates(&query).await;
-        // Kept (sorted by `hooks_to_exclude`) instead of copied.
-        last_poll.excluded = std::mem::take(&mut query.exclude_hooks);
-        match polled {
-            Ok(rows) => {
-                poller.succeeded();
-                let full = rows.len() >= query.limit;
-                match backlog.absorb(rows) {
-                    0 => Found::Nothing,
-                    _ if full => Found::Full,
-                    _ => Found::Some,
-                }
-            }
-            Err(err) => {
-                bump(&self.metrics.poll_errors);
-                self.count_denied(&err);
-                poller.failed(&err);
-                Found::Nothing
-            }
+        let windows = &cx.windows;
+        self.limit = match found {
+            Found::Full => (self.limit * 2).min(windows.batch_size() * BACKLOG_BATCHES_MAX),
+            _ => windows.batch_size(),
+        };
+        self.next_poll = match found {
+            Found::Full => now,
+            // Rows are arriving: look again soon, so a steady stream waits
+            // a fraction of the interval, not all of it.
+            Found::Fresh => now + windows.busy_poll_interval(),
+            Found::Nothing => now + windows.poll_interval(),
+        };
+        self.timer = None;
+        self.summary.maybe_log(now, &cx.metrics);
+    }
+
+    /// Starts runs on free slots, oldest waiting row first. Hanging hooks
+    /// (their last call took half the delivery timeout or more, timeouts
+    /// included) share at most half the slots, so however many hooks hang,
+    /// the others keep the rest.
+    fn start_runs(&mut self) {
+        let cx = self.cx;
+        let hanging_slots = (cx.windows.max_concurrent() / 2).max(1);
+        while !self.stopping && self.runs.len() < cx.windows.max_concurrent() {
+            let hanging = |hook: &str| cx.hooks.is_hanging(hook);
+            let hanging_running = self.backlog.running().filter(|h| hanging(h)).count();
+            let may_start = |hook: &str| !hanging(hook) || hanging_running < hanging_slots;
+            let Some((hook, rows)) = self.backlog.next_run(may_start) else {
+                break;
+            };
+            let kept = self.held.remove(&hook);
+            let pace = self.backlog.pace(&hook);
+            let run = hook_run(cx, hook, rows, kept, pace, self.stop);
+            self.runs.push(run.boxed());
         }
     }
 
     /// Frees kept locks that went idle for a poll interval, the oldest ones
-    /// beyond what `max_concurrent` allows beside the `active` runs' locks
+    /// beyond what `max_concurrent` allows beside the active runs' locks
     /// (each keeps the hook from every other deliverer), or all of them
-    /// when stopping.
-    async fn release_idle_locks(
-        &self,
-        held: &mut HashMap<String, HeldLock>,
-        active: usize,
-        stopping: bool,
-    ) {
-        if held.is_empty() {
+    /// when stopping; the runs go on meanwhile.
+    async fn release_idle_locks(&mut self) {
+        if self.held.is_empty() {
             return;
         }
-        let now = self.clock.monotonic();
-        let idle_limit = self.windows.poll_interval();
-        let mut by_age: Vec<(Duration, String)> = held
+        let now = self.cx.clock.monotonic();
+        let idle_limit = self.cx.windows.poll_interval();
+        let mut by_age: Vec<(Duration, String)> = self
+            .held
             .iter()
             .map(|(hook, h)| (h.idle_since, hook.clone()))
             .collect();
         by_age.sort();
-        let surplus = (held.len() + active).saturating_sub(self.windows.max_concurrent());
+        let active = self.runs.len();
+        let surplus = (self.held.len() + active).saturating_sub(self.cx.windows.max_concurrent());
+        let mut freed = Vec::new();
         for (n, (idle_since, hook)) in by_age.into_iter().enumerate() {
-            if stopping || n < surplus || now.saturating_sub(idle_since) >= idle_limit {
-                if let Some(h) = held.remove(&hook) {
-                    release(h.lock, &hook).await;
+            if self.stopping || n < surplus || now.saturating_sub(idle_since) >= idle_limit {
+                if let Some(h) = self.held.remove(&hook) {
+                    freed.push((h.lock, hook));
                 }
             }
         }
+        let releases = async {
+            for (lock, hook) in freed {
+                release(lock, &hook).await;
+            }
+        };
+        let finished = &mut self.finished;
+        alongside(pin!(releases), &mut self.runs, |r| finished.push(r)).await;
+    }
+
+    /// Books the runs that finished while the loop polled or released
+    /// locks; whether there were any.
+    fn book_finished(&mut self) -> bool {
+        if self.finished.is_empty() {
+            return false;
+        }
+        for report in std::mem::take(&mut self.finished) {
+            self.book(report);
+        }
+        true
+    }
+
+    /// Books a finished run, and polls early for its sake if need be.
+    fn book(&mut self, report: RunReport) {
+        let due = run_finished(
+            self.cx,
+            report,
+            &mut self.backlog,
+            &mut self.held,
+            &self.last_poll,
+        );
+        if due < self.next_poll {
+            self.next_poll = due;
+            self.timer = None;
+        }
+    }
+
+    /// Waits for shutdown, a run to finish, or (when a poll is wanted) the
+    /// poll timer.
+    async fn wait(&mut self, mut shutdown: Pin<&mut impl Future<Output = ()>>) -> Wake {
+        let poll_wanted = self.poll_wanted();
+        if poll_wanted && self.timer.is_none() {
+            let now = self.cx.clock.monotonic();
+            self.timer = Some(self.cx.clock.sleep(self.next_poll.saturating_sub(now)));
+        }
+        let stopping = self.stopping;
+        let (runs, timer) = (&mut self.runs, &mut self.timer);
+        poll_fn(|task| {
+            if !stopping && shutdown.as_mut().poll(task).is_ready() {
+                return Poll::Ready(Wake::Shutdown);
+            }
+            if let Poll::Ready(Some(report)) = runs.poll_next_unpin(task) {
+                return Poll::Ready(Wake::RunDone(report));
+            }
+            if poll_wanted {
+                if let Some(t) = timer.as_mut() {
+                    if t.as_mut().poll(task).is_ready() {
+                        return Poll::Ready(Wake::Timer);
+                    }
+                }
+            }
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// Stops claiming: runs finish what they have claimed, nothing new
+    /// starts.
+    fn stop(&mut self) {
+        self.stopping = true;
+        self.stop.store(true, Ordering::Relaxed);
+        self.backlog.drop_waiting();
+        info!(target: LOG_TARGET, event = "dispatcher_stopping", in_flight_runs = self.runs.len());
+    }
+}
+
+/// Books a finished run; returns when a poll is due for its sake. A hook
+/// the last poll left out (it was running) may have rows no poll has read:
+/// without an early poll, every hook of a backlog spread over no more
+/// hooks than `max_concurrent` would deliver one poll's rows per poll
+/// interval and then sit idle.
+fn run_finished(
+    cx: &Context,
+    mut report: RunReport,
+    backlog: &mut Backlog,
+    held: &mut HashMap<String, HeldLock>,
+    last_poll: &LastPoll,
+) -> Duration {
+    // A paused hook's rows stay out of the candidate query until its pause
+    // ends, not only until the next poll: polling them again would only
+    // triage and skip them.
+    let next_poll = cx.clock.monotonic() + cx.windows.poll_interval();
+    let until = cx
+        .hooks
+        .pauses()
+        .ends(&report.hook)
+        .map_or(next_poll, |ends| ends.max(next_poll));
+    backlog.finish(&report, until);
+    let due = if !report.exclude && last_poll.left_out(&report.hook) {
+        last_poll.at + cx.windows.busy_poll_interval()
+    } else {
+        Duration::MAX
+    };
+    if let Some(kept) = report.kept.take() {
+        held.insert(report.hook, kept);
+    }
+    due
+}
+
+/// One candidate query, and what it found that was new to this instance.
+async fn poll_once(
+    cx: &Context,
+    backlog: &mut Backlog,
+    poll_health: &mut PollHealth,
+    limit: usize,
+    last_poll: &mut LastPoll,
+) -> Found {
+    backlog.end_exclusions(cx.clock.monotonic());
+    cx.count_paused();
+    let mut query = CandidateQuery {
+        cutoffs: cx.windows.cutoffs(cx.clock.now()),
+        limit,
+        exclude_hooks: backlog.hooks_to_exclude(|h| cx.hooks.is_hanging(h)),
+    };
+    last_poll.at = cx.clock.monotonic();
+    bump(&cx.metrics.polls);
+    let polled = cx.store.candidates(&query).await;
+    // Kept (sorted by `hooks_to_exclude`) instead of copied.
+    last_poll.excluded = std::mem::take(&mut query.exclude_hooks);
+    match polled {
+        Ok(rows) => {
+            poll_health.succeeded();
+            let full = rows.len() >= query.limit;
+            match backlog.absorb(rows) {
+                0 => Found::Nothing,
+                _ if full => Found::Full,
+                _ => Found::Fresh,
+            }
+        }
+        Err(err) => {
+            bump(&cx.metrics.poll_errors);
+            cx.count_denied(&err);
+            poll_health.failed(&err);
+            Found::Nothing
+        }
+    }
+}
+
+/// Logs candidate-query failures once per outage, not once per tick.
+#[derive(Default)]
+struct PollHealth {
+    failing_since_attempts: u64,
+}
+
+impl PollHealth {
+    fn failed(&mut self, err: &StoreError) {
+        self.failing_since_attempts += 1;
+        if self.failing_since_attempts == 1 {
+            warn!(target: LOG_TARGET, event = "poll_failed", error = %err, "will keep polling");
+        } else {
+            debug!(target: LOG_TARGET, event = "poll_failed", error = %err, consecutive = self.failing_since_attempts);
+        }
+    }
+
+    fn succeeded(&mut self) {
+        if self.failing_since_attempts > 0 {
+            info!(target: LOG_TARGET, event = "poll_recovered",
+                failed_polls = self.failing_since_attempts
+            );
+            self.failing_since_attempts = 0;
+        }
+    }
+}
+
+/// A periodic one-line account of what happened, so claims won and lost
+/// are visible at the default level without a line per row.
+struct Summary {
+    last_at: Duration,
+    last: MetricsSnapshot,
+}
+
+impl Summary {
+    fn new(at: Duration, last: MetricsSnapshot) -> Self {
+        Self { last_at: at, last }
+    }
+
+    fn maybe_log(&mut self, now: Duration, metrics: &Metrics) {
+        if now.saturating_sub(self.last_at) < SUMMARY_INTERVAL {
+            return;
+        }
+        let snap = metrics.snapshot();
+        let attempts = snap.attempts() - self.last.attempts();
+        let lost = snap.claims_lost - self.last.claims_lost;
+        let hook_errors = snap.hook_errors - self.last.hook_errors;
+        if attempts + lost + hook_errors > 0 {
+            info!(target: LOG_TARGET, event = "delivery_summary",
+                period_secs = now.saturating_sub(self.last_at).as_secs(),
+                delivered = snap.delivered_ok - self.last.delivered_ok,
+                failed_attempts = attempts - (snap.delivered_ok - self.last.delivered_ok),
+                hook_errors,
+                claims_won = snap.claims_won - self.last.claims_won,
+                claims_lost = lost,
+                breaker_open_hooks = snap.breaker_open_hooks
+            );
+        }
+        self.last_at = now;
+        self.last = snap;
     }
 }

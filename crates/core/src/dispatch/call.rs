@@ -1,0 +1,227 @@
+//! The pipeline's fourth stage, step 8's call: just before it, the hook as
+//! Phorge has it now (a hook disabled or deleted since fails the claimed
+//! row as Phorge's worker would, a new URI is resolved and checked, a new
+//! key signs), the lock asked once more on its own session, and the claim
+//! still within its budget; then the payload built and signed and the POST
+//! through the transport with one deadline, and what its latency says
+//! about the hook (hanging, slow). A [`Claimed`] row becomes [`Called`],
+//! or an [`Exit`].
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tracing::{debug, warn};
+
+use crate::events::EventKind;
+use crate::metrics::{bump, Metrics};
+use crate::model::{Hook, RequestRow};
+use crate::outcome::DeliveryResult;
+use crate::payload::Payload;
+use crate::signing::Signatures;
+use crate::transport::{OutboundRequest, Target};
+use crate::triage::{judge_hook, Triage};
+
+use super::claim_group::late;
+use super::context::Context;
+use super::stages::{Called, ClaimToken, Claimed, Exit, HookRun, Step};
+use super::LOG_TARGET;
+
+/// Keeps the in-flight gauge right even when a delivery future is dropped.
+struct InFlight<'a>(&'a Metrics);
+
+impl<'a> InFlight<'a> {
+    fn enter(metrics: &'a Metrics) -> Self {
+        metrics.in_flight.fetch_add(1, Ordering::Relaxed);
+        Self(metrics)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Step 8's call for a claimed row.
+pub(super) async fn call<'r>(
+    cx: &Context,
+    run: &mut HookRun,
+    claimed: Claimed<'r>,
+) -> Result<Called<'r>, Exit> {
+    let claimed = recheck_hook(cx, claimed).await?;
+    let Claimed {
+        row,
+        properties,
+        hook,
+        target,
+        transactions,
+        claim,
+    } = claimed;
+    let (result, latency) = match target {
+        Ok(target) => {
+            run.group.refresh(&hook, &target);
+            lock_still_ours(cx, run, row, claim.at).await?;
+            // The checks above may have waited on the database: the call
+            // still has to fit in its claim's lease.
+            if late(cx.waited_since(claim.at), cx.windows.claim_ahead_budget()) {
+                return Err(Exit::Leave {
+                    claimed_at: claim.at,
+                    reason: "late",
+                    step: Step::Next,
+                });
+            }
+            let payload = match &transactions {
+                Some(loaded) => Payload::with_transactions(row, &properties, loaded),
+                None => Payload::build(row, &properties),
+            };
+            deliver(cx, row, payload, &hook, target).await
+        }
+        Err(failure) => (DeliveryResult::Failed(failure), Duration::ZERO),
+    };
+    Ok(Called {
+        row,
+        properties,
+        hook: hook.phid,
+        claim,
+        result,
+        latency,
+    })
+}
+
+/// Steps 3–5 again, with the hook as Phorge has it now (from the cache, at
+/// most its few seconds old).
+async fn recheck_hook<'r>(cx: &Context, claimed: Claimed<'r>) -> Result<Claimed<'r>, Exit> {
+    let Claimed {
+        row,
+        properties,
+        hook: was,
+        target,
+        transactions,
+        claim,
+    } = claimed;
+    let (properties, hook) = match judge_hook(properties, cx.hook(row).await) {
+        Triage::Ready { properties, hook } => (properties, hook),
+        Triage::HookUnavailable => return Err(left(claim, "run_stopped")),
+        failed => return Err(cx.triage_exit(row, failed, Some(claim))),
+    };
+    let target = if hook.uri == was.uri {
+        target
+    } else {
+        cx.resolve(row, &properties, &hook, Some(claim)).await?
+    };
+    Ok(Claimed {
+        row,
+        properties,
+        hook,
+        target,
+        transactions,
+        claim,
+    })
+}
+
+fn left(claim: ClaimToken, reason: &'static str) -> Exit {
+    Exit::Leave {
+        claimed_at: claim.at,
+        reason,
+        step: Step::StopRun,
+    }
+}
+
+/// Asks, just before a call, whether the hook's lock is still held by the
+/// session that took it. If that session broke, the server freed the lock
+/// and another deliverer may be calling the hook already: the row is left
+/// to its lease and the run stops, so two calls never reach one hook at
+/// once.
+async fn lock_still_ours(
+    cx: &Context,
+    run: &mut HookRun,
+    row: &RequestRow,
+    claimed_at: Duration,
+) -> Result<(), Exit> {
+    let held = match run.lock.as_mut() {
+        Some(lock) => lock.still_held().await,
+        None => Ok(false),
+    };
+    let reason = match held {
+        Ok(true) => return Ok(()),
+        Ok(false) => "the session holding it is gone".to_owned(),
+        Err(err) => {
+            bump(&cx.metrics.store_errors);
+            cx.count_denied(&err);
+            format!("it could not be checked: {err}")
+        }
+    };
+    bump(&cx.metrics.lock_lost);
+    warn!(target: LOG_TARGET, event = "hook_lock_lost", hook = %row.webhook_phid, request = %row.phid,
+          reason = %reason, "the hook's lock is no longer ours: not called until it is taken again");
+    if let Some(lock) = run.lock.take() {
+        if let Err(err) = lock.release().await {
+            debug!(target: LOG_TARGET, event = "hook_lock_release_failed", hook = %row.webhook_phid, error = %err);
+        }
+    }
+    run.breaker_closed = false;
+    Err(Exit::Leave {
+        claimed_at,
+        reason: "lock_lost",
+        step: Step::StopRun,
+    })
+}
+
+/// The POST, and what its latency says about the hook.
+async fn deliver(
+    cx: &Context,
+    row: &RequestRow,
+    payload: Payload,
+    hook: &Hook,
+    target: Target,
+) -> (DeliveryResult, Duration) {
+    let timeout = cx.windows.delivery_timeout();
+    let request = OutboundRequest {
+        target,
+        signatures: sign(cx, row, hook, payload.as_bytes()),
+        body: payload.into_bytes(),
+        request_phid: row.phid.clone(),
+        timeout,
+    };
+    let _in_flight = InFlight::enter(&cx.metrics);
+    let started = cx.clock.monotonic();
+    let result = cx.transport.deliver(request).await;
+    let latency = cx.waited_since(started);
+    cx.metrics.observe_latency(latency);
+    if cx
+        .hooks
+        .note_latency(&hook.phid, latency, timeout, cx.clock.monotonic())
+    {
+        warn!(target: LOG_TARGET, event = "hook_slow", hook = %hook.phid,
+              latency_ms = millis(latency), timeout_ms = millis(timeout),
+              "this hook answers slowly: its rows go one at a time in one delivery slot, \
+               other hooks are not held up");
+    }
+    (result, latency)
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Signs the attempt, reporting a key change once (log and event) and a
+/// key that cannot give Standard Webhooks headers once per hook.
+fn sign(cx: &Context, row: &RequestRow, hook: &Hook, body: &[u8]) -> Signatures {
+    let signed = cx.signer.sign(hook, &row.phid, cx.clock.now(), body);
+    if let Some(change) = signed.key_changed {
+        warn!(target: LOG_TARGET, event = "hook_key_changed", hook = %hook.phid,
+              grace_until = change.grace_until.unwrap_or(0),
+              "this hook's HMAC key changed: requests are signed with the previous key too \
+               until grace_until (0: not at all, GORGE_WEBHOOK_KEY_GRACE_SEC=0)");
+        let kind = EventKind::KeyChanged {
+            grace_until: change.grace_until,
+        };
+        cx.emit(Some(&row.phid), Some(&hook.phid), kind);
+    }
+    if signed.standard_unavailable && cx.hooks.first_standard_unavailable(&hook.phid) {
+        warn!(target: LOG_TARGET, event = "standard_signature_unavailable", hook = %hook.phid,
+              "this hook's HMAC key is not base64, so it cannot be a Standard Webhooks \
+               secret: its requests carry Phorge's signature only");
+    }
+    signed.signatures
+}

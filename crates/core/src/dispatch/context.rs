@@ -1,0 +1,310 @@
+//! What every stage works with: the effects (store, transport, clock,
+//! Phorge's objects, the event sink), the windows and the signer, the two
+//! owned parts of shared state ([`HookBook`]: what is known about each
+//! hook; [`Told`]: what has been said), and the few services more than
+//! one stage uses — the hook as Phorge has it now, its URI checked, the
+//! object check, the silent-mode hold, events and store errors.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::{debug, warn};
+
+use crate::clock::Clock;
+use crate::events::{Event, EventKind, EventSink};
+use crate::hold::SilentMode;
+use crate::metrics::{bump, Metrics};
+use crate::model::{Hook, RequestRow};
+use crate::objects::{ObjectLookup, PhorgeObjects, Unseen};
+use crate::outcome::{HookError, TransportFailure};
+use crate::properties::Properties;
+use crate::signing::Signer;
+use crate::store::{Store, StoreError};
+use crate::transport::{Resolution, Target, Transport};
+use crate::triage::{HookLookup, Triage};
+use crate::windows::Windows;
+
+use super::hooks::HookBook;
+use super::stages::{ClaimToken, Exit, Transactions};
+use super::told::Told;
+use super::LOG_TARGET;
+
+/// Longest prefix of unparseable properties quoted in a log line.
+const LOGGED_PROPERTIES_MAX: usize = 512;
+
+/// What the object check's lookup found, before it is acted on (and
+/// counted): a row taken along is looked up beside its claim, and may yet
+/// be left to its lease unsent.
+pub(super) enum ObjectCheck {
+    /// The object exists; its listed transactions that do, newest first.
+    Found(Vec<String>),
+    /// Its tables cannot be read here.
+    Unseen(Unseen),
+    /// The object is gone.
+    Gone,
+    /// The store failed (said where it failed).
+    Failed,
+}
+
+/// What to do about a row's object check, once it is acted on.
+pub(super) enum ObjectVerdict {
+    /// Send these transactions.
+    Send(Transactions),
+    /// Hook error `object`, as Phorge's worker writes it.
+    Gone,
+    /// Nothing is written; the row is tried again later.
+    Failed,
+}
+
+/// The dispatcher's effects, settings and shared state.
+pub(super) struct Context {
+    pub(super) store: Arc<dyn Store>,
+    pub(super) transport: Arc<dyn Transport>,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) windows: Windows,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) events: Option<Arc<dyn EventSink>>,
+    pub(super) objects: Option<Arc<dyn PhorgeObjects>>,
+    pub(super) silent_mode: Option<Arc<SilentMode>>,
+    /// Silent mode fails rows instead of holding them.
+    pub(super) fail_when_silent: bool,
+    /// Signs each attempt and remembers each hook's previous key.
+    pub(super) signer: Signer,
+    pub(super) hooks: HookBook,
+    pub(super) told: Told,
+}
+
+impl Context {
+    /// Time since `at` on the monotonic clock.
+    pub(super) fn waited_since(&self, at: Duration) -> Duration {
+        self.clock.monotonic().saturating_sub(at)
+    }
+
+    /// When `hook_phid`'s pause ends, if its receiver paused it; keeps the
+    /// paused-hooks gauge current.
+    pub(super) fn paused_until(&self, hook_phid: &str) -> Option<crate::model::UnixTime> {
+        let until = self.hooks.pauses().until(hook_phid);
+        self.count_paused();
+        until
+    }
+
+    pub(super) fn count_paused(&self) {
+        self.metrics.paused_hooks.store(
+            self.hooks.pauses().len() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    pub(super) fn emit(&self, request: Option<&str>, hook: Option<&str>, kind: EventKind) {
+        if let Some(events) = &self.events {
+            events.emit(Event {
+                at: self.clock.now(),
+                request: request.map(str::to_owned),
+                hook: hook.map(str::to_owned),
+                kind,
+            });
+        }
+    }
+
+    /// Says a failed store operation: a refusal for a missing privilege at
+    /// most once a minute (it fails every hook alike until granted), any
+    /// other at warn.
+    pub(super) fn store_failed(&self, operation: &str, err: &StoreError) {
+        bump(&self.metrics.store_errors);
+        if !matches!(err, StoreError::Denied(_)) {
+            warn!(target: LOG_TARGET, event = "store_error", operation, error = %err, "hook skipped until the next poll");
+            return;
+        }
+        let count = self.count_denied(err);
+        match self.told.denied_warning_due(count, self.clock.monotonic()) {
+            Some(suppressed) => {
+                warn!(target: LOG_TARGET, event = "store_denied", operation, error = %err, suppressed,
+                      "the database refused this account (a privilege it lacks, or its login); \
+                       hooks are skipped until that is put right")
+            }
+            None => debug!(target: LOG_TARGET, event = "store_denied", operation, error = %err),
+        }
+    }
+
+    /// Counts a refusal for a missing privilege (whatever logs the
+    /// failure); the refusals counted so far.
+    pub(super) fn count_denied(&self, err: &StoreError) -> u64 {
+        use std::sync::atomic::Ordering::Relaxed;
+        if matches!(err, StoreError::Denied(_)) {
+            self.metrics.store_denied.fetch_add(1, Relaxed) + 1
+        } else {
+            self.metrics.store_denied.load(Relaxed)
+        }
+    }
+
+    /// Asks the silent-mode watch (if any) whether Phorge is silent,
+    /// reporting a change of verdict as an event.
+    pub(super) async fn silent_now(&self) -> bool {
+        let Some(silent_mode) = &self.silent_mode else {
+            return false;
+        };
+        let silent = silent_mode.refresh(self.clock.as_ref()).await;
+        if self.told.hold_changed(silent) {
+            self.emit(None, None, EventKind::SilentHold { on: silent });
+        }
+        silent
+    }
+
+    /// Whether to hold delivery now: Phorge is silent and rows are held,
+    /// not failed.
+    pub(super) async fn hold_now(&self) -> bool {
+        self.silent_now().await && !self.fail_when_silent
+    }
+
+    /// Whether delivery is held right now (cached; see [`SilentMode`]).
+    pub(super) fn held(&self) -> bool {
+        !self.fail_when_silent && self.silent_mode.as_ref().is_some_and(|s| s.is_held())
+    }
+
+    /// The row's hook as Phorge has it now (from the hook cache); a
+    /// lookup the store could not answer is said and is `Unavailable`.
+    pub(super) async fn hook(&self, row: &RequestRow) -> HookLookup {
+        let now = self.clock.monotonic();
+        match self
+            .hooks
+            .lookup(self.store.as_ref(), &row.webhook_phid, now)
+            .await
+        {
+            Ok(lookup) => lookup,
+            Err(err) => {
+                self.store_failed("hook lookup", &err);
+                HookLookup::Unavailable
+            }
+        }
+    }
+
+    /// Step 5: the hook's URI checked through the transport. A refused one
+    /// is the row's hook error `uri` (onto the claim's version when it was
+    /// claimed); a resolver failure is the attempt's result.
+    pub(super) async fn resolve(
+        &self,
+        row: &RequestRow,
+        properties: &Properties,
+        hook: &Hook,
+        claim: Option<ClaimToken>,
+    ) -> Result<Result<Target, TransportFailure>, Exit> {
+        match self.transport.resolve(&hook.uri).await {
+            Resolution::Ready(target) => Ok(Ok(target)),
+            Resolution::Refused(why) => {
+                warn!(target: LOG_TARGET, event = "hook_uri_refused", request = %row.phid, hook = %hook.phid, reason = %why);
+                Err(Exit::HookError {
+                    properties: properties.clone(),
+                    error: HookError::Uri,
+                    claim,
+                })
+            }
+            Resolution::Failed(failure) => Ok(Err(failure)),
+        }
+    }
+
+    /// Phorge's worker loads the request's object, and fails the request
+    /// when it is gone; then it sends only the listed transactions that
+    /// still exist, newest first. Asked afresh for every delivery: nothing
+    /// cached could keep a deleted object alive.
+    pub(super) async fn look_up_object(
+        &self,
+        row: &RequestRow,
+        properties: &Properties,
+    ) -> ObjectCheck {
+        let Some(objects) = &self.objects else {
+            return ObjectCheck::Unseen(Unseen::NoSource);
+        };
+        let listed = properties.listed_transaction_phids();
+        match objects.lookup(&row.object_phid, &listed).await {
+            Ok(ObjectLookup::Found { transactions }) => ObjectCheck::Found(transactions),
+            Ok(ObjectLookup::Gone) => ObjectCheck::Gone,
+            Ok(ObjectLookup::Unseen(why)) => ObjectCheck::Unseen(why),
+            Err(err) => {
+                self.store_failed("object_lookup", &err);
+                ObjectCheck::Failed
+            }
+        }
+    }
+
+    /// Counts and reports an object check as its row is acted on.
+    pub(super) fn object_verdict(&self, row: &RequestRow, check: ObjectCheck) -> ObjectVerdict {
+        match check {
+            ObjectCheck::Found(transactions) => {
+                bump(&self.metrics.objects_found);
+                ObjectVerdict::Send(Some(transactions))
+            }
+            ObjectCheck::Gone => {
+                bump(&self.metrics.objects_gone);
+                warn!(target: LOG_TARGET, event = "object_missing", request = %row.phid, hook = %row.webhook_phid,
+                      object = %row.object_phid, "the object no longer exists: failed as Phorge does");
+                ObjectVerdict::Gone
+            }
+            ObjectCheck::Unseen(why) => {
+                bump(&self.metrics.objects_unseen);
+                if self.told.first_unseen(&why) {
+                    warn!(target: LOG_TARGET, event = "objects_unseen", kind = why.kind(), reason = %why,
+                          "transactions are sent in the order the stored list implies, and a destroyed \
+                           object is not noticed; grant SELECT on the application's tables to do as \
+                           Phorge's worker does");
+                }
+                ObjectVerdict::Send(None)
+            }
+            ObjectCheck::Failed => ObjectVerdict::Failed,
+        }
+    }
+
+    /// What a row [`Triage`] did not pass leaves to do, said in the log: its
+    /// hook error written (onto the claim's version when it was claimed),
+    /// or nothing while its hook could not be read.
+    pub(super) fn triage_exit(
+        &self,
+        row: &RequestRow,
+        failed: Triage<'_>,
+        claim: Option<ClaimToken>,
+    ) -> Exit {
+        note_failed_triage(row, &failed);
+        match failed.into_failure() {
+            Some((error, properties)) => Exit::HookError {
+                properties,
+                error,
+                claim,
+            },
+            None => Exit::Stop,
+        }
+    }
+}
+
+/// The log line of a row [`Triage`] failed.
+fn note_failed_triage(row: &RequestRow, failed: &Triage<'_>) {
+    match failed {
+        Triage::InvalidRow { defect, .. } => {
+            warn!(target: LOG_TARGET, event = "row_invalid", request_id = row.id, hook = %row.webhook_phid,
+                  defect = %defect, "failed without delivery");
+        }
+        Triage::InvalidProperties { error, .. } => {
+            warn!(target: LOG_TARGET, event = "properties_invalid", request = %row.phid, hook = %row.webhook_phid,
+                  error = %error, original = %truncated(&row.properties),
+                  "kept under gorgeOriginalProperties");
+        }
+        Triage::HookMissing { .. } => {
+            warn!(target: LOG_TARGET, event = "hook_missing", request = %row.phid, hook = %row.webhook_phid);
+        }
+        Triage::HookDisabled { hook, .. } => {
+            debug!(target: LOG_TARGET, event = "hook_disabled", request = %row.phid, hook = %hook.phid);
+        }
+        Triage::Ready { .. } | Triage::HookUnavailable => {}
+    }
+}
+
+/// At most [`LOGGED_PROPERTIES_MAX`] bytes of `text`, cut at a character
+/// boundary.
+fn truncated(text: &str) -> &str {
+    if text.len() <= LOGGED_PROPERTIES_MAX {
+        return text;
+    }
+    let mut end = LOGGED_PROPERTIES_MAX;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
