@@ -12,7 +12,8 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 use webhook_core::{
-    Clock, Dispatcher, EventSink, PhorgeConfig, PhorgeObjects, SilentMode, Store, Windows,
+    Clock, Dispatcher, EventSink, PhorgeConfig, PhorgeObjects, QueueCounts, SilentMode, Store,
+    Windows,
 };
 use webhook_store_mysql::{MysqlConfig, MysqlStore};
 use webhook_transport_hyper::HyperTransport;
@@ -180,7 +181,7 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
 
     let api = Arc::new(
         Api::new(
-            Arc::clone(&api_store) as Arc<dyn Store>,
+            Arc::clone(&api_store) as Arc<dyn QueueCounts>,
             Arc::new(MysqlReadiness {
                 store: Arc::clone(&api_store),
                 clock: Arc::clone(&clock),

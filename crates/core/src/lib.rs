@@ -57,7 +57,9 @@ pub use payload::{sign, verify, Payload};
 pub use properties::{ErrorCode, ErrorType, Properties, PropertiesError};
 pub use setting::{withheld, Lookup, Setting, SettingError, SettingInfo};
 pub use signing::{Signatures, Signer, SigningSettings, StandardScope, StandardSignature};
-pub use store::{CandidateQuery, Claim, HookLock, QueueStats, Store, StoreError, Written};
+pub use store::{
+    CandidateQuery, Claim, HookLock, QueueCounts, QueueStats, Store, StoreError, Written,
+};
 pub use transport::{OutboundRequest, Resolution, Target, Transport};
 pub use triage::{triage, triage_looked_up, HookLookup, Triage};
 pub use windows::{Cutoffs, Settings, WindowWarning, Windows};

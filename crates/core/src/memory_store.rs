@@ -16,7 +16,9 @@ use crate::hold::{ConfigUnreadable, PhorgeConfig};
 use crate::model::{phid_type, Hook, LastResult, RequestRow, RequestStatus, UnixTime};
 use crate::objects::{ObjectLookup, PhorgeObjects, Unseen};
 use crate::outcome::ResultWrite;
-use crate::store::{CandidateQuery, Claim, HookLock, QueueStats, Store, StoreError, Written};
+use crate::store::{
+    CandidateQuery, Claim, HookLock, QueueCounts, QueueStats, Store, StoreError, Written,
+};
 
 mod lock;
 
@@ -41,9 +43,9 @@ pub enum StoreOp {
     LockCheck,
     /// [`Store::claims_in_flight`]
     ClaimsInFlight,
-    /// [`Store::stats`]
+    /// [`QueueCounts::stats`]
     Stats,
-    /// [`Store::hook_count`]
+    /// [`QueueCounts::hook_count`]
     HookCount,
     /// [`PhorgeObjects::lookup`]
     ObjectLookup,
@@ -475,7 +477,10 @@ impl Store for MemoryStore {
             session,
         ))))
     }
+}
 
+#[async_trait]
+impl QueueCounts for MemoryStore {
     async fn stats(&self) -> Result<QueueStats, StoreError> {
         let mut inner = self.lock();
         Self::check_fault(&mut inner, StoreOp::Stats)?;

@@ -16,7 +16,8 @@ use std::sync::{Arc, OnceLock};
 use async_trait::async_trait;
 use webhook_core::{
     CandidateQuery, Claim, ConfigUnreadable, Hook, HookLock, ObjectLookup, PhorgeConfig,
-    PhorgeObjects, QueueStats, RequestRow, ResultWrite, Store, StoreError, UnixTime, Written,
+    PhorgeObjects, QueueCounts, QueueStats, RequestRow, ResultWrite, Store, StoreError, UnixTime,
+    Written,
 };
 
 use crate::adoption::{self, AdoptionRound, AdoptionTotals, TaskAdoption};
@@ -304,7 +305,10 @@ impl Store for MysqlStore {
             .await?
             .map(|lock| Box::new(lock) as Box<dyn HookLock>))
     }
+}
 
+#[async_trait]
+impl QueueCounts for MysqlStore {
     async fn stats(&self) -> Result<QueueStats, StoreError> {
         self.reader.stats().await
     }

@@ -10,7 +10,7 @@ use crate::clock::{Clock, ManualClock};
 use crate::memory_store::{MemoryStore, NewRequest};
 use crate::model::{Hook, RequestRow, UnixTime};
 use crate::objects::PhorgeObjects;
-use crate::store::Store;
+use crate::store::{QueueCounts, Store};
 
 struct MemoryBed {
     clock: ManualClock,
@@ -20,6 +20,9 @@ struct MemoryBed {
 #[async_trait]
 impl TestBed for MemoryBed {
     fn store(&self) -> &dyn Store {
+        &self.store
+    }
+    fn counts(&self) -> &dyn QueueCounts {
         &self.store
     }
     async fn now(&self) -> UnixTime {

@@ -1,6 +1,7 @@
-//! The shared `Store` conformance suite: the same cases run against
-//! `MemoryStore` (`memory`) and against the MySQL store on a real MariaDB, which
-//! is how the in-memory semantics are proven equal to the SQL's.
+//! The shared conformance suite of the database ports (`Store`,
+//! `QueueCounts`): the same cases run against `MemoryStore` (`memory`) and
+//! against the MySQL store on a real MariaDB, which is how the in-memory
+//! semantics are proven equal to the SQL's.
 //!
 //! A case gets a fresh, empty [`TestBed`]; it seeds rows relative to the
 //! store's own "now" so it holds whichever clock the store uses. The cases
@@ -24,15 +25,17 @@ use crate::memory_store::NewRequest;
 use crate::model::{Hook, LastResult, RequestRow, RequestStatus, UnixTime};
 use crate::objects::PhorgeObjects;
 use crate::outcome::ResultWrite;
-use crate::store::{CandidateQuery, Claim, Store};
+use crate::store::{CandidateQuery, Claim, QueueCounts, Store};
 use crate::windows::Cutoffs;
 
 /// What a case needs besides the `Store` under test: seeding and reading
 /// rows as Phorge would, and the store's own clock.
 #[async_trait]
 pub trait TestBed: Send + Sync {
-    /// The store under test.
+    /// The store under test, as the dispatcher sees it.
     fn store(&self) -> &dyn Store;
+    /// The same store's counts, as the diagnostics API reads them.
+    fn counts(&self) -> &dyn QueueCounts;
     /// The store's notion of now (the server's `UNIX_TIMESTAMP()`).
     async fn now(&self) -> UnixTime;
     /// Inserts a hook row.

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 use webhook_core::conformance::{cases, TestBed};
-use webhook_core::{Hook, NewRequest, PhorgeObjects, RequestRow, Store, UnixTime};
+use webhook_core::{Hook, NewRequest, PhorgeObjects, QueueCounts, RequestRow, Store, UnixTime};
 use webhook_store_mysql::{object_tables, MysqlStore};
 use webhook_test_support::mariadb::PendingInsert;
 use webhook_test_support::{with_application_tables, ApplicationTables};
@@ -24,6 +24,9 @@ struct MysqlBed {
 #[async_trait]
 impl TestBed for MysqlBed {
     fn store(&self) -> &dyn Store {
+        &self.store
+    }
+    fn counts(&self) -> &dyn QueueCounts {
         &self.store
     }
     async fn now(&self) -> UnixTime {
