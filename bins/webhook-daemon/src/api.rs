@@ -25,8 +25,8 @@ use ring::hmac;
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 use tracing::warn;
+use webhook_core::adoption::AdoptionTotals;
 use webhook_core::{HookPauses, Metrics, QueueCounts, QueueStats, StoreError, UnixTime};
-use webhook_store_mysql::AdoptionTotals;
 
 use crate::handoff::{self, HandOff};
 use crate::live::{EventHub, Subscription};

@@ -7,11 +7,13 @@
 //! from [`Dispatcher`].
 //!
 //! It performs no I/O and reads no clock: the database, HTTP and time come
-//! in through [`Store`], [`Transport`] and [`Clock`]. [`MemoryStore`] and
+//! in through [`Store`] (and, for diagnostics, [`QueueCounts`]; for task
+//! adoption, [`adoption::TaskQueue`]), [`Transport`] and [`Clock`]. [`MemoryStore`] and
 //! [`ManualClock`] make the whole loop deterministic in tests.
 
 #![warn(missing_docs)]
 
+pub mod adoption;
 pub mod breaker;
 pub mod clock;
 #[cfg(any(test, feature = "conformance"))]
