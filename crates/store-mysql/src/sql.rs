@@ -50,7 +50,7 @@ pub fn candidate_sql(excluded_hooks: usize) -> String {
 /// limit, the frontier, `below` ids (none when `below` is 0), then as
 /// [`candidate_sql`]: `lease_cutoff`, `retry_cutoff`, the excluded hooks,
 /// then `excluded_rows` row ids to leave out (rows task adoption leaves to
-/// PHP for now, [`crate::adoption`]), the limit.
+/// PHP for now, [`webhook_core::adoption`]), the limit.
 pub fn candidate_sql_above_floor(
     excluded_hooks: usize,
     below: usize,

@@ -76,7 +76,7 @@ impl MysqlStore {
     /// Adopts Phorge's webhook tasks through `adoption`
     /// ([`webhook_core::adoption`]): only rows whose task a daemon leases
     /// (or that have none) are candidates. The store is also the
-    /// adoption's [`webhook_core::adoption::TaskQueue`] ([`crate::task_queue`]).
+    /// adoption's [`webhook_core::adoption::TaskQueue`] (module `task_queue`).
     pub fn with_task_adoption(mut self, adoption: Arc<TaskAdoption>) -> Self {
         self.adoption = Some(adoption);
         self
