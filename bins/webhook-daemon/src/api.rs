@@ -1,8 +1,8 @@
 //! The read-only diagnostics API (SPEC §8) as a pure request → response
-//! function over the `Store`: routes, token check, envelopes and error
-//! codes. The socket side lives in `server`. The one route that does not
-//! end, `/api/webhook/events`, is answered here too ([`Api::answer`]); its
-//! stream comes from `live`.
+//! function over the store's `QueueCounts`: routes, token check, envelopes
+//! and error codes. The socket side lives in `server`. The one route that
+//! does not end, `/api/webhook/events`, is answered here too
+//! ([`Api::answer`]); its stream comes from `live`.
 //!
 //! No response ever carries a hook URI, an HMAC key, SQL, a host or a port:
 //! store failures become an opaque `ERR_INTERNAL` and are logged instead.
@@ -25,8 +25,8 @@ use ring::hmac;
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 use tracing::warn;
-use webhook_core::{HookPauses, Metrics, QueueStats, Store, StoreError, UnixTime};
-use webhook_store_mysql::AdoptionTotals;
+use webhook_core::adoption::AdoptionTotals;
+use webhook_core::{HookPauses, Metrics, QueueCounts, QueueStats, StoreError, UnixTime};
 
 use crate::handoff::{self, HandOff};
 use crate::live::{EventHub, Subscription};
@@ -140,7 +140,7 @@ pub enum Answer {
 
 /// Routes a request.
 pub struct Api {
-    store: Arc<dyn Store>,
+    store: Arc<dyn QueueCounts>,
     readiness: Arc<dyn Readiness>,
     metrics: Arc<Metrics>,
     token: ServiceToken,
@@ -227,7 +227,7 @@ impl Route {
 impl Api {
     /// The API over these parts.
     pub fn new(
-        store: Arc<dyn Store>,
+        store: Arc<dyn QueueCounts>,
         readiness: Arc<dyn Readiness>,
         metrics: Arc<Metrics>,
         token: ServiceToken,

@@ -11,8 +11,10 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
+use webhook_core::adoption::TaskAdoption;
 use webhook_core::{
-    Clock, Dispatcher, EventSink, PhorgeConfig, PhorgeObjects, SilentMode, Store, Windows,
+    Clock, Dispatcher, EventSink, PhorgeConfig, PhorgeObjects, QueueCounts, SilentMode, Store,
+    Windows,
 };
 use webhook_store_mysql::{MysqlConfig, MysqlStore};
 use webhook_transport_hyper::HyperTransport;
@@ -119,8 +121,10 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
     let signals = ShutdownSignals::install();
     let adopting = config.delivery.mysql.adopt_php_tasks;
     let mut store = MysqlStore::new(&config.delivery.mysql)?;
-    if adopting {
-        store = store.with_task_adoption(&host_name(), std::process::id());
+    let task_adoption =
+        adopting.then(|| Arc::new(TaskAdoption::new(&host_name(), std::process::id())));
+    if let Some(adoption) = &task_adoption {
+        store = store.with_task_adoption(Arc::clone(adoption));
     }
     let store = Arc::new(store);
     let api_store = Arc::new(MysqlStore::new(&MysqlConfig {
@@ -180,7 +184,7 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
 
     let api = Arc::new(
         Api::new(
-            Arc::clone(&api_store) as Arc<dyn Store>,
+            Arc::clone(&api_store) as Arc<dyn QueueCounts>,
             Arc::new(MysqlReadiness {
                 store: Arc::clone(&api_store),
                 clock: Arc::clone(&clock),
@@ -200,8 +204,8 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
             Arc::new(move || store.rows_unreadable())
         })
         .with_adoption({
-            let store = Arc::clone(&store);
-            Arc::new(move || store.adoption_totals())
+            let adoption = task_adoption.clone();
+            Arc::new(move || adoption.as_ref().map(|adoption| adoption.totals()))
         })
         .with_log_lines_dropped({
             let dropped = log_dropped.clone();
@@ -220,6 +224,7 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
     let schema = tokio::spawn(check_schema_when_ready(Arc::clone(&store)));
     let php_watch = tokio::spawn(handoff.watch_php_delivery(Arc::clone(&store)));
     let measuring = tokio::spawn(keep_measured(Arc::clone(&clock), store.reader().clone()));
+    let adoption_clock = Arc::clone(&clock) as Arc<dyn Clock>;
     let delivering = {
         let dispatcher = Arc::clone(&dispatcher);
         tokio::spawn(async move {
@@ -231,10 +236,9 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
     let mut adoption = tokio::spawn({
         let store = Arc::clone(&store);
         async move {
-            if adopting {
-                adopt_php_tasks(store).await
-            } else {
-                std::future::pending().await
+            match task_adoption {
+                Some(adoption) => adopt_php_tasks(store, adoption, adoption_clock).await,
+                None => std::future::pending().await,
             }
         }
     });

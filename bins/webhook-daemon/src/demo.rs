@@ -25,8 +25,8 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use webhook_core::{
-    verify, Dispatcher, EventSink, Hook, MemoryStore, NewRequest, RequestStatus, Settings, Store,
-    Windows,
+    verify, Dispatcher, EventSink, Hook, MemoryStore, NewRequest, QueueCounts, RequestStatus,
+    Settings, Windows,
 };
 use webhook_transport_hyper::{HyperTransport, TransportConfig};
 

@@ -10,10 +10,11 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
+use webhook_core::adoption::AdoptionTotals;
 use webhook_core::hold::{Reading, Sight, Source};
 use webhook_core::metrics::LATENCY_BUCKETS;
 use webhook_core::{MetricsSnapshot, QueueStats};
-use webhook_store_mysql::{AdoptionTotals, PhpDeliveryTasks};
+use webhook_store_mysql::PhpDeliveryTasks;
 
 use crate::handoff::HandOffStatus;
 

@@ -7,11 +7,13 @@
 //! from [`Dispatcher`].
 //!
 //! It performs no I/O and reads no clock: the database, HTTP and time come
-//! in through [`Store`], [`Transport`] and [`Clock`]. [`MemoryStore`] and
+//! in through [`Store`] (and, for diagnostics, [`QueueCounts`]; for task
+//! adoption, [`adoption::TaskQueue`]), [`Transport`] and [`Clock`]. [`MemoryStore`] and
 //! [`ManualClock`] make the whole loop deterministic in tests.
 
 #![warn(missing_docs)]
 
+pub mod adoption;
 pub mod breaker;
 pub mod clock;
 #[cfg(any(test, feature = "conformance"))]
@@ -57,7 +59,9 @@ pub use payload::{sign, verify, Payload};
 pub use properties::{ErrorCode, ErrorType, Properties, PropertiesError};
 pub use setting::{withheld, Lookup, Setting, SettingError, SettingInfo};
 pub use signing::{Signatures, Signer, SigningSettings, StandardScope, StandardSignature};
-pub use store::{CandidateQuery, Claim, HookLock, QueueStats, Store, StoreError, Written};
+pub use store::{
+    CandidateQuery, Claim, HookLock, QueueCounts, QueueStats, Store, StoreError, Written,
+};
 pub use transport::{OutboundRequest, Resolution, Target, Transport};
 pub use triage::{triage, triage_looked_up, HookLookup, Triage};
 pub use windows::{Cutoffs, Settings, WindowWarning, Windows};

@@ -1,5 +1,6 @@
-//! `MemoryStore`: a `Store` held in memory with exactly the SQL's semantics
-//! (the conformance suite runs against it and the MySQL store alike). It
+//! `MemoryStore`: the database ports (`Store`, `QueueCounts`,
+//! `TaskQueue`) held in memory with exactly the SQL's semantics (the
+//! conformance suite runs against it and the MySQL store alike). It
 //! serves core tests, simulations, the demo and embedders.
 //!
 //! Its clock stands in for the database server's `UNIX_TIMESTAMP()`.
@@ -11,16 +12,21 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::adoption::TaskAdoption;
 use crate::clock::Clock;
 use crate::hold::{ConfigUnreadable, PhorgeConfig};
 use crate::model::{phid_type, Hook, LastResult, RequestRow, RequestStatus, UnixTime};
 use crate::objects::{ObjectLookup, PhorgeObjects, Unseen};
 use crate::outcome::ResultWrite;
-use crate::store::{CandidateQuery, Claim, HookLock, QueueStats, Store, StoreError, Written};
+use crate::store::{
+    CandidateQuery, Claim, HookLock, QueueCounts, QueueStats, Store, StoreError, Written,
+};
 
 mod lock;
+mod tasks;
 
 use lock::MemoryHookLock;
+pub use tasks::ArchivedTask;
 
 /// A store operation, for fault injection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -41,12 +47,14 @@ pub enum StoreOp {
     LockCheck,
     /// [`Store::claims_in_flight`]
     ClaimsInFlight,
-    /// [`Store::stats`]
+    /// [`QueueCounts::stats`]
     Stats,
-    /// [`Store::hook_count`]
+    /// [`QueueCounts::hook_count`]
     HookCount,
     /// [`PhorgeObjects::lookup`]
     ObjectLookup,
+    /// Every [`TaskQueue`](crate::adoption::TaskQueue) operation.
+    Tasks,
 }
 
 /// How an injected fault fails its operation.
@@ -131,13 +139,17 @@ struct Inner {
     /// was ever added).
     object_types: HashSet<String>,
     next_transaction_id: u64,
+    /// Phorge's task queue.
+    tasks: tasks::Tasks,
 }
 
-/// An in-memory `herald_webhookrequest` + `herald_webhook`.
+/// An in-memory `herald_webhookrequest` + `herald_webhook`, and Phorge's
+/// task queue. Clones share the tables; each has its own task adoption.
 #[derive(Clone)]
 pub struct MemoryStore {
     clock: Arc<dyn Clock>,
     inner: Arc<Mutex<Inner>>,
+    adoption: Option<Arc<TaskAdoption>>,
 }
 
 impl fmt::Debug for MemoryStore {
@@ -160,7 +172,16 @@ impl MemoryStore {
                 silent: Some(false),
                 ..Inner::default()
             })),
+            adoption: None,
         }
+    }
+
+    /// This handle, as a daemon instance adopting Phorge's webhook tasks
+    /// through `adoption`: only rows whose task a daemon leases (or that
+    /// have none) are candidates ([`TaskAdoption::gate`]).
+    pub fn with_task_adoption(mut self, adoption: Arc<TaskAdoption>) -> Self {
+        self.adoption = Some(adoption);
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -354,19 +375,31 @@ impl MemoryStore {
 #[async_trait]
 impl Store for MemoryStore {
     async fn candidates(&self, query: &CandidateQuery) -> Result<Vec<RequestRow>, StoreError> {
-        let mut inner = self.lock();
-        Self::check_fault(&mut inner, StoreOp::Candidates)?;
-        inner.candidate_limits.push(query.limit);
         let c = query.cutoffs;
-        Ok(inner
-            .rows
-            .values()
-            .filter(|r| r.status == RequestStatus::Queued)
-            .filter(|r| c.past_lease(r) && c.past_backoff(r))
-            .filter(|r| !query.exclude_hooks.contains(&r.webhook_phid))
-            .take(query.limit)
-            .cloned()
-            .collect())
+        let left_to_php = self
+            .adoption
+            .as_ref()
+            .map(|adoption| adoption.left_to_php(c.now))
+            .unwrap_or_default();
+        let rows = {
+            let mut inner = self.lock();
+            Self::check_fault(&mut inner, StoreOp::Candidates)?;
+            inner.candidate_limits.push(query.limit);
+            inner
+                .rows
+                .values()
+                .filter(|r| r.status == RequestStatus::Queued)
+                .filter(|r| c.past_lease(r) && c.past_backoff(r))
+                .filter(|r| !query.exclude_hooks.contains(&r.webhook_phid))
+                .filter(|r| !left_to_php.contains(&r.id))
+                .take(query.limit)
+                .cloned()
+                .collect()
+        };
+        match &self.adoption {
+            None => Ok(rows),
+            Some(adoption) => adoption.gate(self, rows, c.now).await,
+        }
     }
 
     async fn claim(&self, id: u64, seen_version: UnixTime) -> Result<Claim, StoreError> {
@@ -475,7 +508,10 @@ impl Store for MemoryStore {
             session,
         ))))
     }
+}
 
+#[async_trait]
+impl QueueCounts for MemoryStore {
     async fn stats(&self) -> Result<QueueStats, StoreError> {
         let mut inner = self.lock();
         Self::check_fault(&mut inner, StoreOp::Stats)?;

@@ -1,5 +1,8 @@
-//! The `Store` trait: every database operation the dispatcher, the
-//! diagnostics API and the admin tool need, in the terms of SPEC §4.
+//! The database ports, in the terms of SPEC §4: `Store`, what the
+//! dispatcher reads and writes to deliver (candidates, the claim, the
+//! write-back, the hook, the breaker's count, claims in flight, the
+//! per-hook lock), and `QueueCounts`, the counts the diagnostics API
+//! reports (rows by status, hooks), which delivery never reads.
 //! Implementations must obey the SQL's semantics exactly; the shared
 //! conformance suite (`conformance` feature) holds them to it.
 
@@ -125,7 +128,8 @@ pub trait HookLock: Send + Sync + fmt::Debug {
     async fn still_held(&mut self) -> Result<bool, StoreError>;
 }
 
-/// The queue table and hook table, as the daemon sees them.
+/// The queue table and hook table, as the dispatcher reads and writes
+/// them to deliver.
 #[async_trait]
 pub trait Store: Send + Sync {
     /// Queued rows that are fresh or past their lease, and not waiting out a
@@ -165,8 +169,13 @@ pub trait Store: Send + Sync {
     /// Takes the per-hook serialisation without waiting; `None` when someone
     /// else (another daemon, a PHP worker) holds it.
     async fn lock_hook(&self, hook_phid: &str) -> Result<Option<Box<dyn HookLock>>, StoreError>;
+}
 
-    /// Counts for the stats endpoint.
+/// The queue's and the hooks' counts, for the diagnostics API's stats
+/// endpoint and `/metrics`: reads for people, which delivery never makes.
+#[async_trait]
+pub trait QueueCounts: Send + Sync {
+    /// Rows by status, and hooks not `disabled`.
     async fn stats(&self) -> Result<QueueStats, StoreError>;
 
     /// All hooks, including disabled ones.

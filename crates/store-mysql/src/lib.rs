@@ -45,6 +45,10 @@
 //!   [`OBJECT_TABLES`]): whether a request's object still exists and which
 //!   of its listed transactions do, newest first, as Phorge's worker
 //!   loads them before a call.
+//! * Phorge's task queue ([`webhook_core::adoption::TaskQueue`], on
+//!   `{namespace}_worker`): the operations task adoption performs, whose
+//!   policy is the core's, and the check of the grants it needs
+//!   ([`MysqlStore::adoption_grants_missing`]).
 //! * The hand-off checks: Phorge's global silent mode
 //!   ([`webhook_core::PhorgeConfig`]) and leftover PHP delivery tasks
 //!   ([`MysqlReader::php_delivery_tasks`]), read from Phorge's config and
@@ -61,7 +65,6 @@
 //! other surprise — an unknown `status`, a NULL or a negative number —
 //! becomes [`webhook_core::StoreError::MalformedRow`].
 
-mod adoption;
 mod batch;
 mod candidates;
 pub mod config;
@@ -83,8 +86,8 @@ mod server_time;
 mod session;
 pub mod sql;
 mod store;
+mod task_queue;
 
-pub use adoption::{AdoptionRound, AdoptionTotals, TASK_GRACE_SECS, TASK_LEASE};
 pub use candidates::{INLINE_PROPERTIES_MAX, POLL_BYTES_MAX};
 pub use config::{MysqlConfig, DEFAULT_POOL_MAX};
 pub use driver_buffers::{bound_driver_buffers, BUFFER_POOL_CAP, BUFFER_SIZE_CAP};

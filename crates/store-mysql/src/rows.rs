@@ -62,16 +62,6 @@ pub(crate) fn text(
     })
 }
 
-/// A binary column's bytes (a PHID compared, not shown).
-pub(crate) fn bytes(
-    row: &mut Row,
-    index: usize,
-    column: &str,
-    id: u64,
-) -> Result<Vec<u8>, StoreError> {
-    take(row, index, column, id)
-}
-
 /// A string column that may be NULL (a LEFT JOIN's missing side).
 pub(crate) fn optional_text(
     row: &mut Row,
@@ -95,6 +85,16 @@ pub(crate) fn unsigned(
     column: &str,
     id: u64,
 ) -> Result<u64, StoreError> {
+    take(row, index, column, id)
+}
+
+/// A signed number that may be NULL (a difference of epochs).
+pub(crate) fn optional_signed(
+    row: &mut Row,
+    index: usize,
+    column: &str,
+    id: u64,
+) -> Result<Option<i64>, StoreError> {
     take(row, index, column, id)
 }
 

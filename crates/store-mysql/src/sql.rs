@@ -11,6 +11,9 @@
 //! statements in one round trip: it puts numbers as digits and text as hex
 //! literals in place of the `?`s, so no byte of a value is ever read as SQL.
 
+/// The task class and the owner prefix the task statements name.
+pub use webhook_core::adoption::{DAEMON_LEASE_PREFIX, WEBHOOK_TASK_CLASS};
+
 use crate::object_tables::ObjectTables;
 
 /// The columns of a request row, in the order the row mapping reads them.
@@ -47,7 +50,7 @@ pub fn candidate_sql(excluded_hooks: usize) -> String {
 /// limit, the frontier, `below` ids (none when `below` is 0), then as
 /// [`candidate_sql`]: `lease_cutoff`, `retry_cutoff`, the excluded hooks,
 /// then `excluded_rows` row ids to leave out (rows task adoption leaves to
-/// PHP for now, [`crate::adoption`]), the limit.
+/// PHP for now, [`webhook_core::adoption`]), the limit.
 pub fn candidate_sql_above_floor(
     excluded_hooks: usize,
     below: usize,
@@ -311,22 +314,13 @@ pub fn silent_mode(namespace: &str) -> String {
     )
 }
 
-/// The class of Phorge's webhook delivery tasks.
-pub const WEBHOOK_TASK_CLASS: &str = "HeraldWebhookWorker";
-
-/// The `leaseOwner` every daemon instance's task leases start with
-/// ([`crate::adoption`]); Phorge's taskmasters write `pid:time:host:seq`
-/// or `(yield)`, which never do.
-pub const DAEMON_LEASE_PREFIX: &str = "gorge-webhook:";
-
-/// A task no taskmaster runs or will run before someone leases it again:
-/// what Phorge's lease query takes (no owner, or a lapsed lease), and a
-/// task that yielded (`(yield)`: its taskmaster let it go until then).
+/// [`webhook_core::adoption::TaskLease::adoptable`] in SQL, on the
+/// server's clock: no owner, a yield, or a lapsed lease.
 const TASK_ADOPTABLE: &str =
     "(leaseOwner IS NULL OR leaseOwner = '(yield)' OR leaseExpires < UNIX_TIMESTAMP())";
 
-/// A task Phorge's taskmasters could lease right now (their lease query's
-/// two phases: no owner, or a lapsed lease).
+/// [`webhook_core::adoption::TaskLease::runnable_by_php`] in SQL: what a
+/// taskmaster's lease query could take now (no owner, or a lapsed lease).
 const TASK_RUNNABLE_BY_PHP: &str = "(leaseOwner IS NULL OR leaseExpires < UNIX_TIMESTAMP())";
 
 /// `HeraldWebhookWorker` tasks in Phorge's task queue for `namespace`
@@ -386,8 +380,8 @@ pub fn tasks_adopt(namespace: &str, count: usize) -> String {
     )
 }
 
-/// Extends this instance's leases that end within the renewal window and
-/// have not ended: a lapsed lease is never extended (it is adopted again,
+/// Extends the daemon leases (every instance's: the owner pattern) that
+/// end within the renewal window and have not ended: a lapsed lease is never extended (it is adopted again,
 /// under a new owner). Parameters: the lease in seconds, the owner
 /// pattern (`prefix%`), the renewal window in seconds.
 pub fn tasks_renew(namespace: &str) -> String {
@@ -412,15 +406,13 @@ pub fn tasks_ended(namespace: &str) -> String {
     )
 }
 
-/// The webhook tasks of the listed requests, each with how it stands:
-/// 0 leased by a daemon instance for at least the margin, 1 adoptable,
-/// 2 on PHP's side. Parameters: the margin in seconds, then `count`
-/// request PHIDs.
+/// The webhook tasks of the listed requests: the request's PHID, the
+/// task's id, its `leaseOwner` and the seconds left of its lease (its
+/// `leaseExpires` minus the server's now). Parameters: `count` request
+/// PHIDs.
 pub fn tasks_of_requests(namespace: &str, count: usize) -> String {
     format!(
-        "SELECT objectPHID, id, CASE \
-         WHEN leaseOwner LIKE '{DAEMON_LEASE_PREFIX}%' AND leaseExpires >= UNIX_TIMESTAMP() + ? THEN 0 \
-         WHEN {TASK_ADOPTABLE} THEN 1 ELSE 2 END \
+        "SELECT objectPHID, id, leaseOwner, CAST(leaseExpires AS SIGNED) - UNIX_TIMESTAMP() \
          FROM `{namespace}_worker`.worker_activetask \
          WHERE objectPHID IN ({}) AND taskClass = '{WEBHOOK_TASK_CLASS}'",
         marks(count)

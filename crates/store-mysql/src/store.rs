@@ -1,8 +1,10 @@
-//! `MysqlStore`: the [`webhook_core::Store`] on a [`MysqlReader`]: its
-//! reads are the reader's; the claim and the write-back go through the
-//! group commit of [`crate::batch`], the hook lock through
-//! [`crate::lock`], the candidate query through [`crate::candidates`]
-//! above the scan floor of [`crate::queued_floor`].
+//! `MysqlStore`: the [`webhook_core::Store`] and
+//! [`webhook_core::QueueCounts`] on a [`MysqlReader`]: its reads are the
+//! reader's; the claim and the write-back go through the group commit of
+//! [`crate::batch`], the hook lock through [`crate::lock`], the candidate
+//! query through [`crate::candidates`] above the scan floor of
+//! [`crate::queued_floor`] and, with task adoption on, through the core's
+//! gate on Phorge's task queue ([`crate::task_queue`]).
 //!
 //! Each read borrows one pooled connection for one statement (the hook
 //! lock keeps its connection until released). Every connection and
@@ -14,12 +16,13 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
+use webhook_core::adoption::TaskAdoption;
 use webhook_core::{
     CandidateQuery, Claim, ConfigUnreadable, Hook, HookLock, ObjectLookup, PhorgeConfig,
-    PhorgeObjects, QueueStats, RequestRow, ResultWrite, Store, StoreError, UnixTime, Written,
+    PhorgeObjects, QueueCounts, QueueStats, RequestRow, ResultWrite, Store, StoreError, UnixTime,
+    Written,
 };
 
-use crate::adoption::{self, AdoptionRound, AdoptionTotals, TaskAdoption};
 use crate::batch::{RowWrite, WriteBatcher};
 use crate::candidates::{self, UnreadableRows};
 use crate::config::MysqlConfig;
@@ -70,61 +73,13 @@ impl MysqlStore {
         })
     }
 
-    /// Adopts Phorge's webhook tasks ([`crate::adoption`]), leasing them
-    /// under owner strings naming this `host` and `pid` (and a random
-    /// nonce): only rows whose task a daemon leases (or that have none) are
-    /// candidates; [`adoption_round`](Self::adoption_round) leases and
-    /// extends, [`adoption_archive`](Self::adoption_archive) archives.
-    pub fn with_task_adoption(mut self, host: &str, pid: u32) -> Self {
-        self.adoption = Some(Arc::new(TaskAdoption::new(host, pid)));
+    /// Adopts Phorge's webhook tasks through `adoption`
+    /// ([`webhook_core::adoption`]): only rows whose task a daemon leases
+    /// (or that have none) are candidates. The store is also the
+    /// adoption's [`webhook_core::adoption::TaskQueue`] (module `task_queue`).
+    pub fn with_task_adoption(mut self, adoption: Arc<TaskAdoption>) -> Self {
+        self.adoption = Some(adoption);
         self
-    }
-
-    /// One round of task adoption: daemon leases that are due extended,
-    /// free tasks leased; `None` without adoption.
-    pub async fn adoption_round(&self) -> Result<Option<AdoptionRound>, StoreError> {
-        let Some(adoption) = &self.adoption else {
-            return Ok(None);
-        };
-        adoption
-            .round(self.connector(), self.namespace())
-            .await
-            .map(Some)
-    }
-
-    /// Leases the webhook tasks Phorge queued since the last sweep (those
-    /// with no owner); `None` without adoption.
-    pub async fn adoption_sweep(&self) -> Result<Option<u64>, StoreError> {
-        let Some(adoption) = &self.adoption else {
-            return Ok(None);
-        };
-        adoption
-            .sweep_unleased(self.connector(), self.namespace())
-            .await
-            .map(Some)
-    }
-
-    /// Archives the daemon-leased tasks whose request ended; `None`
-    /// without adoption.
-    pub async fn adoption_archive(&self) -> Result<Option<AdoptionRound>, StoreError> {
-        let Some(adoption) = &self.adoption else {
-            return Ok(None);
-        };
-        adoption
-            .archive_ended(self.connector(), self.namespace())
-            .await
-            .map(Some)
-    }
-
-    /// Task adoption's totals since start; `None` without it.
-    pub fn adoption_totals(&self) -> Option<AdoptionTotals> {
-        self.adoption.as_ref().map(|adoption| adoption.totals())
-    }
-
-    /// The privileges task adoption needs that the account lacks, as
-    /// `PRIVILEGE on db.table` (empty: none missing).
-    pub async fn adoption_grants_missing(&self) -> Result<Vec<String>, StoreError> {
-        adoption::check_grants(self.connector(), self.namespace()).await
     }
 
     /// The read-only side, sharing this store's pool.
@@ -132,7 +87,7 @@ impl MysqlStore {
         &self.reader
     }
 
-    fn connector(&self) -> &Connector {
+    pub(crate) fn connector(&self) -> &Connector {
         self.reader.connector()
     }
 
@@ -246,11 +201,7 @@ impl Store for MysqlStore {
         .await?;
         match &self.adoption {
             None => Ok(rows),
-            Some(adoption) => {
-                adoption
-                    .gate(self.connector(), self.namespace(), rows, query.cutoffs.now)
-                    .await
-            }
+            Some(adoption) => adoption.gate(self, rows, query.cutoffs.now).await,
         }
     }
 
@@ -304,7 +255,10 @@ impl Store for MysqlStore {
             .await?
             .map(|lock| Box::new(lock) as Box<dyn HookLock>))
     }
+}
 
+#[async_trait]
+impl QueueCounts for MysqlStore {
     async fn stats(&self) -> Result<QueueStats, StoreError> {
         self.reader.stats().await
     }

@@ -68,7 +68,7 @@ pub(super) async fn stats_count_rows_and_active_hooks(bed: &dyn TestBed) {
     bed.insert_hook(&hook("PHID-HWBH-conformanceccccccccc", "firehose"))
         .await;
     assert_eq!(
-        bed.store().stats().await.expect("stats"),
+        bed.counts().stats().await.expect("stats"),
         QueueStats {
             queued: 3,
             sent: 2,
@@ -76,5 +76,5 @@ pub(super) async fn stats_count_rows_and_active_hooks(bed: &dyn TestBed) {
             active_hooks: 2
         }
     );
-    assert_eq!(bed.store().hook_count().await.expect("count"), 3);
+    assert_eq!(bed.counts().hook_count().await.expect("count"), 3);
 }

@@ -6,11 +6,15 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::{cases, TestBed};
+use crate::adoption::{TaskAdoption, TaskLease, TaskQueue};
 use crate::clock::{Clock, ManualClock};
 use crate::memory_store::{MemoryStore, NewRequest};
 use crate::model::{Hook, RequestRow, UnixTime};
 use crate::objects::PhorgeObjects;
-use crate::store::Store;
+use crate::store::{QueueCounts, Store};
+
+/// How long a taskmaster's lease lasts (Phorge's default lease).
+const TASKMASTER_LEASE_SECS: u64 = 7_200;
 
 struct MemoryBed {
     clock: ManualClock,
@@ -20,6 +24,9 @@ struct MemoryBed {
 #[async_trait]
 impl TestBed for MemoryBed {
     fn store(&self) -> &dyn Store {
+        &self.store
+    }
+    fn counts(&self) -> &dyn QueueCounts {
         &self.store
     }
     async fn now(&self) -> UnixTime {
@@ -59,6 +66,27 @@ impl TestBed for MemoryBed {
     }
     async fn lose_lock_session(&self, _hook_phid: &str) {
         self.store.lose_lock_sessions();
+    }
+    fn tasks(&self) -> &dyn TaskQueue {
+        &self.store
+    }
+    fn adopting(&self, adoption: Arc<TaskAdoption>) -> Box<dyn Store> {
+        Box::new(self.store.clone().with_task_adoption(adoption))
+    }
+    async fn queue_task(&self, class: &str, object_phid: Option<&str>) -> u64 {
+        self.store.queue_task(class, object_phid)
+    }
+    async fn set_task_lease(&self, id: u64, owner: Option<&str>, expires_in: Option<i64>) {
+        self.store.set_task_lease(id, owner, expires_in);
+    }
+    async fn task_lease(&self, id: u64) -> Option<TaskLease> {
+        self.store.task_lease(id)
+    }
+    async fn archived_result(&self, id: u64) -> Option<u64> {
+        self.store.archived_task(id).map(|task| task.result.code())
+    }
+    async fn taskmaster_lease(&self, owner: &str) -> Option<u64> {
+        self.store.taskmaster_lease(owner, TASKMASTER_LEASE_SECS)
     }
 }
 

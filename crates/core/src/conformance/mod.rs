@@ -1,16 +1,21 @@
-//! The shared `Store` conformance suite: the same cases run against
-//! `MemoryStore` (`memory`) and against the MySQL store on a real MariaDB, which
-//! is how the in-memory semantics are proven equal to the SQL's.
+//! The shared conformance suite of the database ports (`Store`,
+//! `QueueCounts`, `TaskQueue`): the same cases run against `MemoryStore`
+//! (`memory`) and against the MySQL store on a real MariaDB (with Phorge's
+//! task queue beside it), which is how the in-memory semantics are proven
+//! equal to the SQL's.
 //!
 //! A case gets a fresh, empty [`TestBed`]; it seeds rows relative to the
 //! store's own "now" so it holds whichever clock the store uses. The cases
 //! are grouped by topic (`candidates`, `claims`, `write_back`, `lookups`,
-//! `locks`, `objects`); [`cases`] lists them all, in a stable order, and
+//! `locks`, `objects`, `adoption`); [`cases`] lists them all, in a stable order, and
 //! `memory` runs them against `MemoryStore`.
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures::future::BoxFuture;
 
+mod adoption;
 mod candidates;
 mod claims;
 mod locks;
@@ -20,19 +25,22 @@ mod memory;
 mod objects;
 mod write_back;
 
+use crate::adoption::{TaskAdoption, TaskLease, TaskQueue};
 use crate::memory_store::NewRequest;
 use crate::model::{Hook, LastResult, RequestRow, RequestStatus, UnixTime};
 use crate::objects::PhorgeObjects;
 use crate::outcome::ResultWrite;
-use crate::store::{CandidateQuery, Claim, Store};
+use crate::store::{CandidateQuery, Claim, QueueCounts, Store};
 use crate::windows::Cutoffs;
 
 /// What a case needs besides the `Store` under test: seeding and reading
 /// rows as Phorge would, and the store's own clock.
 #[async_trait]
 pub trait TestBed: Send + Sync {
-    /// The store under test.
+    /// The store under test, as the dispatcher sees it.
     fn store(&self) -> &dyn Store;
+    /// The same store's counts, as the diagnostics API reads them.
+    fn counts(&self) -> &dyn QueueCounts;
     /// The store's notion of now (the server's `UNIX_TIMESTAMP()`).
     async fn now(&self) -> UnixTime;
     /// Inserts a hook row.
@@ -64,6 +72,26 @@ pub trait TestBed: Send + Sync {
     /// holder's back (as a cut connection or a `KILL` does): the server
     /// frees the lock.
     async fn lose_lock_session(&self, hook_phid: &str);
+    /// Phorge's task queue, as the store under test speaks it.
+    fn tasks(&self) -> &dyn TaskQueue;
+    /// The store under test as a daemon instance adopting Phorge's tasks
+    /// through `adoption` (its candidates gated).
+    fn adopting(&self, adoption: Arc<TaskAdoption>) -> Box<dyn Store>;
+    /// Queues an unleased task of `class` whose `objectPHID` is
+    /// `object_phid`, as Phorge's `queueCall` does; returns its id.
+    async fn queue_task(&self, class: &str, object_phid: Option<&str>) -> u64;
+    /// Sets a task's lease: `owner`, and `leaseExpires` this many seconds
+    /// from the store's now (negative: lapsed).
+    async fn set_task_lease(&self, id: u64, owner: Option<&str>, expires_in: Option<i64>);
+    /// The lease of a task in the active queue; `None` when it is not
+    /// there.
+    async fn task_lease(&self, id: u64) -> Option<TaskLease>;
+    /// The `result` of a task in the archive; `None` when it is not there.
+    async fn archived_result(&self, id: u64) -> Option<u64>;
+    /// Leases one task as a Phorge taskmaster does (any class: first one
+    /// with no owner, then one whose lease lapsed); `None` when its lease
+    /// query finds nothing it may run.
+    async fn taskmaster_lease(&self, owner: &str) -> Option<u64>;
 }
 
 /// One named conformance case.
@@ -113,6 +141,11 @@ cases!(
     candidates::a_row_waiting_out_its_backoff_below_many_sent_rows_comes_back,
     candidates::a_fresh_row_after_many_retained_rows_is_a_candidate_at_once,
     candidates::a_deleted_row_does_not_hide_the_rows_after_it,
+    adoption::every_task_no_taskmaster_runs_is_leased,
+    adoption::the_sweep_leases_only_tasks_without_an_owner,
+    adoption::due_leases_are_extended_and_lapsed_ones_taken_again,
+    adoption::only_rows_whose_task_a_daemon_leases_are_candidates,
+    adoption::ended_requests_tasks_are_archived_once_as_phorges_worker_ends_them,
 );
 
 const HOOK: &str = "PHID-HWBH-conformanceaaaaaaaaa";

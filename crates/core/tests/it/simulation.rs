@@ -3,7 +3,9 @@
 //! failures, dispatchers are killed mid-delivery and replaced, and rows
 //! keep arriving. Every seed is checked against the invariants in
 //! [`check`]; a failing seed is printed so `SIM_SEED=<n>` replays it.
-//! `SIM_SEEDS=<n>` runs more seeds.
+//! `SIM_SEEDS=<n>` runs more seeds. The same runs with task adoption on
+//! (Phorge queueing a task per row and a taskmaster competing for them)
+//! are held to adoption's invariants too (`adoption`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -13,16 +15,20 @@ use async_trait::async_trait;
 use futures::executor::{LocalPool, LocalSpawner};
 use futures::future::{abortable, AbortHandle};
 use futures::task::LocalSpawnExt;
+use futures::FutureExt;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
+use webhook_core::adoption::TaskAdoption;
 use webhook_core::{
     Clock, DeliveryResult, Dispatcher, LastResult, ManualClock, MemoryStore, Metrics, NewRequest,
-    OutboundRequest, RequestStatus, Resolution, Settings, Target, Transport, TransportFailure,
-    Windows,
+    OutboundRequest, RequestStatus, Resolution, Settings, Store, Target, Transport,
+    TransportFailure, Windows,
 };
 
 use crate::support::{hook, START};
+
+mod adoption;
 
 const HOOKS: usize = 4;
 const ROWS: usize = 24;
@@ -75,6 +81,8 @@ impl Attempt {
 struct World {
     rng: ChaCha8Rng,
     attempts: Vec<Attempt>,
+    /// Phorge's task queue side, when adopting.
+    phorge: adoption::Phorge,
 }
 
 #[derive(Clone)]
@@ -182,6 +190,10 @@ struct Fleet {
     started: Arc<Mutex<usize>>,
     /// Every dispatcher's counters, the killed ones' too.
     metrics: Arc<Mutex<Vec<Arc<Metrics>>>>,
+    /// Whether each dispatcher adopts Phorge's tasks.
+    adopting: bool,
+    /// Every dispatcher's task adoption, the killed ones' too.
+    adoptions: Arc<Mutex<Vec<Arc<TaskAdoption>>>>,
 }
 
 impl Fleet {
@@ -191,8 +203,21 @@ impl Fleet {
             *started += 1;
             *started
         };
+        let (store, rounds): (Arc<dyn Store>, _) = if self.adopting {
+            let (store, adoption, rounds) = adoption::adopting_store(&self.store, &self.shared, id);
+            self.adoptions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(adoption);
+            (store, rounds)
+        } else {
+            (
+                Arc::new(self.store.clone()),
+                futures::future::pending().boxed_local(),
+            )
+        };
         let dispatcher = Dispatcher::new(
-            Arc::new(self.store.clone()),
+            store,
             Arc::new(SimTransport {
                 id,
                 shared: self.shared.clone(),
@@ -205,8 +230,10 @@ impl Fleet {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(dispatcher.metrics());
-        let (run, handle) =
-            abortable(async move { dispatcher.run(futures::future::pending()).await });
+        // Its adoption rounds die with it, as in one process.
+        let (run, handle) = abortable(async move {
+            futures::future::join(dispatcher.run(futures::future::pending()), rounds).await
+        });
         self.live
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -237,13 +264,14 @@ struct Sim {
 }
 
 impl Sim {
-    fn new(seed: u64) -> Self {
+    fn new(seed: u64, adopting: bool) -> Self {
         let clock = ManualClock::new(START);
         let shared = Shared {
             clock: clock.clone(),
             world: Arc::new(Mutex::new(World {
                 rng: ChaCha8Rng::seed_from_u64(seed),
                 attempts: Vec::new(),
+                phorge: adoption::Phorge::default(),
             })),
         };
         let store = MemoryStore::new(Arc::new(clock));
@@ -261,6 +289,8 @@ impl Sim {
             live: Arc::default(),
             started: Arc::default(),
             metrics: Arc::default(),
+            adopting,
+            adoptions: Arc::default(),
         };
         Self {
             shared,
@@ -276,12 +306,16 @@ impl Sim {
         }
         self.spawn_producer();
         self.spawn_chaos();
+        if self.fleet.adopting {
+            adoption::spawn_taskmaster(&self.pool.spawner(), &self.shared, &self.store);
+        }
     }
 
     /// Inserts rows at random moments during the first 30 s.
     fn spawn_producer(&self) {
         let shared = self.shared.clone();
         let store = self.store.clone();
+        let (spawner, adopting) = (self.pool.spawner(), self.fleet.adopting);
         self.pool
             .spawner()
             .spawn_local(async move {
@@ -301,10 +335,14 @@ impl Sim {
                         hook_phid(hook)
                     };
                     let retry = if forever { "forever" } else { "never" };
-                    store.insert_request(NewRequest::queued(
+                    let id = store.insert_request(NewRequest::queued(
                         &hook_phid,
                         &format!(r#"{{"retry":"{retry}","triggerPHIDs":["PHID-HRUL-sim"]}}"#),
                     ));
+                    if adopting {
+                        let phid = store.row(id).map(|row| row.phid).unwrap_or_default();
+                        adoption::queue_task_soon(&spawner, &shared, &store, phid);
+                    }
                 }
             })
             .expect("spawn");
@@ -335,9 +373,12 @@ impl Sim {
             .expect("spawn");
     }
 
+    /// Every row final and, when adopting, every task archived.
     fn all_final(&self) -> bool {
         let rows = self.store.rows();
-        rows.len() == ROWS && rows.iter().all(|r| r.status != RequestStatus::Queued)
+        rows.len() == ROWS
+            && rows.iter().all(|r| r.status != RequestStatus::Queued)
+            && (!self.fleet.adopting || adoption::all_archived(&self.shared, &self.store))
     }
 
     /// Runs until every row is final or the horizon passes.
@@ -378,6 +419,9 @@ fn secs_at(t: Duration) -> u64 {
 
 /// The invariants, stated once.
 fn check(sim: &Sim, finished: bool) -> Result<(), String> {
+    if sim.fleet.adopting {
+        adoption::check(&sim.shared, &sim.store)?;
+    }
     let lease = Windows::try_new(settings()).expect("valid").lease_secs();
     let world = sim.shared.world();
     let rows = sim.store.rows();
@@ -475,8 +519,8 @@ fn check(sim: &Sim, finished: bool) -> Result<(), String> {
     Ok(())
 }
 
-fn run_seed(seed: u64) -> Result<usize, String> {
-    let mut sim = Sim::new(seed);
+fn run_seed(seed: u64, adopting: bool) -> Result<usize, String> {
+    let mut sim = Sim::new(seed, adopting);
     sim.start();
     let finished = sim.run();
     check(&sim, finished)?;
@@ -488,19 +532,35 @@ fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
-#[test]
-fn many_dispatchers_never_double_send_and_lose_nothing() {
-    let seeds: Vec<u64> = match env_u64("SIM_SEED") {
+fn seeds() -> Vec<u64> {
+    match env_u64("SIM_SEED") {
         Some(seed) => vec![seed],
         None => (0..env_u64("SIM_SEEDS").unwrap_or(1_000)).collect(),
-    };
+    }
+}
+
+#[test]
+fn many_dispatchers_never_double_send_and_lose_nothing() {
+    run_seeds(false);
+}
+
+/// With task adoption on: rows whose task no daemon leases are never
+/// claimed, every task ends archived, and still no row goes twice.
+#[test]
+fn adopting_dispatchers_claim_only_rows_whose_task_a_daemon_leases() {
+    run_seeds(true);
+}
+
+fn run_seeds(adopting: bool) {
+    let seeds = seeds();
     let mut attempts = 0;
     for seed in &seeds {
-        match run_seed(*seed) {
+        match run_seed(*seed, adopting) {
             Ok(n) => attempts += n,
-            Err(why) => {
-                panic!("simulation seed {seed} failed (replay with SIM_SEED={seed}): {why}")
-            }
+            Err(why) => panic!(
+                "simulation seed {seed} (adopting: {adopting}) failed \
+                 (replay with SIM_SEED={seed}): {why}"
+            ),
         }
     }
     // Failures and takeovers mean more POSTs than rows.
@@ -514,7 +574,7 @@ fn the_simulation_exercises_kills_retries_and_breakers() {
     let mut failures = 0;
     let mut claims_unused = 0;
     for seed in 0..50 {
-        let mut sim = Sim::new(seed);
+        let mut sim = Sim::new(seed, false);
         sim.start();
         assert!(sim.run(), "seed {seed} did not finish");
         let world = sim.shared.world();
@@ -547,4 +607,30 @@ fn the_simulation_exercises_kills_retries_and_breakers() {
         claims_unused > 0,
         "no row claimed ahead was ever left to its lease"
     );
+}
+
+#[test]
+fn the_adopting_simulation_exercises_taskmasters_and_the_gate() {
+    // Guards against an adoption simulation that stopped testing anything:
+    // taskmasters win tasks, and the gate leaves their rows waiting.
+    let (mut php_leases, mut rows_waiting, mut archived) = (0, 0, 0);
+    for seed in 0..50 {
+        let mut sim = Sim::new(seed, true);
+        sim.start();
+        assert!(sim.run(), "seed {seed} did not finish");
+        php_leases += sim.shared.world().phorge.php_leases;
+        archived += sim.store.archived_task_count();
+        for adoption in sim
+            .fleet
+            .adoptions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            rows_waiting += adoption.totals().rows_waiting_for_php;
+        }
+    }
+    assert!(php_leases > 50, "taskmasters hardly leased: {php_leases}");
+    assert!(rows_waiting > 0, "the gate never left a row to PHP");
+    assert!(archived > 50 * ROWS / 2, "few tasks archived: {archived}");
 }

@@ -4,10 +4,14 @@
 //! lapsed lease, two instances, and the grants check.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use mysql_async::prelude::Queryable;
-use webhook_core::{CandidateQuery, NewRequest, RequestStatus, Settings, Store, Windows};
-use webhook_store_mysql::{MysqlStore, TASK_GRACE_SECS};
+use webhook_core::adoption::{AdoptionRound, TaskAdoption, TASK_GRACE_SECS};
+use webhook_core::{
+    CandidateQuery, NewRequest, RequestStatus, Settings, Store, StoreError, Windows,
+};
+use webhook_store_mysql::MysqlStore;
 use webhook_test_support::mariadb::{server_conn, with_phorge_side, PhorgeSide};
 
 use crate::fixture::{with_db, TestDb};
@@ -15,8 +19,33 @@ use crate::fixture::{with_db, TestDb};
 const HOOK: &str = "PHID-HWBH-adoptaaaaaaaaaaaaaaa";
 const TASKMASTER: &str = "4242:1700000000:php-host:1";
 
-fn adopting(db: &TestDb, pid: u32) -> MysqlStore {
-    db.store().with_task_adoption("test-host", pid)
+/// A store adopting Phorge's tasks as instance `pid` of `test-host`, and
+/// its adoption, whose rounds run on the store's task queue.
+struct Adopting {
+    store: MysqlStore,
+    adoption: Arc<TaskAdoption>,
+}
+
+impl Adopting {
+    async fn round(&self) -> Result<AdoptionRound, StoreError> {
+        self.adoption.round(&self.store).await
+    }
+
+    async fn sweep(&self) -> Result<u64, StoreError> {
+        self.adoption.sweep(&self.store).await
+    }
+
+    async fn archive(&self) -> Result<AdoptionRound, StoreError> {
+        self.adoption.archive_ended(&self.store).await
+    }
+}
+
+fn adopting(db: &TestDb, pid: u32) -> Adopting {
+    let adoption = Arc::new(TaskAdoption::new("test-host", pid));
+    Adopting {
+        store: db.store().with_task_adoption(Arc::clone(&adoption)),
+        adoption,
+    }
 }
 
 fn query(now: u64) -> CandidateQuery {
@@ -29,8 +58,9 @@ fn query(now: u64) -> CandidateQuery {
     }
 }
 
-async fn candidate_ids(store: &MysqlStore, now: u64) -> Vec<u64> {
-    store
+async fn candidate_ids(adopting: &Adopting, now: u64) -> Vec<u64> {
+    adopting
+        .store
         .candidates(&query(now))
         .await
         .expect("candidates")
@@ -75,7 +105,7 @@ async fn free_webhook_tasks_are_leased_and_a_taskmaster_finds_none_of_them() {
             side.set_lease(running, Some(TASKMASTER), Some(7_000)).await;
             let other_class = side.queue_task("PhabricatorSearchWorker", None).await;
 
-            let round = store.adoption_round().await.expect("round").expect("on");
+            let round = store.round().await.expect("round");
             assert_eq!(round.adopted, 3, "{round:?}");
             for id in [unleased, yielded, lapsed] {
                 let task = side.active_task(id).await.expect("still active");
@@ -154,7 +184,7 @@ async fn only_rows_whose_task_a_daemon_leases_are_candidates() {
             assert!(ids.contains(&php), "{ids:?}");
             assert!(!ids.contains(&ending), "{ids:?}");
             assert!(!ids.contains(&fresh_taskless), "{ids:?}");
-            assert!(store.adoption_totals().expect("on").rows_waiting_for_php >= 2);
+            assert!(store.adoption.totals().rows_waiting_for_php >= 2);
         })
         .await;
     })
@@ -171,7 +201,7 @@ async fn tasks_of_ended_requests_are_archived_as_phorges_worker_ends_them() {
             let (silent, _, silent_task) = request_with_task(db, &side).await;
             let (http, _, http_task) = request_with_task(db, &side).await;
             let (_, _, queued_task) = request_with_task(db, &side).await;
-            store.adoption_round().await.expect("round");
+            store.round().await.expect("round");
             // A task whose request is gone: adopted, then archived.
             let gone_task = side
                 .queue_webhook_task("PHID-HWBR-gonegonegonegonegone")
@@ -192,12 +222,8 @@ async fn tasks_of_ended_requests_are_archived_as_phorges_worker_ends_them() {
             )
             .await;
 
-            store.adoption_round().await.expect("round");
-            let round = store
-                .adoption_archive()
-                .await
-                .expect("archive")
-                .expect("on");
+            store.round().await.expect("round");
+            let round = store.archive().await.expect("archive");
             assert_eq!(
                 (round.archived_success, round.archived_failure),
                 (2, 2),
@@ -229,11 +255,7 @@ async fn tasks_of_ended_requests_are_archived_as_phorges_worker_ends_them() {
             );
             assert_eq!(side.archived_count().await, 4);
             // Nothing is archived twice.
-            let again = store
-                .adoption_archive()
-                .await
-                .expect("archive")
-                .expect("on");
+            let again = store.archive().await.expect("archive");
             assert_eq!((again.archived_success, again.archived_failure), (0, 0));
         })
         .await;
@@ -249,7 +271,7 @@ async fn leases_are_extended_while_held_and_taken_again_under_a_new_owner_when_l
             let store = adopting(db, 1);
             let (_, _, due) = request_with_task(db, &side).await;
             let (_, _, lapsed) = request_with_task(db, &side).await;
-            store.adoption_round().await.expect("round");
+            store.round().await.expect("round");
             let owner_of = |task: Option<webhook_test_support::worker_tasks::ActiveTask>| {
                 task.expect("active").lease_owner.expect("leased")
             };
@@ -258,7 +280,7 @@ async fn leases_are_extended_while_held_and_taken_again_under_a_new_owner_when_l
             side.set_lease(due, Some(&due_owner), Some(30)).await;
             side.set_lease(lapsed, Some(&lapsed_owner), Some(-1)).await;
 
-            let round = store.adoption_round().await.expect("round").expect("on");
+            let round = store.round().await.expect("round");
             assert_eq!((round.renewed, round.adopted), (1, 1), "{round:?}");
             let renewed = side.active_task(due).await.expect("active");
             assert_eq!(renewed.lease_owner.as_deref(), Some(due_owner.as_str()));
@@ -283,18 +305,17 @@ async fn two_instances_lease_each_task_once_and_archive_each_once() {
             for _ in 0..40 {
                 requests.push(request_with_task(db, &side).await);
             }
-            let (a, b) = tokio::join!(one.adoption_round(), two.adoption_round());
-            let adopted =
-                a.expect("one").expect("on").adopted + b.expect("two").expect("on").adopted;
+            let (a, b) = tokio::join!(one.round(), two.round());
+            let adopted = a.expect("one").adopted + b.expect("two").adopted;
             assert_eq!(adopted, 40);
             for (id, _, _) in &requests {
                 set_outcome(db, *id, RequestStatus::Sent, "{}").await;
             }
             let mut archived = 0;
             for _ in 0..2 {
-                let (a, b) = tokio::join!(one.adoption_archive(), two.adoption_archive());
+                let (a, b) = tokio::join!(one.archive(), two.archive());
                 for round in [a, b] {
-                    archived += round.expect("round").expect("on").archived_success;
+                    archived += round.expect("round").archived_success;
                 }
             }
             assert_eq!(archived, 40);
@@ -366,7 +387,7 @@ async fn a_taskmaster_that_saw_a_lapsed_lease_cannot_take_it_once_readopted() {
         with_phorge_side(&db.namespace, |side| async move {
             let store = adopting(db, 1);
             let (_, _, task) = request_with_task(db, &side).await;
-            store.adoption_round().await.expect("round");
+            store.round().await.expect("round");
             let seen = side
                 .active_task(task)
                 .await
@@ -377,7 +398,7 @@ async fn a_taskmaster_that_saw_a_lapsed_lease_cannot_take_it_once_readopted() {
             // lease query sees it (SELECT id, leaseOwner ...)...
             side.set_lease(task, Some(&seen), Some(-1)).await;
             // ...the daemon takes it again first...
-            let round = store.adoption_round().await.expect("round").expect("on");
+            let round = store.round().await.expect("round");
             assert_eq!(round.adopted, 1);
             // ...and the taskmaster's UPDATE, re-checking the owner it saw,
             // matches nothing.
@@ -414,7 +435,7 @@ async fn a_stopped_instances_leases_are_extended_by_the_next() {
         let db = &db;
         with_phorge_side(&db.namespace, |side| async move {
             let (_, _, task) = request_with_task(db, &side).await;
-            adopting(db, 1).adoption_round().await.expect("round");
+            adopting(db, 1).round().await.expect("round");
             let owner = side
                 .active_task(task)
                 .await
@@ -424,11 +445,7 @@ async fn a_stopped_instances_leases_are_extended_by_the_next() {
             // Instance 1 stops; its lease runs down while its row waits
             // (retry spacing, a slow hook).
             side.set_lease(task, Some(&owner), Some(60)).await;
-            let round = adopting(db, 2)
-                .adoption_round()
-                .await
-                .expect("round")
-                .expect("on");
+            let round = adopting(db, 2).round().await.expect("round");
             assert_eq!(round.renewed, 1, "{round:?}");
             let renewed = side.active_task(task).await.expect("active");
             assert_eq!(renewed.lease_owner.as_deref(), Some(owner.as_str()));
@@ -449,7 +466,7 @@ async fn the_frequent_sweep_leases_new_tasks_only() {
             let (_, _, yielded) = request_with_task(db, &side).await;
             side.set_lease(yielded, Some("(yield)"), Some(15)).await;
             let other_class = side.queue_task("PhabricatorSearchWorker", None).await;
-            assert_eq!(store.adoption_sweep().await.expect("sweep"), Some(1));
+            assert_eq!(store.sweep().await.expect("sweep"), 1);
             let leased = |task: Option<webhook_test_support::worker_tasks::ActiveTask>| {
                 task.and_then(|t| t.lease_owner)
             };

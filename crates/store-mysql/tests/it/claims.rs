@@ -4,8 +4,8 @@
 
 use webhook_core::outcome::attempt_write;
 use webhook_core::{
-    CandidateQuery, Claim, DeliveryResult, LastResult, NewRequest, Properties, RequestStatus,
-    Settings, Store, Windows, Written,
+    CandidateQuery, Claim, DeliveryResult, LastResult, NewRequest, Properties, QueueCounts,
+    RequestStatus, Settings, Store, Windows, Written,
 };
 
 use crate::fixture::{with_db, TestDb};

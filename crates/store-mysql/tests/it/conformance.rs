@@ -3,13 +3,14 @@
 //! in-memory reference store is.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use webhook_core::adoption::{TaskAdoption, TaskLease, TaskQueue};
 use webhook_core::conformance::{cases, TestBed};
-use webhook_core::{Hook, NewRequest, PhorgeObjects, RequestRow, Store, UnixTime};
+use webhook_core::{Hook, NewRequest, PhorgeObjects, QueueCounts, RequestRow, Store, UnixTime};
 use webhook_store_mysql::{object_tables, MysqlStore};
-use webhook_test_support::mariadb::PendingInsert;
+use webhook_test_support::mariadb::{with_phorge_side, PendingInsert, PhorgeSide};
 use webhook_test_support::{with_application_tables, ApplicationTables};
 
 use crate::fixture::{with_db, TestDb};
@@ -18,12 +19,16 @@ struct MysqlBed {
     db: TestDb,
     store: MysqlStore,
     tasks: ApplicationTables,
+    side: PhorgeSide,
     pending: Mutex<HashMap<u64, PendingInsert>>,
 }
 
 #[async_trait]
 impl TestBed for MysqlBed {
     fn store(&self) -> &dyn Store {
+        &self.store
+    }
+    fn counts(&self) -> &dyn QueueCounts {
         &self.store
     }
     async fn now(&self) -> UnixTime {
@@ -72,10 +77,38 @@ impl TestBed for MysqlBed {
         self.db.exec(&format!("KILL CONNECTION {holder}")).await;
         assert!(self.db.lock_freed_eventually(&name).await, "KILL frees it");
     }
+    fn tasks(&self) -> &dyn TaskQueue {
+        &self.store
+    }
+    fn adopting(&self, adoption: Arc<TaskAdoption>) -> Box<dyn Store> {
+        Box::new(self.store.clone().with_task_adoption(adoption))
+    }
+    async fn queue_task(&self, class: &str, object_phid: Option<&str>) -> u64 {
+        self.side.queue_task(class, object_phid).await
+    }
+    async fn set_task_lease(&self, id: u64, owner: Option<&str>, expires_in: Option<i64>) {
+        self.side.set_lease(id, owner, expires_in).await;
+    }
+    async fn task_lease(&self, id: u64) -> Option<TaskLease> {
+        self.side.active_task(id).await.map(|task| TaskLease {
+            owner: task.lease_owner,
+            secs_left: task.lease_left_secs,
+        })
+    }
+    async fn archived_result(&self, id: u64) -> Option<u64> {
+        self.side
+            .archived_task(id)
+            .await
+            .map(|task| u64::from(task.result))
+    }
+    async fn taskmaster_lease(&self, owner: &str) -> Option<u64> {
+        self.side.taskmaster_lease(owner).await
+    }
 }
 
-/// Every case on a fresh database, with Phorge's stock schema when
-/// `stock` (no `key_status`: the store's scan floor carries the polls).
+/// Every case on a fresh database with Phorge's task queue beside it, with
+/// Phorge's stock schema when `stock` (no `key_status`: the store's scan
+/// floor carries the polls).
 async fn run_the_suite(stock: bool) {
     let all = cases();
     assert!(all.len() >= 17, "the suite lost cases: {}", all.len());
@@ -88,15 +121,20 @@ async fn run_the_suite(stock: bool) {
             }
             let namespace = db.namespace.clone();
             let maniphest = object_tables("TASK").expect("tasks are mapped");
-            with_application_tables(&namespace, maniphest, |tasks| async move {
-                let bed = MysqlBed {
-                    store: db.store(),
-                    db,
-                    tasks,
-                    pending: Mutex::new(HashMap::new()),
-                };
-                (case.run)(&bed).await;
-                bed.store.disconnect().await.expect("close pool");
+            let side_namespace = namespace.clone();
+            with_phorge_side(&side_namespace, |side| async move {
+                with_application_tables(&namespace, maniphest, |tasks| async move {
+                    let bed = MysqlBed {
+                        store: db.store(),
+                        db,
+                        tasks,
+                        side,
+                        pending: Mutex::new(HashMap::new()),
+                    };
+                    (case.run)(&bed).await;
+                    bed.store.disconnect().await.expect("close pool");
+                })
+                .await;
             })
             .await;
         })

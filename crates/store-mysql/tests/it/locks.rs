@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
-use webhook_core::{hook_lock_name, HookLock, Store};
+use webhook_core::{hook_lock_name, HookLock, QueueCounts, Store};
 use webhook_store_mysql::{MysqlConfig, MysqlHookLock, MysqlStore};
 
 use crate::fixture::{config, with_db, TestDb};

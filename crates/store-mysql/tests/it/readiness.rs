@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
-use webhook_core::{Store, StoreError};
+use webhook_core::{QueueCounts, Store, StoreError};
 use webhook_store_mysql::{MysqlConfig, MysqlError, MysqlStore, NotReady};
 
 use crate::fixture::{

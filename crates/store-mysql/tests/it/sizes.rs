@@ -8,7 +8,8 @@
 use webhook_core::outcome::{hook_error_write, HookError};
 use webhook_core::properties::ORIGINAL_PROPERTIES_KEY;
 use webhook_core::{
-    CandidateQuery, Cutoffs, NewRequest, Properties, RequestRow, Store, StoreError, Written,
+    CandidateQuery, Cutoffs, NewRequest, Properties, QueueCounts, RequestRow, Store, StoreError,
+    Written,
 };
 use webhook_store_mysql::{MysqlStore, POLL_BYTES_MAX};
 

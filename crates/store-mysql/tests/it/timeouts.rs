@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use webhook_core::{HookLock, Store, StoreError};
+use webhook_core::{HookLock, QueueCounts, StoreError};
 use webhook_store_mysql::{MysqlConfig, MysqlHookLock, MysqlStore};
 use webhook_test_support::FaultProxy;
 
