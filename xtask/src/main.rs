@@ -31,6 +31,8 @@ mod layers;
 mod mariadb;
 mod prometheus;
 #[cfg(test)]
+mod shape;
+#[cfg(test)]
 mod tidy;
 
 use std::process::{Command, ExitCode};
