@@ -181,7 +181,7 @@ fn shown_values(
     let w = &config.windows;
     let s = w.settings();
     let m = &config.mysql;
-    let t = &config.transport;
+    let t = config.transport.config();
     let ms = |d: std::time::Duration| format!("{} ms", millis(d));
     let rows: Vec<(&'static str, String, Option<String>)> = vec![
         (
@@ -410,9 +410,9 @@ pub fn findings(config: &AdminConfig) -> Vec<Finding> {
         })
         .collect();
 
-    for allow in &config.transport.outbound_allow {
-        let opened: Vec<String> = config
-            .transport
+    let transport = config.transport.config();
+    for allow in &transport.outbound_allow {
+        let opened: Vec<String> = transport
             .outbound_deny
             .iter()
             .filter(|deny| overlaps(allow, deny))

@@ -22,7 +22,7 @@ use webhook_core::setting::{
 use webhook_core::{signing, windows, withheld, Settings, SigningSettings, Windows};
 use webhook_store_mysql::local_config::{self, LocalConfig};
 use webhook_store_mysql::{config as mysql, MysqlConfig};
-use webhook_transport_hyper::{config as transport, TransportConfig};
+use webhook_transport_hyper::{config as transport, CheckedTransportConfig, TransportConfig};
 
 /// `GORGE_LISTEN_ADDR`
 pub const LISTEN: Setting<SocketAddr> = Setting::new(
@@ -132,8 +132,8 @@ pub struct DeliveryConfig {
     pub windows: Windows,
     /// Where Phorge's herald database is.
     pub mysql: MysqlConfig,
-    /// How receivers are called.
-    pub transport: TransportConfig,
+    /// How receivers are called, checked.
+    pub transport: CheckedTransportConfig,
     /// Phorge's `conf/local/local.json`, where `bin/config set` keeps
     /// `phabricator.silent`; `None` = not read.
     pub local_config: Option<LocalConfig>,

@@ -1,7 +1,9 @@
 //! The transport's settings: their environment variables (declared once
-//! here, with their defaults and bounds), and the validation that turns
-//! them into what [`crate::HyperTransport`] runs with. Every error names
-//! the setting (by its variable) so a message points at what to fix.
+//! here, with their defaults and bounds), and the one check that turns
+//! them into what [`crate::HyperTransport`] runs with
+//! ([`TransportConfig::check`], giving a [`CheckedTransportConfig`]).
+//! Every error names the setting (by its variable) so a message points at
+//! what to fix.
 //!
 //! It reads no environment by itself: [`TransportConfig::from_env_with`]
 //! takes a lookup function, so the daemon decides where values come from.
@@ -177,7 +179,8 @@ pub const VARIABLES: &[SettingInfo] = &[
 ];
 
 /// How the transport talks to receivers. `Default` gives Phorge's
-/// behaviour; [`crate::HyperTransport::new`] validates it.
+/// behaviour; [`TransportConfig::check`] makes it what
+/// [`crate::HyperTransport::new`] takes.
 #[derive(Clone, PartialEq, Eq)]
 pub struct TransportConfig {
     /// Headers that each carry the payload signature. Default
@@ -252,16 +255,15 @@ impl fmt::Debug for TransportConfig {
 
 impl TransportConfig {
     /// Defaults, overridden by the variables `get` knows (see
-    /// [`VARIABLES`]), then checked as a whole, as
-    /// [`crate::HyperTransport::new`] checks them. `GORGE_WEBHOOK_CA_FILE`
-    /// is a path and is read here. Pass `|name| std::env::var(name).ok()` for the
-    /// process environment.
-    pub fn from_env_with(get: impl Fn(&str) -> Option<String>) -> Result<Self, SettingError> {
-        let config = Self::read(&get)?;
-        // Refused here, where the variables are read, so a bad setting stops
-        // startup as a setting error and not later as a failed transport.
-        config.validate()?;
-        Ok(config)
+    /// [`VARIABLES`]), then [checked](Self::check): refused here, where the
+    /// variables are read, so a bad setting stops startup as a setting
+    /// error and not later as a failed transport. `GORGE_WEBHOOK_CA_FILE`
+    /// is a path and is read here. Pass `|name| std::env::var(name).ok()`
+    /// for the process environment.
+    pub fn from_env_with(
+        get: impl Fn(&str) -> Option<String>,
+    ) -> Result<CheckedTransportConfig, SettingError> {
+        Self::read(&get)?.check()
     }
 
     /// Every variable through `get`, parsed but not checked as a whole.
@@ -285,10 +287,20 @@ impl TransportConfig {
         })
     }
 
-    /// Checks every setting, each value by its variable's declaration (it
-    /// may have been built in code), and prepares what the transport runs
-    /// with.
-    pub(crate) fn validate(&self) -> Result<Validated, SettingError> {
+    /// The transport's one check of its settings: each value by its
+    /// variable's declaration (it may have been built in code), the header
+    /// names, and the CA file's certificates; what it makes of them goes
+    /// along, so the transport is built without checking again.
+    pub fn check(self) -> Result<CheckedTransportConfig, SettingError> {
+        let parts = self.validate()?;
+        Ok(CheckedTransportConfig {
+            config: self,
+            parts,
+        })
+    }
+
+    /// Checks every setting and prepares what the transport runs with.
+    fn validate(&self) -> Result<Validated, SettingError> {
         MAX_REDIRECTS.check(&self.max_redirects)?;
         CONNECT_TIMEOUT.check(&self.connect_timeout)?;
         RESOLVE_TIMEOUT.check(&self.resolve_timeout)?;
@@ -349,8 +361,34 @@ impl TransportConfig {
     }
 }
 
+/// A [`TransportConfig`] that passed [`TransportConfig::check`], with what
+/// the check made of it: what [`crate::HyperTransport::new`] takes.
+#[derive(Clone)]
+pub struct CheckedTransportConfig {
+    config: TransportConfig,
+    parts: Validated,
+}
+
+impl CheckedTransportConfig {
+    /// The settings as checked.
+    pub fn config(&self) -> &TransportConfig {
+        &self.config
+    }
+
+    /// The settings, and what the check made of them.
+    pub(crate) fn into_parts(self) -> (TransportConfig, Validated) {
+        (self.config, self.parts)
+    }
+}
+
+impl fmt::Debug for CheckedTransportConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.config.fmt(f)
+    }
+}
+
 /// The parts of a [`TransportConfig`] that validation turns into types.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Validated {
     pub(crate) signature_headers: Vec<HeaderName>,
     /// Each signature header's `-Previous` twin, in the same order: the
@@ -559,6 +597,7 @@ mod tests {
             ("GORGE_WEBHOOK_REQUEST_ID_HEADER", "X-Gorge-Request"),
         ]))
         .expect("valid");
+        let config = config.config();
         assert_eq!(config.signature_headers.len(), 2);
         assert_eq!(config.max_redirects, 0);
         assert_eq!(config.connect_timeout, Duration::from_millis(250));
