@@ -2,9 +2,9 @@
 //! near misses and strangers, with boundary numbers, lists, addresses and
 //! arbitrary text) goes through every parser the daemon runs at startup:
 //! `Settings::from_lookup` + `Windows::try_new`, `MysqlConfig::from_lookup`,
-//! `TransportConfig::from_env_with` (which checks what it reads as
-//! `HyperTransport::new` does, and is run through it too) and the daemon's
-//! own `DaemonConfig::from_lookup`.
+//! `TransportConfig::from_env_with` (the transport's one check, whose
+//! result `HyperTransport::new` is built from) and the daemon's own
+//! `DaemonConfig::from_lookup`.
 //!
 //! Nothing panics; every error names a `GORGE_` variable that was actually
 //! set (the defaults are valid) and its message says so; the daemon fails
@@ -358,7 +358,8 @@ fn check_mysql(
 }
 
 /// `TransportConfig::from_env_with`, which checks what it reads; the
-/// offending variable on failure. `HyperTransport::new` agrees with it.
+/// offending variable on failure. `HyperTransport::new` builds a transport
+/// from whatever it accepts.
 fn check_transport(
     get: &dyn Fn(&str) -> Option<String>,
     map: &HashMap<String, String>,
@@ -366,7 +367,7 @@ fn check_transport(
     match TransportConfig::from_env_with(get) {
         Ok(config) => {
             if let Err(err) = HyperTransport::new(config) {
-                panic!("the transport refuses settings it read without complaint: {err}\n{map:?}");
+                panic!("no transport from settings it read without complaint: {err}\n{map:?}");
             }
             Ok(())
         }
@@ -411,8 +412,8 @@ pub fn daemon_refuses(variables: &[(&str, &str)]) -> Option<String> {
 /// The transport's verdict when the daemon starts it
 /// (`HyperTransport::new`): the error's text, if it refuses them.
 pub fn transport_refuses(variables: &[(&str, &str)]) -> Option<String> {
-    TransportConfig::from_env_with(table(variables))
-        .and_then(HyperTransport::new)
-        .err()
-        .map(|e| e.to_string())
+    match TransportConfig::from_env_with(table(variables)) {
+        Ok(config) => HyperTransport::new(config).err().map(|e| e.to_string()),
+        Err(err) => Some(err.to_string()),
+    }
 }

@@ -1,7 +1,8 @@
 //! The layering rules, checked on `cargo tree` output: `webhook-core` knows
 //! nothing of MySQL, HTTP or the tokio runtime; only `store-mysql` speaks
-//! SQL; only `transport-hyper` speaks HTTP; nothing links OpenSSL or a
-//! second TLS crypto provider.
+//! SQL; only `transport-hyper` speaks HTTP; `webhook-admin` takes the
+//! daemon's settings registry without its server or allocator; nothing
+//! links OpenSSL or a second TLS crypto provider.
 
 use std::process::Command;
 
@@ -78,6 +79,21 @@ const RULES: &[Rule] = &[
         package: "webhook-transport-hyper",
         why: "only store-mysql speaks SQL",
         bans: &[ban("mysql_async"), ban("mysql_common")],
+    },
+    Rule {
+        package: "webhook-admin",
+        why: "webhook-admin takes the daemon's settings registry (webhook-daemon without \
+              its `server` feature), not its HTTP server, metrics or allocator",
+        bans: &[
+            Ban {
+                krate: "webhook-daemon",
+                features: &["server", "default"],
+            },
+            ban("tikv-jemallocator"),
+            ban("tikv-jemalloc-sys"),
+            ban("prometheus-client"),
+            ban("tracing-appender"),
+        ],
     },
 ];
 
@@ -195,6 +211,19 @@ mod tests {
             violations("hyper v1.8.0\n", &[ban("hyper")]),
             vec!["hyper".to_owned()]
         );
+    }
+
+    #[test]
+    fn the_admin_rule_catches_the_daemons_server() {
+        let admin = RULES
+            .iter()
+            .find(|rule| rule.package == "webhook-admin")
+            .expect("a rule for webhook-admin");
+        let registry_only = "webhook-daemon v0.1.0\nwebhook-core v0.1.0\n";
+        assert!(violations(registry_only, admin.bans).is_empty());
+        let with_server =
+            format!("{registry_only}webhook-daemon feature \"server\"\ntikv-jemallocator v0.7.0\n");
+        assert_eq!(violations(&with_server, admin.bans).len(), 2);
     }
 
     /// The rules hold on the real dependency graph.

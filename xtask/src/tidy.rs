@@ -590,10 +590,21 @@ fn dockerfile_ships_both_binaries_as_cargo_builds_them() {
         .filter(|l| !l.starts_with('#'))
         .collect();
     for binary in ["webhook-daemon", "webhook-admin"] {
-        // The default binary target is named after the package.
+        // The binary target is named after the package: by default, or
+        // in its own `[[bin]]` (the daemon's, for its required feature).
         let manifest = read(&format!("bins/{binary}/Cargo.toml"));
+        let bin_name = |section: &str| {
+            section
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("name = "))
+                .map(|name| name.trim_matches('"').to_owned())
+        };
         assert!(
-            manifest.contains(&format!("\nname = \"{binary}\"\n")) && !manifest.contains("[[bin]]"),
+            manifest.contains(&format!("\nname = \"{binary}\"\n"))
+                && manifest
+                    .split("[[bin]]")
+                    .skip(1)
+                    .all(|section| bin_name(section).as_deref() == Some(binary)),
             "bins/{binary}/Cargo.toml no longer builds a binary called {binary}"
         );
         assert!(

@@ -492,7 +492,7 @@ pub async fn explain_request(
         (Ok(body), Some(hook)) => Some(body.sign(&hook.hmac_key)),
         _ => None,
     };
-    let headers = &config.transport.signature_headers;
+    let headers = &config.transport.config().signature_headers;
     let explained = Explained {
         row: &row,
         hook: hook.as_ref(),

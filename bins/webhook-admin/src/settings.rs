@@ -2,8 +2,9 @@
 //! daemon's own parsing (`webhook_daemon::config::DeliveryConfig`: the
 //! windows, the database, the transport and Phorge's local config), listed
 //! from the daemon's registry (`webhook_daemon::config::variables`, in
-//! `--help` order) with where each value came from and what it works out
-//! to, and checked for combinations that do not do what they seem to.
+//! `--help` order) with each value as its own declaration reads and shows
+//! it and where it came from, what some of them work out to, and checked
+//! for combinations that do not do what they seem to.
 //!
 //! Reads no environment itself: everything goes through a lookup function,
 //! so tests feed it tables. Secrets (the service token, the database
@@ -13,18 +14,17 @@ use std::collections::HashMap;
 
 use ipnet::IpNet;
 use serde_json::{json, Value};
-use webhook_core::setting::{Lookup, SettingInfo};
+use webhook_core::setting::{whole_number, Lookup, SettingInfo};
 use webhook_core::signing::{KEY_GRACE, STANDARD_SIGNATURES};
 use webhook_core::windows::{
-    BATCH_SIZE, BREAKER_THRESHOLD, BREAKER_WINDOW, CLAIM_LEASE, DELIVERY_TIMEOUT, MAX_CONCURRENT,
-    POLL_INTERVAL, RETRY_AFTER_MAX, RETRY_AFTER_MIN, RETRY_BACKOFF,
+    BATCH_SIZE, BREAKER_THRESHOLD, BREAKER_WINDOW, CLAIM_LEASE, POLL_INTERVAL, RETRY_AFTER_MAX,
+    RETRY_AFTER_MIN, RETRY_BACKOFF,
 };
 use webhook_core::{StandardScope, WindowWarning};
 use webhook_daemon::config::{own_variables, variables, SERVICE_TOKEN};
 use webhook_store_mysql::config as mysql;
 use webhook_store_mysql::local_config::LOCAL_CONFIG;
 use webhook_transport_hyper::config as transport;
-use webhook_transport_hyper::phorge_deny_list;
 
 use crate::error::AdminError;
 
@@ -62,10 +62,14 @@ impl Source {
 pub struct Entry {
     /// The variable.
     pub variable: &'static str,
-    /// The value in effect, with its unit.
+    /// The value in effect, as the variable's declaration shows it.
     pub value: String,
     /// Default or environment.
     pub source: Source,
+    /// The default, as `--help` shows it.
+    pub default: &'static str,
+    /// What a whole-number variable accepts.
+    pub allowed: Option<String>,
     /// What the value works out to, when that differs from what was set.
     pub detail: Option<String>,
 }
@@ -100,58 +104,25 @@ pub struct Report {
     config: AdminConfig,
 }
 
-/// Shows a secret as set or empty, never its value.
-fn secret(value: &str, empty: &str) -> String {
-    if value.is_empty() {
-        empty.to_owned()
-    } else {
-        "(set, not shown)".to_owned()
-    }
-}
-
-fn nets(list: &[IpNet]) -> String {
-    if list.is_empty() {
-        "(none)".to_owned()
-    } else {
-        list.iter()
-            .map(IpNet::to_string)
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-}
-
-fn secs(n: u64) -> String {
-    format!("{n} s")
-}
-
 fn millis(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Reads, validates and explains every setting.
+/// Reads, validates and explains every setting of the daemon's registry.
 pub fn report(get: Lookup<'_>) -> Result<Report, AdminError> {
+    report_on(variables(), get)
+}
+
+/// [`report`] over `registry`: each variable's row comes from its own
+/// declaration, so a variable added to the registry is listed as it reads.
+fn report_on<'a>(
+    registry: impl Iterator<Item = &'a SettingInfo>,
+    get: Lookup<'_>,
+) -> Result<Report, AdminError> {
     let config = AdminConfig::from_lookup(get)?;
-    let mut shown = shown_values(&config, get);
-    let daemon_only: Vec<&str> = own_variables().map(|v| v.name).collect();
-    let entries = variables()
-        .map(|info| {
-            let (value, detail) = shown.remove(info.name).unwrap_or_else(|| {
-                let detail = daemon_only
-                    .contains(&info.name)
-                    .then(|| "read by the daemon only; not checked here".to_owned());
-                (plain(info, get), detail)
-            });
-            Entry {
-                variable: info.name,
-                value,
-                source: if info.is_set(get) {
-                    Source::Environment
-                } else {
-                    Source::Default
-                },
-                detail,
-            }
-        })
+    let mut details = details(&config, get);
+    let entries = registry
+        .map(|info| entry(info, get, details.remove(info.name)))
         .collect();
     let findings = findings(&config);
     Ok(Report {
@@ -161,154 +132,105 @@ pub fn report(get: Lookup<'_>) -> Result<Report, AdminError> {
     })
 }
 
-/// A variable with nothing more to say than its text (or its default's);
-/// a secret only as set or empty.
-fn plain(info: &SettingInfo, get: Lookup<'_>) -> String {
-    let text = info.text(get);
-    if info.secret {
-        secret(&text, "(empty)")
-    } else {
-        text
+/// One variable's row: its value as its declaration reads and shows it. A
+/// value of one of the daemon's own variables that its declaration refuses
+/// is said so (the delivery settings were read already, or `config` would
+/// have stopped).
+fn entry(info: &SettingInfo, get: Lookup<'_>, detail: Option<String>) -> Entry {
+    let daemon_only = || {
+        own_variables()
+            .any(|own| own.name == info.name)
+            .then(|| "read by the daemon only".to_owned())
+    };
+    let (value, detail) = match info.shown(get) {
+        Ok(value) => (value, detail.or_else(daemon_only)),
+        Err(err) => (
+            "(refused)".to_owned(),
+            Some(format!("the daemon would not start: {}", err.reason)),
+        ),
+    };
+    Entry {
+        variable: info.name,
+        value,
+        source: if info.is_set(get) {
+            Source::Environment
+        } else {
+            Source::Default
+        },
+        default: info.default,
+        allowed: info.allowed(),
+        detail,
     }
 }
 
-/// What the variables that the validated settings explain work out to,
-/// with their units and derivations: (value, detail) by variable.
-fn shown_values(
-    config: &AdminConfig,
-    get: Lookup<'_>,
-) -> HashMap<&'static str, (String, Option<String>)> {
+/// What some variables work out to in the validated settings, by variable:
+/// derived values and what a 0 or an empty value turns off.
+fn details(config: &AdminConfig, get: Lookup<'_>) -> HashMap<&'static str, String> {
     let w = &config.windows;
     let s = w.settings();
     let m = &config.mysql;
-    let t = &config.transport;
-    let ms = |d: std::time::Duration| format!("{} ms", millis(d));
-    let rows: Vec<(&'static str, String, Option<String>)> = vec![
-        (
-            SERVICE_TOKEN.name,
-            secret(
-                &SERVICE_TOKEN.info().text(get),
-                "(empty: diagnostics API without auth)",
-            ),
-            None,
-        ),
-        (mysql::HOST.name, m.host.clone(), None),
-        (mysql::PORT.name, m.port.to_string(), None),
-        (mysql::USER.name, m.user.clone(), None),
-        (mysql::PASS.name, secret(&m.password, "(empty)"), None),
-        (mysql::TLS.name, m.tls.to_string(), None),
-        (
-            mysql::TLS_CA.name,
-            m.tls_ca_file
-                .as_ref()
-                .map_or_else(|| "(none)".to_owned(), |p| p.display().to_string()),
-            None,
-        ),
-        (
-            mysql::POOL_MAX.name,
-            m.pool_max.to_string(),
-            matches!(mysql::POOL_MAX.read(get), Ok(0)).then(|| "0 means the default".to_owned()),
-        ),
+    let t = config.transport.config();
+    let mut details = vec![
         (
             mysql::LOCK_SESSIONS.name,
-            m.lock_sessions.to_string(),
-            Some(format!(
+            format!(
                 "at most {} database sessions in all",
                 m.pool_max + m.lock_sessions
-            )),
+            ),
         ),
-        (mysql::CONNECT_TIMEOUT.name, ms(m.connect_timeout), None),
-        (mysql::STATEMENT_TIMEOUT.name, ms(m.statement_timeout), None),
-        (
-            mysql::KEEPALIVE.name,
-            m.tcp_keepalive
-                .map_or_else(|| "(off)".to_owned(), |idle| secs(idle.as_secs())),
-            None,
-        ),
-        (
-            mysql::NAMESPACE.name,
-            m.namespace.clone(),
-            Some(format!("database {}", m.database())),
-        ),
+        (mysql::NAMESPACE.name, format!("database {}", m.database())),
         (
             LOCAL_CONFIG.name,
-            config.local_config.as_ref().map_or_else(
-                || "(not set)".to_owned(),
-                |c| c.path().display().to_string(),
-            ),
-            Some(if config.local_config.is_some() {
-                "read for phabricator.silent".to_owned()
+            if config.local_config.is_some() {
+                "read for phabricator.silent"
             } else {
-                "silent mode set with bin/config set is not seen (doctor warns)".to_owned()
-            }),
+                "silent mode set with bin/config set is not seen (doctor warns)"
+            }
+            .to_owned(),
         ),
         (
             POLL_INTERVAL.name,
-            ms(s.poll_interval),
-            Some("spaces idle polls only (see note)".to_owned()),
+            "spaces idle polls only (see note)".to_owned(),
         ),
-        (
-            DELIVERY_TIMEOUT.name,
-            secs(s.delivery_timeout.as_secs()),
-            None,
-        ),
-        (MAX_CONCURRENT.name, s.max_concurrent.to_string(), None),
-        (
-            BREAKER_WINDOW.name,
-            secs(s.breaker_window_secs),
-            Some("breaker window".to_owned()),
-        ),
+        (BREAKER_WINDOW.name, "breaker window".to_owned()),
         (
             BREAKER_THRESHOLD.name,
-            s.breaker_threshold.to_string(),
-            Some(format!(
+            format!(
                 "breaker opens at {} failed rows within {} s",
                 s.breaker_threshold, s.breaker_window_secs
-            )),
+            ),
         ),
         (
             RETRY_BACKOFF.name,
-            secs(s.retry_backoff_secs),
-            Some(format!(
+            format!(
                 "effective retry spacing {} s = max(effective lease, backoff)",
                 w.effective_retry_spacing_secs()
-            )),
+            ),
         ),
         (
             CLAIM_LEASE.name,
-            secs(s.claim_lease_secs),
-            Some(format!(
+            format!(
                 "effective lease {} s = max(this, delivery timeout + 2 s)",
                 w.lease_secs()
-            )),
+            ),
         ),
         (
             RETRY_AFTER_MAX.name,
-            secs(s.retry_after_max_secs),
-            Some(match s.retry_after_max_secs {
+            match s.retry_after_max_secs {
                 0 => "Retry-After ignored: a 429/503 pauses nothing".to_owned(),
                 max => format!(
                     "a 429/503 with Retry-After pauses its hook {} to {max} s",
                     RETRY_AFTER_MIN.as_secs()
                 ),
-            }),
+            },
         ),
         (
             BATCH_SIZE.name,
-            s.batch_size.to_string(),
-            Some(format!(
-                "effective {} rows per candidate query",
-                w.batch_size()
-            )),
+            format!("effective {} rows per candidate query", w.batch_size()),
         ),
         (
             STANDARD_SIGNATURES.name,
             match &config.signing.standard {
-                StandardScope::Off => "off".to_owned(),
-                StandardScope::All => "all".to_owned(),
-                StandardScope::Hooks(hooks) => hooks.iter().cloned().collect::<Vec<_>>().join(", "),
-            },
-            Some(match &config.signing.standard {
                 StandardScope::Off => "Phorge's signature header only".to_owned(),
                 StandardScope::All => {
                     "webhook-id/-timestamp/-signature on every hook's requests".to_owned()
@@ -317,81 +239,39 @@ fn shown_values(
                     "webhook-id/-timestamp/-signature on {} hook(s)' requests",
                     hooks.len()
                 ),
-            }),
+            },
         ),
         (
             KEY_GRACE.name,
-            secs(config.signing.key_grace_secs),
-            Some(match config.signing.key_grace_secs {
+            match config.signing.key_grace_secs {
                 0 => "a changed HMAC key takes effect at once, as in Phorge".to_owned(),
                 grace => format!("a changed HMAC key's predecessor signs too for {grace} s"),
-            }),
-        ),
-        (
-            transport::SIGNATURE_HEADERS.name,
-            t.signature_headers.join(", "),
-            None,
-        ),
-        (transport::USER_AGENT.name, t.user_agent.clone(), None),
-        (
-            transport::MAX_REDIRECTS.name,
-            t.max_redirects.to_string(),
-            (t.max_redirects == 0).then(|| "redirects are never followed".to_owned()),
-        ),
-        (transport::CONNECT_TIMEOUT.name, ms(t.connect_timeout), None),
-        (transport::RESOLVE_TIMEOUT.name, ms(t.resolve_timeout), None),
-        (
-            transport::RESPONSE_BODY_LIMIT.name,
-            format!("{} bytes", t.response_body_limit),
-            None,
-        ),
-        (
-            transport::RESPONSE_HEAD_MAX.name,
-            format!("{} bytes", t.response_head_max),
-            (t.response_head_max == 0)
-                .then(|| "a buffer growing to about 100 KiB, as cURL accepts".to_owned()),
-        ),
-        (
-            transport::POOL_IDLE.name,
-            secs(t.pool_idle_timeout.as_secs()),
-            None,
-        ),
-        (
-            transport::OUTBOUND_DENY.name,
-            if t.outbound_deny == phorge_deny_list() {
-                format!(
-                    "Phorge's security.outbound-blacklist ({} networks)",
-                    t.outbound_deny.len()
-                )
-            } else {
-                nets(&t.outbound_deny)
             },
-            None,
-        ),
-        (
-            transport::OUTBOUND_ALLOW.name,
-            nets(&t.outbound_allow),
-            None,
-        ),
-        (
-            transport::CA_FILE.name,
-            match transport::CA_FILE.info().text(get).trim() {
-                "" => "(none)".to_owned(),
-                path => path.to_owned(),
-            },
-            None,
-        ),
-        (
-            transport::REQUEST_ID_HEADER.name,
-            t.request_id_header
-                .clone()
-                .unwrap_or_else(|| "(off)".to_owned()),
-            None,
         ),
     ];
-    rows.into_iter()
-        .map(|(variable, value, detail)| (variable, (value, detail)))
-        .collect()
+    let zero = |info: SettingInfo| whole_number::<u64>(&info.text(get)) == Ok(0);
+    if zero(mysql::POOL_MAX.info()) {
+        details.push((mysql::POOL_MAX.name, "0 means the default".to_owned()));
+    }
+    if t.max_redirects == 0 {
+        details.push((
+            transport::MAX_REDIRECTS.name,
+            "redirects are never followed".to_owned(),
+        ));
+    }
+    if t.response_head_max == 0 {
+        details.push((
+            transport::RESPONSE_HEAD_MAX.name,
+            "a buffer growing to about 100 KiB, as cURL accepts".to_owned(),
+        ));
+    }
+    if SERVICE_TOKEN.info().text(get).is_empty() {
+        details.push((
+            SERVICE_TOKEN.name,
+            "the diagnostics API without auth".to_owned(),
+        ));
+    }
+    details.into_iter().collect()
 }
 
 /// Every warning and note for a validated configuration.
@@ -410,9 +290,9 @@ pub fn findings(config: &AdminConfig) -> Vec<Finding> {
         })
         .collect();
 
-    for allow in &config.transport.outbound_allow {
-        let opened: Vec<String> = config
-            .transport
+    let transport = config.transport.config();
+    for allow in &transport.outbound_allow {
+        let opened: Vec<String> = transport
             .outbound_deny
             .iter()
             .filter(|deny| overlaps(allow, deny))
@@ -559,6 +439,8 @@ impl Report {
                 "variable": e.variable,
                 "value": e.value,
                 "source": e.source.as_str(),
+                "default": e.default,
+                "allowed": e.allowed,
                 "detail": e.detail,
             })).collect::<Vec<_>>(),
             "effective": {
@@ -584,7 +466,18 @@ impl Report {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use webhook_core::setting::table;
+    use std::time::Duration;
+    use webhook_core::setting::{table, Bounds, Setting, Unit};
+
+    /// A variable in no registry: a row for it can only come from its own
+    /// declaration.
+    const EXAMPLE: Setting<Duration> = Setting::number(
+        "EXAMPLE_WAIT_MS",
+        "250",
+        "a wait",
+        Bounds::between(10, 1_000, Unit::Millis),
+    );
+    const EXAMPLE_INFO: SettingInfo = EXAMPLE.info();
 
     fn report_for(pairs: &[(&str, &str)]) -> Result<Report, AdminError> {
         report(&table(pairs))
@@ -622,6 +515,57 @@ mod tests {
             .findings
             .iter()
             .any(|f| f.level == Level::Note && f.message.contains("does not cap throughput")));
+    }
+
+    #[test]
+    fn a_variable_added_to_the_registry_is_listed_as_its_declaration_reads_it() {
+        let registry = || variables().chain([&EXAMPLE_INFO]);
+        let r = report_on(registry(), &table(&[("EXAMPLE_WAIT_MS", " 500 ")])).expect("valid");
+        let listed: Vec<&str> = r.entries.iter().map(|e| e.variable).collect();
+        let names: Vec<&str> = registry().map(|v| v.name).collect();
+        assert_eq!(listed, names);
+        let example = r.entries.last().expect("listed");
+        assert_eq!(example.value, "500 ms", "parsed, in its unit");
+        assert_eq!(example.source, Source::Environment);
+        assert_eq!(example.default, "250");
+        assert_eq!(example.allowed.as_deref(), Some("between 10 and 1000 ms"));
+        // Refused by its declaration: said so, the value withheld.
+        let r = report_on(registry(), &table(&[("EXAMPLE_WAIT_MS", "5")])).expect("valid");
+        let example = r.entries.last().expect("listed");
+        assert_eq!(example.value, "(refused)");
+        let detail = example.detail.as_deref().unwrap_or_default();
+        assert!(
+            detail.contains("must be between 10 and 1000 ms"),
+            "{detail}"
+        );
+    }
+
+    #[test]
+    fn every_value_is_the_one_its_own_declaration_shows() {
+        let get = table(&[
+            ("GORGE_WEBHOOK_MYSQL_KEEPALIVE_SEC", "0"),
+            ("GORGE_WEBHOOK_MYSQL_POOL_MAX", "0"),
+            ("GORGE_WEBHOOK_SHUTDOWN_GRACE_SEC", "45"),
+            ("GORGE_LISTEN_ADDR", "127.0.0.1:9000"),
+        ]);
+        let r = report(&get).expect("valid");
+        for (entry, info) in r.entries.iter().zip(variables()) {
+            assert_eq!(Ok(entry.value.clone()), info.shown(&get), "{}", info.name);
+        }
+        let value = |name: &str| {
+            r.entries
+                .iter()
+                .find(|e| e.variable == name)
+                .map(|e| e.value.as_str())
+        };
+        assert_eq!(value("GORGE_WEBHOOK_MYSQL_POOL_MAX"), Some("16"));
+        assert_eq!(value("GORGE_WEBHOOK_SHUTDOWN_GRACE_SEC"), Some("45 s"));
+        assert_eq!(value("GORGE_LISTEN_ADDR"), Some("127.0.0.1:9000"));
+        assert_eq!(value("GORGE_WEBHOOK_REQUEST_ID_HEADER"), Some("(off)"));
+        assert_eq!(
+            value("GORGE_WEBHOOK_OUTBOUND_DENY"),
+            Some("Phorge's security.outbound-blacklist (29 networks)")
+        );
     }
 
     #[test]

@@ -48,9 +48,9 @@ pub enum StartError {
     /// The store could not be configured.
     #[error("database settings: {0}")]
     Store(#[from] webhook_store_mysql::MysqlError),
-    /// The transport could not be configured.
-    #[error("transport settings: {0}")]
-    Transport(#[from] webhook_core::SettingError),
+    /// The transport could not be built from its checked settings.
+    #[error("transport: {0}")]
+    Transport(#[from] webhook_transport_hyper::BuildError),
     /// Task adoption is on and the account lacks grants it needs.
     #[error(
         "GORGE_WEBHOOK_ADOPT_PHP_TASKS needs grants the database account lacks: {}",

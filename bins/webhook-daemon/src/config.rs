@@ -13,15 +13,16 @@
 //! so tests feed it tables.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
-use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use tracing_subscriber::EnvFilter;
-use webhook_core::setting::{text, whole_number, Lookup, Setting, SettingError, SettingInfo};
+use webhook_core::setting::{
+    text, Bounds, Lookup, Setting, SettingError, SettingInfo, Shown, Unit,
+};
 use webhook_core::{signing, windows, withheld, Settings, SigningSettings, Windows};
 use webhook_store_mysql::local_config::{self, LocalConfig};
 use webhook_store_mysql::{config as mysql, MysqlConfig};
-use webhook_transport_hyper::{config as transport, TransportConfig};
+use webhook_transport_hyper::{config as transport, CheckedTransportConfig, TransportConfig};
 
 /// `GORGE_LISTEN_ADDR`
 pub const LISTEN: Setting<SocketAddr> = Setting::new(
@@ -29,7 +30,8 @@ pub const LISTEN: Setting<SocketAddr> = Setting::new(
     ":8160",
     "diagnostics HTTP address ([host]:port)",
     parse_listen,
-);
+)
+.shown_as(show_listen);
 /// `GORGE_SERVICE_TOKEN`: empty = auth off.
 pub const SERVICE_TOKEN: Setting<String> = Setting::new(
     "GORGE_SERVICE_TOKEN",
@@ -39,11 +41,11 @@ pub const SERVICE_TOKEN: Setting<String> = Setting::new(
 )
 .secret();
 /// `GORGE_WEBHOOK_SHUTDOWN_GRACE_SEC`
-pub const SHUTDOWN_GRACE: Setting<Duration> = Setting::new(
+pub const SHUTDOWN_GRACE: Setting<Duration> = Setting::number(
     "GORGE_WEBHOOK_SHUTDOWN_GRACE_SEC",
     "30",
     "how long SIGTERM waits for in-flight deliveries",
-    |raw| bounded(raw, 1..=3_600).map(Duration::from_secs),
+    Bounds::between(1, 3_600, Unit::Secs),
 );
 /// `GORGE_LOG_LEVEL`, as a validated tracing filter.
 pub const LOG_LEVEL: Setting<String> = Setting::new(
@@ -62,29 +64,12 @@ pub const LOG_FORMAT: Setting<LogFormat> =
         }
     });
 /// `GORGE_WEBHOOK_EVENT_STREAMS`
-pub const EVENT_STREAMS: Setting<usize> = Setting::new(
+pub const EVENT_STREAMS: Setting<usize> = Setting::number(
     "GORGE_WEBHOOK_EVENT_STREAMS",
     "16",
-    "live /api/webhook/events streams open at once (1..1024)",
-    |raw| bounded(raw, 1..=1_024),
+    "live /api/webhook/events streams open at once",
+    Bounds::between(1, 1_024, Unit::Count),
 );
-
-/// A whole number within `allowed`.
-fn bounded<T>(raw: &str, allowed: RangeInclusive<T>) -> Result<T, String>
-where
-    T: std::str::FromStr + PartialOrd + std::fmt::Display,
-{
-    let n = whole_number(raw)?;
-    if allowed.contains(&n) {
-        Ok(n)
-    } else {
-        Err(format!(
-            "must be between {} and {}",
-            allowed.start(),
-            allowed.end()
-        ))
-    }
-}
 
 /// The daemon's own variables, by where `--help` lists them.
 const OWN_FIRST: &[SettingInfo] = &[LISTEN.info(), SERVICE_TOKEN.info()];
@@ -127,6 +112,17 @@ pub enum LogFormat {
     Json,
 }
 
+/// `text` or `json`, as the variable spells it.
+impl Shown for LogFormat {
+    fn shown(&self) -> String {
+        match self {
+            Self::Text => "text",
+            Self::Json => "json",
+        }
+        .to_owned()
+    }
+}
+
 /// What delivering needs, and `webhook-admin` validates as the daemon
 /// does: the windows, the signing, the database, the transport and
 /// Phorge's local config.
@@ -136,8 +132,8 @@ pub struct DeliveryConfig {
     pub windows: Windows,
     /// Where Phorge's herald database is.
     pub mysql: MysqlConfig,
-    /// How receivers are called.
-    pub transport: TransportConfig,
+    /// How receivers are called, checked.
+    pub transport: CheckedTransportConfig,
     /// Phorge's `conf/local/local.json`, where `bin/config set` keeps
     /// `phabricator.silent`; `None` = not read.
     pub local_config: Option<LocalConfig>,
@@ -220,6 +216,16 @@ fn parse_log_filter(raw: &str) -> Result<String, String> {
     Ok(filter)
 }
 
+/// All interfaces as `:8160`, the way it is written; any other address
+/// as it reads.
+fn show_listen(addr: &SocketAddr) -> String {
+    if addr.ip() == IpAddr::V6(Ipv6Addr::UNSPECIFIED) {
+        format!(":{}", addr.port())
+    } else {
+        addr.to_string()
+    }
+}
+
 /// `:8160` (all interfaces, as Go reads it), `host:port` or `[v6]:port`.
 fn parse_listen(text: &str) -> Result<SocketAddr, String> {
     let text = text.trim();
@@ -258,8 +264,12 @@ pub fn help() -> String {
         } else {
             v.default
         };
+        let allowed = v
+            .allowed()
+            .map(|allowed| format!("; {allowed}"))
+            .unwrap_or_default();
         out.push_str(&format!(
-            "  {:width$}  {}\n  {:width$}  default: {default}\n",
+            "  {:width$}  {}\n  {:width$}  default: {default}{allowed}\n",
             v.name, v.help, ""
         ));
     }
@@ -438,5 +448,42 @@ mod tests {
             assert!(text.contains(v.name), "{}", v.name);
         }
         assert!(text.contains("default: 256"));
+    }
+
+    #[test]
+    fn help_shows_the_declared_bounds() {
+        let text = help();
+        assert!(
+            text.contains("default: 256; between 1 and 1024\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("default: 30; between 1 and 3600 s\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_bound_is_refused_naming_its_variable_and_the_bound() {
+        for (name, value, message) in [
+            (
+                "GORGE_WEBHOOK_SHUTDOWN_GRACE_SEC",
+                "3601",
+                "GORGE_WEBHOOK_SHUTDOWN_GRACE_SEC: must be between 1 and 3600 s",
+            ),
+            (
+                "GORGE_WEBHOOK_EVENT_STREAMS",
+                "2000",
+                "GORGE_WEBHOOK_EVENT_STREAMS: must be between 1 and 1024",
+            ),
+            (
+                "GORGE_WEBHOOK_MAX_CONCURRENT",
+                "0",
+                "GORGE_WEBHOOK_MAX_CONCURRENT: must be between 1 and 1024",
+            ),
+        ] {
+            let err = parse(&[(name, value)]).expect_err(name);
+            assert_eq!(err.to_string(), message);
+        }
     }
 }

@@ -224,11 +224,13 @@ pub async fn run(listen: Option<SocketAddr>) -> Result<(), String> {
          webhook-admin watch --url http://{api_addr}\n"
     );
     log_windows(&windows);
-    let transport = HyperTransport::new(TransportConfig {
+    let transport = TransportConfig {
         outbound_allow: vec!["127.0.0.0/8".parse().map_err(|e| format!("{e}"))?],
         ..TransportConfig::default()
-    })
+    }
+    .check()
     .map_err(|e| e.to_string())?;
+    let transport = HyperTransport::new(transport).map_err(|e| e.to_string())?;
     let events = Arc::new(EventHub::new(EVENT_STREAMS.default_value()));
     let dispatcher = Arc::new(
         Dispatcher::new(Arc::new(store.clone()), Arc::new(transport), clock, windows)

@@ -57,7 +57,7 @@ pub use outcome::{
 pub use pause::{HookPause, HookPauses};
 pub use payload::{sign, verify, Payload};
 pub use properties::{ErrorCode, ErrorType, Properties, PropertiesError};
-pub use setting::{withheld, Lookup, Setting, SettingError, SettingInfo};
+pub use setting::{withheld, Bounds, Lookup, Setting, SettingError, SettingInfo, Unit, Zero};
 pub use signing::{Signatures, Signer, SigningSettings, StandardScope, StandardSignature};
 pub use store::{
     CandidateQuery, Claim, HookLock, QueueCounts, QueueStats, Store, StoreError, Written,

@@ -1,13 +1,28 @@
 //! One `GORGE_*` variable described once: its name, its default (as
 //! `--help` shows it, and as it is read when the variable is unset), its
-//! help line, whether it is a secret, and its parser; and the one error a
-//! bad value gives, [`SettingError`], whose message starts with the
-//! variable and never echoes the value ([`withheld`]).
+//! help line, whether it is a secret, and how its text is read — by a
+//! parser, or as a whole number within [`Bounds`] declared with it — and
+//! shown; and the one error a bad value gives, [`SettingError`], whose
+//! message starts with the variable and never echoes the value
+//! ([`withheld`]).
 //!
-//! Each crate declares the variables it reads as [`Setting`] constants
-//! and lists them as [`SettingInfo`]s; the daemon composes those lists into
-//! its registry. Nothing here reads the process environment: values come
-//! through a [`Lookup`].
+//! A value is checked where its declaration reads it
+//! ([`Setting::read`], [`Setting::parse_text`]); [`Setting::check`] holds
+//! a value built in code (a test's, the demo's) to the same bounds. Each
+//! crate declares the variables it reads as [`Setting`] constants and
+//! lists them as [`SettingInfo`]s, which keep the declaration: the daemon
+//! composes those lists into its registry, and anything holding the
+//! registry can show each variable's value as its own declaration reads
+//! it ([`SettingInfo::shown`]). Nothing here reads the process
+//! environment: values come through a [`Lookup`].
+
+mod number;
+mod shown;
+
+use std::fmt;
+
+pub use number::{Bounds, Unit, WholeNumber, Zero};
+pub use shown::Shown;
 
 /// A lookup of one variable by name (the process environment, or a table
 /// in tests).
@@ -45,8 +60,31 @@ pub fn withheld(raw: &str) -> String {
     }
 }
 
+/// How a variable's text becomes its value, and the value is shown.
+enum Reader<T: 'static> {
+    /// Any text, through a parser of its own.
+    Text {
+        parse: fn(&str) -> Result<T, String>,
+        show: fn(&T) -> String,
+    },
+    /// A whole number within its bounds, counted in their unit.
+    Number {
+        bounds: Bounds,
+        from: fn(u64, Unit) -> Option<T>,
+        to: fn(&T, Unit) -> Option<u64>,
+    },
+}
+
+// By hand: fn pointers are `Copy` whatever `T` is.
+impl<T> Clone for Reader<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Reader<T> {}
+
 /// One variable and how its text becomes a `T`.
-#[derive(Debug, Clone, Copy)]
 pub struct Setting<T: 'static> {
     /// The environment variable.
     pub name: &'static str,
@@ -57,27 +95,75 @@ pub struct Setting<T: 'static> {
     pub help: &'static str,
     /// Shown only as set or empty, never as its value.
     pub secret: bool,
-    /// Text to value; the error is the reason, without the variable.
-    pub parse: fn(&str) -> Result<T, String>,
-    /// The value of an unset variable, where the default is not a text
-    /// (Phorge's deny list, a user agent with the version in it).
-    pub computed: Option<fn() -> T>,
+    reader: Reader<T>,
+    /// The value of an unset variable, where the default is not a text.
+    computed: Option<fn() -> T>,
+}
+
+impl<T> Clone for Setting<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Setting<T> {}
+
+impl<T> fmt::Debug for Setting<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Setting")
+            .field("name", &self.name)
+            .field("default", &self.default)
+            .field("bounds", &self.bounds())
+            .finish_non_exhaustive()
+    }
 }
 
 impl<T> Setting<T> {
-    /// A variable whose unset value is its `default` text, parsed.
+    /// A variable read by `parse` (the error is the reason, without the
+    /// variable), whose unset value is its `default` text, parsed.
     pub const fn new(
         name: &'static str,
         default: &'static str,
         help: &'static str,
         parse: fn(&str) -> Result<T, String>,
-    ) -> Self {
+    ) -> Self
+    where
+        T: Shown,
+    {
         Self {
             name,
             default,
             help,
             secret: false,
-            parse,
+            reader: Reader::Text {
+                parse,
+                show: T::shown,
+            },
+            computed: None,
+        }
+    }
+
+    /// A whole number within `bounds` (surrounding blanks ignored),
+    /// counted in their unit; unset, its `default` text.
+    pub const fn number(
+        name: &'static str,
+        default: &'static str,
+        help: &'static str,
+        bounds: Bounds,
+    ) -> Self
+    where
+        T: WholeNumber,
+    {
+        Self {
+            name,
+            default,
+            help,
+            secret: false,
+            reader: Reader::Number {
+                bounds,
+                from: T::from_number,
+                to: T::to_number,
+            },
             computed: None,
         }
     }
@@ -99,6 +185,30 @@ impl<T> Setting<T> {
         }
     }
 
+    /// The same text variable, its value shown by `show` in listings.
+    ///
+    /// # Panics
+    ///
+    /// On a whole-number setting (at compile time, in a `const`): its
+    /// value is shown in its unit.
+    pub const fn shown_as(self, show: fn(&T) -> String) -> Self {
+        match self.reader {
+            Reader::Text { parse, .. } => Self {
+                reader: Reader::Text { parse, show },
+                ..self
+            },
+            Reader::Number { .. } => panic!("a whole number is shown in its unit"),
+        }
+    }
+
+    /// The bounds of a whole-number setting.
+    pub const fn bounds(&self) -> Option<Bounds> {
+        match self.reader {
+            Reader::Number { bounds, .. } => Some(bounds),
+            Reader::Text { .. } => None,
+        }
+    }
+
     /// The variable through `get`: its default when unset, its parsed text
     /// when set.
     pub fn read(&self, get: Lookup<'_>) -> Result<T, SettingError> {
@@ -110,7 +220,22 @@ impl<T> Setting<T> {
 
     /// `text` as if the variable were set to it.
     pub fn parse_text(&self, text: &str) -> Result<T, SettingError> {
-        (self.parse)(text).map_err(|reason| SettingError::new(self.name, reason))
+        self.value_of(text, true)
+            .map_err(|reason| SettingError::new(self.name, reason))
+    }
+
+    /// Holds `value`, built in code rather than read, to the declared
+    /// bounds, as reading holds a number (a duration finer than the unit
+    /// counts as the whole units it takes); a text setting's parser is its
+    /// only check, so its values pass.
+    pub fn check(&self, value: &T) -> Result<(), SettingError> {
+        let Reader::Number { bounds, to, .. } = self.reader else {
+            return Ok(());
+        };
+        match to(value, bounds.unit) {
+            Some(n) if bounds.admits(n) => Ok(()),
+            _ => Err(SettingError::new(self.name, out_of_bounds(&bounds))),
+        }
     }
 
     /// The value of the unset variable.
@@ -122,26 +247,86 @@ impl<T> Setting<T> {
     pub fn default_value(&self) -> T {
         match self.computed {
             Some(value) => value(),
-            None => (self.parse)(self.default).unwrap_or_else(|reason| {
+            None => self.value_of(self.default, false).unwrap_or_else(|reason| {
                 panic!("{}: the default {:?} {reason}", self.name, self.default)
             }),
         }
     }
 
-    /// The description without the type, for listings.
-    pub const fn info(&self) -> SettingInfo {
+    /// `value` as listings show it: in its unit, or as its declaration
+    /// shows it.
+    pub fn show(&self, value: &T) -> String {
+        match self.reader {
+            Reader::Text { show, .. } => show(value),
+            Reader::Number { bounds, to, .. } => to(value, bounds.unit).map_or_else(
+                || "(not a whole number)".to_owned(),
+                |n| bounds.unit.show(n),
+            ),
+        }
+    }
+
+    /// The description without the type, for listings; it keeps the
+    /// declaration, to read and show the variable's value.
+    pub const fn info(&'static self) -> SettingInfo {
         SettingInfo {
             name: self.name,
             default: self.default,
             help: self.help,
             secret: self.secret,
+            bounds: self.bounds(),
+            declaration: self,
         }
+    }
+
+    /// `text` read by the declaration; `zero_reads_default` is off only
+    /// for the default text itself.
+    fn value_of(&self, text: &str, zero_reads_default: bool) -> Result<T, String> {
+        match self.reader {
+            Reader::Text { parse, .. } => parse(text),
+            Reader::Number { bounds, from, .. } => {
+                let n: u64 = whole_number(text)?;
+                if n == 0 && bounds.zero == Zero::Default && zero_reads_default {
+                    return Ok(self.default_value());
+                }
+                if !bounds.admits(n) {
+                    return Err(out_of_bounds(&bounds));
+                }
+                from(n, bounds.unit).ok_or_else(|| "is too large".to_owned())
+            }
+        }
+    }
+}
+
+/// The one refusal of a number outside its bounds: `must be between 1 and
+/// 86400 s`.
+fn out_of_bounds(bounds: &Bounds) -> String {
+    format!("must be {bounds}")
+}
+
+/// A declaration whatever its type: what [`SettingInfo`] keeps to read and
+/// show the variable's value.
+trait Declared: Sync {
+    fn shown(&self, get: Lookup<'_>) -> Result<String, SettingError>;
+}
+
+impl<T> Declared for Setting<T> {
+    fn shown(&self, get: Lookup<'_>) -> Result<String, SettingError> {
+        let value = self.read(get)?;
+        if !self.secret {
+            return Ok(self.show(&value));
+        }
+        let text = get(self.name).unwrap_or_else(|| self.default.to_owned());
+        Ok(if text.is_empty() {
+            "(empty)".to_owned()
+        } else {
+            "(set, not shown)".to_owned()
+        })
     }
 }
 
 /// A variable as listings show it (`--help`, `webhook-admin config`, the
 /// docs check), whatever its type.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct SettingInfo {
     /// The environment variable.
     pub name: &'static str,
@@ -151,6 +336,20 @@ pub struct SettingInfo {
     pub help: &'static str,
     /// Shown only as set or empty.
     pub secret: bool,
+    /// What a whole-number setting accepts.
+    pub bounds: Option<Bounds>,
+    declaration: &'static dyn Declared,
+}
+
+impl fmt::Debug for SettingInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SettingInfo")
+            .field("name", &self.name)
+            .field("default", &self.default)
+            .field("secret", &self.secret)
+            .field("bounds", &self.bounds)
+            .finish_non_exhaustive()
+    }
 }
 
 impl SettingInfo {
@@ -163,6 +362,22 @@ impl SettingInfo {
     pub fn is_set(&self, get: Lookup<'_>) -> bool {
         get(self.name).is_some()
     }
+
+    /// The variable's value through `get` as its own declaration reads and
+    /// shows it (`30 s`, `(none)`, `X-Phabricator-Webhook-Signature`); a
+    /// secret only as `(set, not shown)` or `(empty)`. The error is the
+    /// one reading it gives.
+    pub fn shown(&self, get: Lookup<'_>) -> Result<String, SettingError> {
+        self.declaration.shown(get)
+    }
+
+    /// What the variable accepts, when that is not any whole number or
+    /// left to its parser: `between 1 and 1024`.
+    pub fn allowed(&self) -> Option<String> {
+        self.bounds
+            .filter(|bounds| !bounds.is_open())
+            .map(|bounds| bounds.to_string())
+    }
 }
 
 /// Parses a whole number, as every numeric variable is read: surrounding
@@ -171,16 +386,6 @@ pub fn whole_number<T: std::str::FromStr>(raw: &str) -> Result<T, String> {
     raw.trim()
         .parse()
         .map_err(|_| format!("is not a whole number ({})", withheld(raw)))
-}
-
-/// A whole number of milliseconds.
-pub fn milliseconds(raw: &str) -> Result<std::time::Duration, String> {
-    whole_number(raw).map(std::time::Duration::from_millis)
-}
-
-/// A whole number of seconds.
-pub fn seconds(raw: &str) -> Result<std::time::Duration, String> {
-    whole_number(raw).map(std::time::Duration::from_secs)
 }
 
 /// A switch: `1`/`true`/`yes`/`on` or `0`/`false`/`no`/`off` (empty =
@@ -212,8 +417,28 @@ pub fn table(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
 mod tests {
     use super::*;
 
-    const PORT: Setting<u16> = Setting::new("EXAMPLE_PORT", "3306", "a port", whole_number);
+    const PORT: Setting<u16> = Setting::number(
+        "EXAMPLE_PORT",
+        "3306",
+        "a port",
+        Bounds::between(1, 65_535, Unit::Count),
+    );
     const TOKEN: Setting<String> = Setting::new("EXAMPLE_TOKEN", "", "a token", text).secret();
+    const WAIT: Setting<std::time::Duration> = Setting::number(
+        "EXAMPLE_WAIT_MS",
+        "250",
+        "a wait",
+        Bounds::between(10, 60_000, Unit::Millis),
+    );
+    const POOL: Setting<usize> = Setting::number(
+        "EXAMPLE_POOL",
+        "16",
+        "a pool",
+        Bounds::at_least(1, Unit::Count).or_zero(Zero::Default),
+    );
+    const LIST: Setting<Vec<String>> = Setting::new("EXAMPLE_LIST", "a,b", "a list", |raw| {
+        Ok(raw.split(',').map(str::to_owned).collect())
+    });
 
     #[test]
     fn unset_reads_the_default_text_and_set_reads_the_value() {
@@ -233,5 +458,73 @@ mod tests {
             err.to_string(),
             "EXAMPLE_PORT: is not a whole number (7 characters, not shown)"
         );
+    }
+
+    #[test]
+    fn a_number_out_of_its_bounds_is_refused_naming_the_variable_and_the_bound() {
+        for (raw, message) in [
+            ("0", "EXAMPLE_PORT: must be between 1 and 65535"),
+            ("65536", "EXAMPLE_PORT: must be between 1 and 65535"),
+        ] {
+            let err = PORT.parse_text(raw).expect_err(raw);
+            assert_eq!(err.to_string(), message);
+        }
+        let err = WAIT.parse_text("9").expect_err("below");
+        assert_eq!(
+            err.to_string(),
+            "EXAMPLE_WAIT_MS: must be between 10 and 60000 ms"
+        );
+        assert_eq!(
+            WAIT.parse_text("60000"),
+            Ok(std::time::Duration::from_secs(60))
+        );
+    }
+
+    #[test]
+    fn a_value_built_in_code_meets_the_same_bounds() {
+        assert_eq!(PORT.check(&3306), Ok(()));
+        let err = PORT.check(&0).expect_err("0");
+        assert_eq!(err.to_string(), "EXAMPLE_PORT: must be between 1 and 65535");
+        let finer = std::time::Duration::from_micros(9_500);
+        assert_eq!(WAIT.check(&finer), Ok(()), "10 ms, rounded up");
+        let err = WAIT.check(&std::time::Duration::ZERO).expect_err("0");
+        assert_eq!(
+            err.to_string(),
+            "EXAMPLE_WAIT_MS: must be between 10 and 60000 ms"
+        );
+        assert_eq!(LIST.check(&Vec::new()), Ok(()), "text: its parser checks");
+    }
+
+    #[test]
+    fn zero_can_read_as_the_default() {
+        assert_eq!(POOL.parse_text("0"), Ok(16));
+        assert_eq!(POOL.parse_text(" 3 "), Ok(3));
+        assert!(POOL.check(&0).is_err(), "0 is no pool size");
+        assert_eq!(
+            POOL.info().allowed().as_deref(),
+            Some("0 (the default) or at least 1")
+        );
+    }
+
+    #[test]
+    fn listings_show_the_value_as_the_declaration_reads_it() {
+        let set = table(&[
+            ("EXAMPLE_WAIT_MS", " 1500 "),
+            ("EXAMPLE_TOKEN", "hunter2"),
+            ("EXAMPLE_LIST", "x,y"),
+        ]);
+        let shown = |info: SettingInfo| info.shown(&set).expect("valid");
+        assert_eq!(shown(WAIT.info()), "1500 ms");
+        assert_eq!(shown(PORT.info()), "3306");
+        assert_eq!(shown(TOKEN.info()), "(set, not shown)");
+        assert_eq!(shown(LIST.info()), "x, y");
+        assert_eq!(TOKEN.info().shown(&|_| None), Ok("(empty)".to_owned()));
+        let refused = WAIT.info().shown(&table(&[("EXAMPLE_WAIT_MS", "1")]));
+        assert!(refused.is_err_and(|e| e.variable == "EXAMPLE_WAIT_MS"));
+        assert_eq!(
+            WAIT.info().allowed().as_deref(),
+            Some("between 10 and 60000 ms")
+        );
+        assert_eq!(LIST.info().allowed(), None);
     }
 }

@@ -27,7 +27,7 @@ use ring::hmac;
 
 use crate::model::{Hook, UnixTime};
 use crate::payload;
-use crate::setting::{whole_number, Lookup, Setting, SettingError, SettingInfo};
+use crate::setting::{Bounds, Lookup, Setting, SettingError, SettingInfo, Shown, Unit};
 
 /// `GORGE_WEBHOOK_STANDARD_SIGNATURES`
 pub const STANDARD_SIGNATURES: Setting<StandardScope> = Setting::new(
@@ -37,11 +37,11 @@ pub const STANDARD_SIGNATURES: Setting<StandardScope> = Setting::new(
     standard_scope,
 );
 /// `GORGE_WEBHOOK_KEY_GRACE_SEC`
-pub const KEY_GRACE: Setting<u64> = Setting::new(
+pub const KEY_GRACE: Setting<u64> = Setting::number(
     "GORGE_WEBHOOK_KEY_GRACE_SEC",
     "86400",
     "seconds a hook's previous HMAC key still signs after it changed (0 = off)",
-    whole_number,
+    Bounds::at_least(0, Unit::Secs),
 );
 
 /// The signing variables, in `--help` order.
@@ -66,6 +66,17 @@ impl StandardScope {
             Self::Off => false,
             Self::All => true,
             Self::Hooks(hooks) => hooks.contains(hook_phid),
+        }
+    }
+}
+
+/// `off`, `all`, or the hooks' PHIDs, comma-separated.
+impl Shown for StandardScope {
+    fn shown(&self) -> String {
+        match self {
+            Self::Off => "off".to_owned(),
+            Self::All => "all".to_owned(),
+            Self::Hooks(hooks) => hooks.iter().cloned().collect::<Vec<_>>().join(", "),
         }
     }
 }

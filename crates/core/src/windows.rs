@@ -9,23 +9,21 @@ use std::time::Duration;
 
 use crate::breaker::Breaker;
 use crate::model::{LastResult, RequestRow, UnixTime};
-use crate::setting::{
-    milliseconds, seconds, whole_number, Lookup, Setting, SettingError, SettingInfo,
-};
+use crate::setting::{Bounds, Lookup, Setting, SettingError, SettingInfo, Unit};
 
 /// `GORGE_WEBHOOK_POLL_INTERVAL_MS`
-pub const POLL_INTERVAL: Setting<Duration> = Setting::new(
+pub const POLL_INTERVAL: Setting<Duration> = Setting::number(
     "GORGE_WEBHOOK_POLL_INTERVAL_MS",
     "1000",
     "idle poll spacing (a full batch is followed at once)",
-    milliseconds,
+    Bounds::between(10, 3_600_000, Unit::Millis),
 );
 /// `GORGE_WEBHOOK_DELIVERY_TIMEOUT`
-pub const DELIVERY_TIMEOUT: Setting<Duration> = Setting::new(
+pub const DELIVERY_TIMEOUT: Setting<Duration> = Setting::number(
     "GORGE_WEBHOOK_DELIVERY_TIMEOUT",
     "15",
     "seconds for one whole HTTP exchange",
-    seconds,
+    Bounds::between(1, 600, Unit::Secs),
 );
 /// `GORGE_WEBHOOK_MAX_CONCURRENT`: HTTP calls in flight at once, across
 /// hooks (each hook still gets one at a time). 256 by default: a call in
@@ -33,55 +31,55 @@ pub const DELIVERY_TIMEOUT: Setting<Duration> = Setting::new(
 /// sessions), so what bounds a backlog over many slow receivers is this
 /// number over their latency — 256 / 100 ms is 2,560 calls/s. The Go
 /// service's 8 was rows fetched per tick, not calls in flight.
-pub const MAX_CONCURRENT: Setting<usize> = Setting::new(
+pub const MAX_CONCURRENT: Setting<usize> = Setting::number(
     "GORGE_WEBHOOK_MAX_CONCURRENT",
     "256",
     "HTTP calls in flight at once, across hooks (one per hook)",
-    size,
+    Bounds::between(1, 1024, Unit::Count),
 );
 /// `GORGE_WEBHOOK_ERROR_BACKOFF_SEC`
-pub const BREAKER_WINDOW: Setting<u64> = Setting::new(
+pub const BREAKER_WINDOW: Setting<u64> = Setting::number(
     "GORGE_WEBHOOK_ERROR_BACKOFF_SEC",
     "300",
     "breaker window in seconds",
-    whole_number,
+    Bounds::between(1, 86_400, Unit::Secs),
 );
 /// `GORGE_WEBHOOK_ERROR_THRESHOLD`
-pub const BREAKER_THRESHOLD: Setting<u64> = Setting::new(
+pub const BREAKER_THRESHOLD: Setting<u64> = Setting::number(
     "GORGE_WEBHOOK_ERROR_THRESHOLD",
     "10",
     "failed rows in the window that open a hook's breaker",
-    whole_number,
+    Bounds::between(1, 1_000_000, Unit::Count),
 );
 /// `GORGE_WEBHOOK_RETRY_BACKOFF_SEC`
-pub const RETRY_BACKOFF: Setting<u64> = Setting::new(
+pub const RETRY_BACKOFF: Setting<u64> = Setting::number(
     "GORGE_WEBHOOK_RETRY_BACKOFF_SEC",
     "60",
     "seconds after a failed attempt before a retry",
-    whole_number,
+    Bounds::between(0, 86_400, Unit::Secs),
 );
 /// `GORGE_WEBHOOK_CLAIM_LEASE_SEC`
-pub const CLAIM_LEASE: Setting<u64> = Setting::new(
+pub const CLAIM_LEASE: Setting<u64> = Setting::number(
     "GORGE_WEBHOOK_CLAIM_LEASE_SEC",
     "30",
     "claim lease in seconds (raised to delivery timeout + 2)",
-    whole_number,
+    Bounds::between(1, 86_400, Unit::Secs),
 );
 /// `GORGE_WEBHOOK_RETRY_AFTER_MAX_SEC`: the longest pause a receiver's
 /// `Retry-After` (on a 429 or 503) may put on its hook; 0 ignores the
 /// header.
-pub const RETRY_AFTER_MAX: Setting<u64> = Setting::new(
+pub const RETRY_AFTER_MAX: Setting<u64> = Setting::number(
     "GORGE_WEBHOOK_RETRY_AFTER_MAX_SEC",
     "3600",
     "longest pause a 429/503 Retry-After puts on its hook (from 1 s); 0 = ignore",
-    whole_number,
+    Bounds::between(0, 86_400, Unit::Secs),
 );
 /// `GORGE_WEBHOOK_BATCH_SIZE`
-pub const BATCH_SIZE: Setting<usize> = Setting::new(
+pub const BATCH_SIZE: Setting<usize> = Setting::number(
     "GORGE_WEBHOOK_BATCH_SIZE",
     "0",
     "candidate rows kept ready; 0 = 8 x MAX_CONCURRENT (32..1024)",
-    size,
+    Bounds::between(0, 10_000, Unit::Count),
 );
 
 /// The delivery loop's variables, in `--help` order.
@@ -96,12 +94,6 @@ pub const VARIABLES: &[SettingInfo] = &[
     RETRY_AFTER_MAX.info(),
     BATCH_SIZE.info(),
 ];
-
-/// A count: a whole number that must also fit in memory sizes.
-fn size(raw: &str) -> Result<usize, String> {
-    let n: u64 = whole_number(raw)?;
-    usize::try_from(n).map_err(|_| "is too large".to_owned())
-}
 
 /// The raw settings, as configured (SPEC §9 defaults).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,9 +128,9 @@ impl Default for Settings {
 
 impl Settings {
     /// Reads every setting by its variable through `get` (the environment,
-    /// for the binaries), with SPEC §9's defaults. Unparseable numbers are
-    /// errors naming the variable; ranges are checked by
-    /// [`Windows::try_new`].
+    /// for the binaries), with SPEC §9's defaults. A value that is not a
+    /// whole number, or outside its declared bounds, is an error naming
+    /// the variable.
     pub fn from_lookup(get: Lookup<'_>) -> Result<Self, SettingError> {
         Ok(Self {
             poll_interval: POLL_INTERVAL.read(get)?,
@@ -151,6 +143,21 @@ impl Settings {
             retry_after_max_secs: RETRY_AFTER_MAX.read(get)?,
             batch_size: BATCH_SIZE.read(get)?,
         })
+    }
+
+    /// Holds each value to its variable's declared bounds: those read from
+    /// text already are; these may have been built in code (the demo,
+    /// tests).
+    fn check(&self) -> Result<(), SettingError> {
+        POLL_INTERVAL.check(&self.poll_interval)?;
+        DELIVERY_TIMEOUT.check(&self.delivery_timeout)?;
+        MAX_CONCURRENT.check(&self.max_concurrent)?;
+        BREAKER_WINDOW.check(&self.breaker_window_secs)?;
+        BREAKER_THRESHOLD.check(&self.breaker_threshold)?;
+        RETRY_BACKOFF.check(&self.retry_backoff_secs)?;
+        CLAIM_LEASE.check(&self.claim_lease_secs)?;
+        RETRY_AFTER_MAX.check(&self.retry_after_max_secs)?;
+        BATCH_SIZE.check(&self.batch_size)
     }
 }
 
@@ -239,65 +246,10 @@ const LEASE_MARGIN_SECS: u64 = 2;
 pub const RETRY_AFTER_MIN: Duration = Duration::from_secs(1);
 
 impl Windows {
-    /// Validates `settings`; the error names the offending variable.
+    /// Works out the windows from `settings`, each held to its
+    /// variable's declared bounds; the error names the variable.
     pub fn try_new(settings: Settings) -> Result<Self, SettingError> {
-        check_range(
-            POLL_INTERVAL.name,
-            millis(settings.poll_interval),
-            10,
-            3_600_000,
-            "ms",
-        )?;
-        check_range(
-            DELIVERY_TIMEOUT.name,
-            settings.delivery_timeout.as_secs(),
-            1,
-            600,
-            "s",
-        )?;
-        if settings.delivery_timeout.subsec_nanos() != 0 {
-            return Err(SettingError::new(
-                DELIVERY_TIMEOUT.name,
-                "must be a whole number of seconds",
-            ));
-        }
-        check_range(
-            MAX_CONCURRENT.name,
-            settings.max_concurrent as u64,
-            1,
-            1024,
-            "",
-        )?;
-        check_range(
-            BREAKER_WINDOW.name,
-            settings.breaker_window_secs,
-            1,
-            86_400,
-            "s",
-        )?;
-        check_range(
-            BREAKER_THRESHOLD.name,
-            settings.breaker_threshold,
-            1,
-            1_000_000,
-            "",
-        )?;
-        check_range(
-            RETRY_BACKOFF.name,
-            settings.retry_backoff_secs,
-            0,
-            86_400,
-            "s",
-        )?;
-        check_range(CLAIM_LEASE.name, settings.claim_lease_secs, 1, 86_400, "s")?;
-        check_range(
-            RETRY_AFTER_MAX.name,
-            settings.retry_after_max_secs,
-            0,
-            86_400,
-            "s",
-        )?;
-        check_range(BATCH_SIZE.name, settings.batch_size as u64, 0, 10_000, "")?;
+        settings.check()?;
         let lease_secs = settings
             .claim_lease_secs
             .max(settings.delivery_timeout.as_secs() + LEASE_MARGIN_SECS);
@@ -410,27 +362,6 @@ impl Windows {
             });
         }
         warnings
-    }
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-fn check_range(
-    variable: &'static str,
-    value: u64,
-    min: u64,
-    max: u64,
-    unit: &str,
-) -> Result<(), SettingError> {
-    if (min..=max).contains(&value) {
-        Ok(())
-    } else {
-        Err(SettingError::new(
-            variable,
-            format!("must be between {min}{unit} and {max}{unit}"),
-        ))
     }
 }
 

@@ -10,45 +10,33 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use webhook_core::setting::{
-    milliseconds, switch, text, whole_number, Lookup, Setting, SettingError, SettingInfo,
+    switch, text, Bounds, Lookup, Setting, SettingError, SettingInfo, Unit, Zero,
 };
 use webhook_core::withheld;
 
 use mysql_async::{OptsBuilder, PoolConstraints, PoolOpts, SslOpts};
-
-use crate::error::MysqlError;
-
-/// Pooled connections of a [`MysqlConfig::default`], as [`POOL_MAX`]'s
-/// default.
-pub const DEFAULT_POOL_MAX: usize = 16;
-
-/// Lock sessions of a [`MysqlConfig::default`], as [`LOCK_SESSIONS`]'s
-/// default.
-pub const DEFAULT_LOCK_SESSIONS: usize = 4;
-
-/// The most lock sessions accepted.
-const MAX_LOCK_SESSIONS: usize = 64;
 
 /// `GORGE_WEBHOOK_MYSQL_HOST`
 pub const HOST: Setting<String> = Setting::new(
     "GORGE_WEBHOOK_MYSQL_HOST",
     "127.0.0.1",
     "MySQL/MariaDB host",
-    text,
+    not_blank,
 );
 /// `GORGE_WEBHOOK_MYSQL_PORT`
-pub const PORT: Setting<u16> = Setting::new(
+pub const PORT: Setting<u16> = Setting::number(
     "GORGE_WEBHOOK_MYSQL_PORT",
     "3306",
     "MySQL/MariaDB port",
-    |raw| {
-        let port: u64 = whole_number(raw)?;
-        u16::try_from(port).map_err(|_| "is not a port number".to_owned())
-    },
+    Bounds::between(1, 65_535, Unit::Count),
 );
 /// `GORGE_WEBHOOK_MYSQL_USER`
-pub const USER: Setting<String> =
-    Setting::new("GORGE_WEBHOOK_MYSQL_USER", "phorge", "MySQL user", text);
+pub const USER: Setting<String> = Setting::new(
+    "GORGE_WEBHOOK_MYSQL_USER",
+    "phorge",
+    "MySQL user",
+    not_blank,
+);
 /// `GORGE_WEBHOOK_MYSQL_PASS`
 pub const PASS: Setting<String> =
     Setting::new("GORGE_WEBHOOK_MYSQL_PASS", "", "MySQL password", text).secret();
@@ -69,31 +57,31 @@ pub const TLS_CA: Setting<Option<PathBuf>> = Setting::new(
 /// `GORGE_WEBHOOK_MYSQL_POOL_MAX`: the pooled connections the statements
 /// run on (polls, group commits, lookups), sized by what they need, not
 /// by the concurrency: a held hook lock pins no pooled connection
-/// (`crate::lock`). 0 means the default (it once meant a size derived
+/// (`crate::lock`). 0 reads as the default (it once meant a size derived
 /// from `GORGE_WEBHOOK_MAX_CONCURRENT`).
-pub const POOL_MAX: Setting<u64> = Setting::new(
+pub const POOL_MAX: Setting<usize> = Setting::number(
     "GORGE_WEBHOOK_MYSQL_POOL_MAX",
     "16",
-    "pooled database connections for statements at most; 0 = 16",
-    whole_number,
+    "pooled database connections for statements at most; 0 = the default",
+    Bounds::at_least(1, Unit::Count).or_zero(Zero::Default),
 );
 /// `GORGE_WEBHOOK_MYSQL_LOCK_SESSIONS`: the sessions, besides the pool,
 /// that take, hold and free the hooks' named locks, each holding many
 /// (`crate::lock`); each opens only when first needed.
-pub const LOCK_SESSIONS: Setting<u64> = Setting::new(
+pub const LOCK_SESSIONS: Setting<usize> = Setting::number(
     "GORGE_WEBHOOK_MYSQL_LOCK_SESSIONS",
     "4",
     "database sessions holding the hook locks, many each (besides the pool)",
-    whole_number,
+    Bounds::between(1, 64, Unit::Count),
 );
 /// `GORGE_WEBHOOK_MYSQL_CONNECT_TIMEOUT_MS`: how long to wait for a
 /// connection (TCP connect, handshake, or a free pool slot) before calling
 /// the database unavailable.
-pub const CONNECT_TIMEOUT: Setting<Duration> = Setting::new(
+pub const CONNECT_TIMEOUT: Setting<Duration> = Setting::number(
     "GORGE_WEBHOOK_MYSQL_CONNECT_TIMEOUT_MS",
     "5000",
     "bound on getting a database connection (TCP, TLS, handshake, pool slot)",
-    milliseconds,
+    Bounds::at_least(1, Unit::Millis),
 );
 /// `GORGE_WEBHOOK_MYSQL_STATEMENT_TIMEOUT_MS`: how long one statement may
 /// take before its connection is abandoned and the database called
@@ -102,12 +90,12 @@ pub const CONNECT_TIMEOUT: Setting<Duration> = Setting::new(
 /// batch through `key_status` in milliseconds even with millions of
 /// retained rows; docs/operations.md), and below the claim lease, so a
 /// write-back that met a frozen connection is retried on a fresh one while
-/// its claim still holds.
-pub const STATEMENT_TIMEOUT: Setting<Duration> = Setting::new(
+/// its claim still holds. At most an hour.
+pub const STATEMENT_TIMEOUT: Setting<Duration> = Setting::number(
     "GORGE_WEBHOOK_MYSQL_STATEMENT_TIMEOUT_MS",
     "10000",
     "bound on one database statement; then its connection is abandoned",
-    milliseconds,
+    Bounds::between(1, 3_600_000, Unit::Millis),
 );
 /// `GORGE_WEBHOOK_MYSQL_KEEPALIVE_SEC`: TCP keepalive on database sockets,
 /// the idle time before the first probe; 0 = off. It keeps NAT and
@@ -115,21 +103,18 @@ pub const STATEMENT_TIMEOUT: Setting<Duration> = Setting::new(
 /// the kernel find a dead peer in the end; it cannot see a path that still
 /// acknowledges but forwards nothing, which is what the statement timeout
 /// is for.
-pub const KEEPALIVE: Setting<Option<Duration>> = Setting::new(
+pub const KEEPALIVE: Setting<Option<Duration>> = Setting::number(
     "GORGE_WEBHOOK_MYSQL_KEEPALIVE_SEC",
     "30",
     "TCP keepalive idle time on database sockets; 0 = off",
-    |raw| match whole_number(raw)? {
-        0 => Ok(None),
-        secs => Ok(Some(Duration::from_secs(secs))),
-    },
+    Bounds::between(1, 3_600, Unit::Secs).or_zero(Zero::Off),
 );
 /// `GORGE_WEBHOOK_NAMESPACE`
 pub const NAMESPACE: Setting<String> = Setting::new(
     "GORGE_WEBHOOK_NAMESPACE",
     "phorge",
     "Phorge storage namespace; the database is {namespace}_herald",
-    text,
+    |raw| check_namespace(raw).map(|()| raw.to_owned()),
 );
 
 /// `GORGE_WEBHOOK_ADOPT_PHP_TASKS`
@@ -159,9 +144,6 @@ pub const VARIABLES: &[SettingInfo] = &[
     NAMESPACE.info(),
     ADOPT_PHP_TASKS.info(),
 ];
-
-/// The longest statement timeout accepted.
-const MAX_STATEMENT_TIMEOUT: Duration = Duration::from_secs(3_600);
 
 /// Idle connections are kept this long, so the per-connection prepared
 /// statement cache survives between poll ticks.
@@ -215,8 +197,8 @@ impl Default for MysqlConfig {
             user: USER.default_value(),
             password: PASS.default_value(),
             namespace: NAMESPACE.default_value(),
-            pool_max: DEFAULT_POOL_MAX,
-            lock_sessions: DEFAULT_LOCK_SESSIONS,
+            pool_max: POOL_MAX.default_value(),
+            lock_sessions: LOCK_SESSIONS.default_value(),
             tls: TLS.default_value(),
             tls_ca_file: TLS_CA.default_value(),
             connect_timeout: CONNECT_TIMEOUT.default_value(),
@@ -265,110 +247,67 @@ impl MysqlConfig {
     /// variables through `get` (SPEC §9 defaults) and validates them; an
     /// error names the variable.
     pub fn from_lookup(get: Lookup<'_>) -> Result<Self, SettingError> {
-        let tls = TLS.read(get)?;
-        let port = PORT.read(get)?;
-        let pool_max = match POOL_MAX.read(get)? {
-            0 => DEFAULT_POOL_MAX,
-            n => usize::try_from(n).unwrap_or(usize::MAX),
-        };
-        let lock_sessions = usize::try_from(LOCK_SESSIONS.read(get)?).unwrap_or(usize::MAX);
-        let connect_timeout = CONNECT_TIMEOUT.read(get)?;
-        let statement_timeout = STATEMENT_TIMEOUT.read(get)?;
-        let tcp_keepalive = KEEPALIVE.read(get)?;
         let config = Self {
             host: HOST.read(get)?,
-            port,
+            port: PORT.read(get)?,
             user: USER.read(get)?,
             password: PASS.read(get)?,
             namespace: NAMESPACE.read(get)?,
-            pool_max,
-            lock_sessions,
-            tls,
+            pool_max: POOL_MAX.read(get)?,
+            lock_sessions: LOCK_SESSIONS.read(get)?,
+            tls: TLS.read(get)?,
             tls_ca_file: TLS_CA.read(get)?,
-            connect_timeout,
-            statement_timeout,
-            tcp_keepalive,
+            connect_timeout: CONNECT_TIMEOUT.read(get)?,
+            statement_timeout: STATEMENT_TIMEOUT.read(get)?,
+            tcp_keepalive: KEEPALIVE.read(get)?,
             adopt_php_tasks: ADOPT_PHP_TASKS.read(get)?,
         };
-        config.validate().map_err(|err| match err {
-            MysqlError::InvalidConfig { setting, reason } => {
-                SettingError::new(variable_of(setting), reason)
-            }
-            other => SettingError::new(HOST.name, other.to_string()),
-        })?;
+        config.check_together()?;
         Ok(config)
     }
 
-    /// Checks every setting without connecting; the error names the setting.
-    pub fn validate(&self) -> Result<(), MysqlError> {
-        let invalid = |setting: &'static str, reason: String| {
-            Err(MysqlError::InvalidConfig { setting, reason })
+    /// Checks every setting without connecting, each by its variable's
+    /// declaration (the values may have been built in code), then the
+    /// rules between them; the error names the variable.
+    pub fn validate(&self) -> Result<(), SettingError> {
+        HOST.parse_text(&self.host)?;
+        PORT.check(&self.port)?;
+        USER.parse_text(&self.user)?;
+        NAMESPACE.parse_text(&self.namespace)?;
+        LOCK_SESSIONS.check(&self.lock_sessions)?;
+        POOL_MAX.check(&self.pool_max)?;
+        CONNECT_TIMEOUT.check(&self.connect_timeout)?;
+        STATEMENT_TIMEOUT.check(&self.statement_timeout)?;
+        KEEPALIVE.check(&self.tcp_keepalive)?;
+        self.check_together()
+    }
+
+    /// The rules between settings: a CA file only with TLS, and one that
+    /// can be read.
+    fn check_together(&self) -> Result<(), SettingError> {
+        let Some(path) = &self.tls_ca_file else {
+            return Ok(());
         };
-        if self.host.trim().is_empty() {
-            return invalid("host", "must not be empty".to_owned());
-        }
-        if self.port == 0 {
-            return invalid("port", "must not be 0".to_owned());
-        }
-        if self.user.is_empty() {
-            return invalid("user", "must not be empty".to_owned());
-        }
-        if let Err(reason) = check_namespace(&self.namespace) {
-            return invalid("namespace", reason);
-        }
-        if self.lock_sessions == 0 || self.lock_sessions > MAX_LOCK_SESSIONS {
-            return invalid("lock_sessions", format!("must be 1 to {MAX_LOCK_SESSIONS}"));
-        }
-        if self.pool_max == 0 {
-            return invalid("pool_max", "must be at least 1".to_owned());
-        }
-        if self.connect_timeout.is_zero() {
-            return invalid("connect_timeout", "must be longer than 0".to_owned());
-        }
-        if self.statement_timeout.is_zero() || self.statement_timeout > MAX_STATEMENT_TIMEOUT {
-            return invalid(
-                "statement_timeout",
+        if !self.tls {
+            return Err(SettingError::new(
+                TLS_CA.name,
                 format!(
-                    "must be longer than 0 and at most {} ms",
-                    MAX_STATEMENT_TIMEOUT.as_millis()
+                    "is set but {} is off; enable TLS or drop the CA file",
+                    TLS.name
                 ),
-            );
+            ));
         }
-        if self
-            .tcp_keepalive
-            .is_some_and(|idle| idle.is_zero() || idle > MAX_STATEMENT_TIMEOUT)
-        {
-            return invalid(
-                "tcp_keepalive",
+        // Only a local file check: a typo would otherwise surface as a
+        // database that never becomes ready.
+        std::fs::metadata(path).map(drop).map_err(|err| {
+            SettingError::new(
+                TLS_CA.name,
                 format!(
-                    "must be 0 (off) or 1 to {} seconds",
-                    MAX_STATEMENT_TIMEOUT.as_secs()
+                    "the file it names cannot be read: {err} ({})",
+                    withheld(&path.to_string_lossy())
                 ),
-            );
-        }
-        match (&self.tls_ca_file, self.tls) {
-            (Some(_), false) => {
-                return invalid(
-                    "tls_ca_file",
-                    "is set but TLS is off; enable TLS or drop the CA file".to_owned(),
-                );
-            }
-            (Some(path), true) => {
-                // Only a local file check: a typo would otherwise surface as
-                // a database that never becomes ready.
-                if let Err(err) = std::fs::metadata(path) {
-                    return invalid(
-                        "tls_ca_file",
-                        format!(
-                            "the file it names cannot be read: {err} ({})",
-                            withheld(&path.to_string_lossy())
-                        ),
-                    );
-                }
-            }
-            (None, _) => {}
-        }
-        Ok(())
+            )
+        })
     }
 
     /// The driver options. Assumes [`validate`](Self::validate) passed.
@@ -411,20 +350,12 @@ impl MysqlConfig {
     }
 }
 
-/// The variable that sets a [`MysqlConfig`] field.
-fn variable_of(field: &'static str) -> &'static str {
-    match field {
-        "host" => HOST.name,
-        "port" => PORT.name,
-        "user" => USER.name,
-        "namespace" => NAMESPACE.name,
-        "pool_max" => POOL_MAX.name,
-        "lock_sessions" => LOCK_SESSIONS.name,
-        "tls_ca_file" => TLS_CA.name,
-        "connect_timeout" => CONNECT_TIMEOUT.name,
-        "statement_timeout" => STATEMENT_TIMEOUT.name,
-        "tcp_keepalive" => KEEPALIVE.name,
-        other => other,
+/// Text that must hold more than blanks.
+fn not_blank(raw: &str) -> Result<String, String> {
+    if raw.trim().is_empty() {
+        Err("must not be empty".to_owned())
+    } else {
+        Ok(raw.to_owned())
     }
 }
 
@@ -461,11 +392,7 @@ mod tests {
     use webhook_core::setting::table;
 
     fn setting(config: &MysqlConfig) -> Option<&'static str> {
-        match config.validate() {
-            Ok(()) => None,
-            Err(MysqlError::InvalidConfig { setting, .. }) => Some(setting),
-            Err(other) => panic!("unexpected error {other:?}"),
-        }
+        config.validate().err().map(|err| err.variable)
     }
 
     #[test]
@@ -517,91 +444,91 @@ mod tests {
                     host: " ".into(),
                     ..base.clone()
                 },
-                "host",
+                HOST.name,
             ),
             (
                 MysqlConfig {
                     port: 0,
                     ..base.clone()
                 },
-                "port",
+                PORT.name,
             ),
             (
                 MysqlConfig {
                     user: String::new(),
                     ..base.clone()
                 },
-                "user",
+                USER.name,
             ),
             (
                 MysqlConfig {
                     namespace: String::new(),
                     ..base.clone()
                 },
-                "namespace",
+                NAMESPACE.name,
             ),
             (
                 MysqlConfig {
                     namespace: "a".repeat(58),
                     ..base.clone()
                 },
-                "namespace",
+                NAMESPACE.name,
             ),
             (
                 MysqlConfig {
                     namespace: "a.b".into(),
                     ..base.clone()
                 },
-                "namespace",
+                NAMESPACE.name,
             ),
             (
                 MysqlConfig {
                     pool_max: 0,
                     ..base.clone()
                 },
-                "pool_max",
+                POOL_MAX.name,
             ),
             (
                 MysqlConfig {
                     lock_sessions: 0,
                     ..base.clone()
                 },
-                "lock_sessions",
+                LOCK_SESSIONS.name,
             ),
             (
                 MysqlConfig {
                     connect_timeout: Duration::ZERO,
                     ..base.clone()
                 },
-                "connect_timeout",
+                CONNECT_TIMEOUT.name,
             ),
             (
                 MysqlConfig {
                     statement_timeout: Duration::ZERO,
                     ..base.clone()
                 },
-                "statement_timeout",
+                STATEMENT_TIMEOUT.name,
             ),
             (
                 MysqlConfig {
                     statement_timeout: Duration::from_secs(7_200),
                     ..base.clone()
                 },
-                "statement_timeout",
+                STATEMENT_TIMEOUT.name,
             ),
             (
                 MysqlConfig {
                     tcp_keepalive: Some(Duration::ZERO),
                     ..base.clone()
                 },
-                "tcp_keepalive",
+                KEEPALIVE.name,
             ),
             (
                 MysqlConfig {
                     tls_ca_file: Some("/nonexistent/ca.pem".into()),
                     ..base.clone()
                 },
-                "tls_ca_file",
+                TLS_CA.name,
             ),
             (
                 MysqlConfig {
@@ -609,7 +536,7 @@ mod tests {
                     tls_ca_file: Some("/nonexistent/ca.pem".into()),
                     ..base.clone()
                 },
-                "tls_ca_file",
+                TLS_CA.name,
             ),
         ];
         for (config, expected) in cases {
@@ -652,6 +579,51 @@ mod tests {
                 other => panic!("{name}={value}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_bound_is_refused_naming_its_variable_and_the_bound() {
+        for (name, value, message) in [
+            (
+                "GORGE_WEBHOOK_MYSQL_LOCK_SESSIONS",
+                "65",
+                "GORGE_WEBHOOK_MYSQL_LOCK_SESSIONS: must be between 1 and 64",
+            ),
+            (
+                "GORGE_WEBHOOK_MYSQL_PORT",
+                "65536",
+                "GORGE_WEBHOOK_MYSQL_PORT: must be between 1 and 65535",
+            ),
+            (
+                "GORGE_WEBHOOK_MYSQL_STATEMENT_TIMEOUT_MS",
+                "3600001",
+                "GORGE_WEBHOOK_MYSQL_STATEMENT_TIMEOUT_MS: must be between 1 and 3600000 ms",
+            ),
+            (
+                "GORGE_WEBHOOK_MYSQL_KEEPALIVE_SEC",
+                "3601",
+                "GORGE_WEBHOOK_MYSQL_KEEPALIVE_SEC: must be 0 or between 1 and 3600 s",
+            ),
+            (
+                "GORGE_WEBHOOK_MYSQL_CONNECT_TIMEOUT_MS",
+                "0",
+                "GORGE_WEBHOOK_MYSQL_CONNECT_TIMEOUT_MS: must be at least 1 ms",
+            ),
+        ] {
+            let err = MysqlConfig::from_lookup(&table(&[(name, value)])).expect_err(name);
+            assert_eq!(err.to_string(), message);
+        }
+        // A hand-built value meets the same bound, named the same way.
+        let err = MysqlConfig {
+            lock_sessions: 65,
+            ..MysqlConfig::default()
+        }
+        .validate()
+        .expect_err("65");
+        assert_eq!(
+            err.to_string(),
+            "GORGE_WEBHOOK_MYSQL_LOCK_SESSIONS: must be between 1 and 64"
+        );
     }
 
     #[test]

@@ -46,14 +46,9 @@ const PRIVILEGE_SERVER_CODES: &[u16] = &[
 /// and the sources behind `StoreError`s.
 #[derive(Debug, thiserror::Error)]
 pub enum MysqlError {
-    /// A setting cannot work; names the setting.
-    #[error("invalid MySQL setting {setting}: {reason}")]
-    InvalidConfig {
-        /// The setting's field name in [`crate::MysqlConfig`].
-        setting: &'static str,
-        /// What is wrong with it.
-        reason: String,
-    },
+    /// A setting cannot work; names its variable.
+    #[error("invalid MySQL setting {0}")]
+    InvalidConfig(#[from] webhook_core::SettingError),
     /// The database cannot serve yet (see [`NotReady`]).
     #[error(transparent)]
     NotReady(#[from] NotReady),

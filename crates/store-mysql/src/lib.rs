@@ -89,7 +89,7 @@ mod store;
 mod task_queue;
 
 pub use candidates::{INLINE_PROPERTIES_MAX, POLL_BYTES_MAX};
-pub use config::{MysqlConfig, DEFAULT_POOL_MAX};
+pub use config::MysqlConfig;
 pub use driver_buffers::{bound_driver_buffers, BUFFER_POOL_CAP, BUFFER_SIZE_CAP};
 pub use error::{MysqlError, NotReady};
 pub use handoff::PhpDeliveryTasks;

@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use tokio::io::AsyncReadExt;
 use webhook_core::hold::php_truthy;
-use webhook_core::setting::{Lookup, Setting, SettingError, SettingInfo};
+use webhook_core::setting::{Lookup, Setting, SettingError, SettingInfo, Shown};
 use webhook_core::{ConfigUnreadable, PhorgeConfig};
 
 /// The variable naming Phorge's `conf/local/local.json`: unset or empty is
@@ -30,7 +30,12 @@ pub const LOCAL_CONFIG: Setting<Option<LocalConfig>> = Setting::new(
     "",
     "Phorge's conf/local/local.json, read for phabricator.silent; empty = not read",
     parse_path,
-);
+)
+.shown_as(|config| {
+    config
+        .as_ref()
+        .map_or_else(|| "(not set)".to_owned(), Shown::shown)
+});
 
 /// The hand-off's variables, in `--help` order.
 pub const VARIABLES: &[SettingInfo] = &[LOCAL_CONFIG.info()];
@@ -97,6 +102,13 @@ fn parse_path(raw: &str) -> Result<Option<LocalConfig>, String> {
         ));
     }
     Ok(Some(LocalConfig { path }))
+}
+
+/// Its path.
+impl Shown for LocalConfig {
+    fn shown(&self) -> String {
+        self.path.display().to_string()
+    }
 }
 
 impl LocalConfig {

@@ -1,12 +1,15 @@
 //! The transport's settings: their environment variables (declared once
-//! here, with their defaults), and the validation that turns them into what [`crate::HyperTransport`]
-//! runs with. Every error names the setting (by its variable) so a message
-//! points at what to fix.
+//! here, with their defaults and bounds), and the one check that turns
+//! them into what [`crate::HyperTransport`] runs with
+//! ([`TransportConfig::check`], giving a [`CheckedTransportConfig`]).
+//! Every error names the setting (by its variable) so a message points at
+//! what to fix.
 //!
 //! It reads no environment by itself: [`TransportConfig::from_env_with`]
 //! takes a lookup function, so the daemon decides where values come from.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use http::header::{HeaderName, HeaderValue};
@@ -15,7 +18,9 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 use rustls::RootCertStore;
 
-use webhook_core::setting::{text, Lookup, Setting, SettingError, SettingInfo};
+use webhook_core::setting::{
+    text, Bounds, Lookup, Setting, SettingError, SettingInfo, Shown, Unit, Zero,
+};
 
 use crate::policy::phorge_deny_list;
 
@@ -39,56 +44,53 @@ pub const USER_AGENT: Setting<String> = Setting::new(
 )
 .computed(|| format!("gorge-webhook/{}", env!("CARGO_PKG_VERSION")));
 /// `GORGE_WEBHOOK_MAX_REDIRECTS`: 0 = never follow.
-pub const MAX_REDIRECTS: Setting<u32> = Setting::new(
+pub const MAX_REDIRECTS: Setting<u32> = Setting::number(
     "GORGE_WEBHOOK_MAX_REDIRECTS",
     "20",
     "redirects followed; 0 = never",
-    non_negative,
+    Bounds::at_least(0, Unit::Count),
 );
 /// `GORGE_WEBHOOK_CONNECT_TIMEOUT_MS`
-pub const CONNECT_TIMEOUT: Setting<Duration> = Setting::new(
+pub const CONNECT_TIMEOUT: Setting<Duration> = Setting::number(
     "GORGE_WEBHOOK_CONNECT_TIMEOUT_MS",
     "5000",
     "bound on one new connection",
-    |raw| non_negative(raw).map(Duration::from_millis),
+    Bounds::at_least(1, Unit::Millis),
 );
 /// `GORGE_WEBHOOK_RESOLVE_TIMEOUT_MS`
-pub const RESOLVE_TIMEOUT: Setting<Duration> = Setting::new(
+pub const RESOLVE_TIMEOUT: Setting<Duration> = Setting::number(
     "GORGE_WEBHOOK_RESOLVE_TIMEOUT_MS",
     "10000",
     "bound on resolving a hook's host",
-    |raw| non_negative(raw).map(Duration::from_millis),
+    Bounds::at_least(1, Unit::Millis),
 );
 /// `GORGE_WEBHOOK_RESPONSE_BODY_LIMIT`: bytes.
-pub const RESPONSE_BODY_LIMIT: Setting<usize> = Setting::new(
+pub const RESPONSE_BODY_LIMIT: Setting<usize> = Setting::number(
     "GORGE_WEBHOOK_RESPONSE_BODY_LIMIT",
     "65536",
     "response bytes read, then discarded",
-    non_negative,
+    Bounds::at_least(0, Unit::Bytes),
 );
-/// `GORGE_WEBHOOK_RESPONSE_HEAD_MAX`: bytes.
-pub const RESPONSE_HEAD_MAX: Setting<usize> = Setting::new(
+/// The head a connection accepts when [`RESPONSE_HEAD_MAX`] is 0: cURL's
+/// bound, in a buffer that grows only as a head needs.
+pub const RESPONSE_HEAD_GROWING_MAX: usize = 102_400;
+/// `GORGE_WEBHOOK_RESPONSE_HEAD_MAX`: bytes. Below 1 KiB an ordinary head
+/// does not fit; above 100 KiB (cURL's bound on one header line) every
+/// connection would hold as much.
+pub const RESPONSE_HEAD_MAX: Setting<usize> = Setting::number(
     "GORGE_WEBHOOK_RESPONSE_HEAD_MAX",
     "0",
     "bytes of a response head (status line and headers) read at most, and each \
      connection's read buffer; 0 = a buffer growing from 8 KiB to cURL's 100 KiB \
      (4096 saves about 6 KiB per connection, but fails a receiver's longer head)",
-    non_negative,
+    Bounds::between(1024, RESPONSE_HEAD_GROWING_MAX as u64, Unit::Bytes).or_zero(Zero::Off),
 );
-/// The bounds of a non-zero [`RESPONSE_HEAD_MAX`]: below 1 KiB an ordinary
-/// head does not fit; above 100 KiB (cURL's bound on one header line)
-/// every connection would hold as much.
-pub const RESPONSE_HEAD_RANGE: std::ops::RangeInclusive<usize> = 1024..=102_400;
-
-/// The head a connection accepts when [`RESPONSE_HEAD_MAX`] is 0: cURL's
-/// bound, in a buffer that grows only as a head needs.
-pub const RESPONSE_HEAD_GROWING_MAX: usize = 102_400;
 /// `GORGE_WEBHOOK_POOL_IDLE_SEC`
-pub const POOL_IDLE: Setting<Duration> = Setting::new(
+pub const POOL_IDLE: Setting<Duration> = Setting::number(
     "GORGE_WEBHOOK_POOL_IDLE_SEC",
     "30",
     "idle keep-alive connections are closed after this",
-    |raw| non_negative(raw).map(Duration::from_secs),
+    Bounds::at_least(1, Unit::Secs),
 );
 /// `GORGE_WEBHOOK_OUTBOUND_DENY`: comma-separated CIDRs.
 pub const OUTBOUND_DENY: Setting<Vec<IpNet>> = Setting::new(
@@ -97,7 +99,17 @@ pub const OUTBOUND_DENY: Setting<Vec<IpNet>> = Setting::new(
     "comma-separated CIDRs never called",
     parse_cidr_list,
 )
-.computed(phorge_deny_list);
+.computed(phorge_deny_list)
+.shown_as(|nets| {
+    if *nets == phorge_deny_list() {
+        format!(
+            "Phorge's security.outbound-blacklist ({} networks)",
+            nets.len()
+        )
+    } else {
+        nets.shown()
+    }
+});
 /// `GORGE_WEBHOOK_OUTBOUND_ALLOW`: comma-separated CIDRs.
 pub const OUTBOUND_ALLOW: Setting<Vec<IpNet>> = Setting::new(
     "GORGE_WEBHOOK_OUTBOUND_ALLOW",
@@ -107,7 +119,7 @@ pub const OUTBOUND_ALLOW: Setting<Vec<IpNet>> = Setting::new(
 );
 /// `GORGE_WEBHOOK_CA_FILE`: PEM file of extra trusted roots, read when the
 /// variable is read.
-pub const CA_FILE: Setting<Vec<u8>> = Setting::new(
+pub const CA_FILE: Setting<Option<PemFile>> = Setting::new(
     "GORGE_WEBHOOK_CA_FILE",
     "",
     "PEM file of extra trusted roots for receivers",
@@ -122,7 +134,33 @@ pub const REQUEST_ID_HEADER: Setting<Option<String>> = Setting::new(
         let name = raw.trim();
         Ok((!name.is_empty()).then(|| name.to_owned()))
     },
-);
+)
+.shown_as(|name| name.clone().unwrap_or_else(|| "(off)".to_owned()));
+
+/// A PEM file as [`CA_FILE`] reads it: where it is, and its text.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PemFile {
+    /// The path the variable names.
+    pub path: PathBuf,
+    /// The file's bytes.
+    pub pem: Vec<u8>,
+}
+
+impl fmt::Debug for PemFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PemFile")
+            .field("path", &self.path)
+            .field("pem", &self.pem.len())
+            .finish()
+    }
+}
+
+/// Its path.
+impl Shown for PemFile {
+    fn shown(&self) -> String {
+        self.path.display().to_string()
+    }
+}
 
 /// The transport's variables, in `--help` order.
 pub const VARIABLES: &[SettingInfo] = &[
@@ -141,7 +179,8 @@ pub const VARIABLES: &[SettingInfo] = &[
 ];
 
 /// How the transport talks to receivers. `Default` gives Phorge's
-/// behaviour; [`crate::HyperTransport::new`] validates it.
+/// behaviour; [`TransportConfig::check`] makes it what
+/// [`crate::HyperTransport::new`] takes.
 #[derive(Clone, PartialEq, Eq)]
 pub struct TransportConfig {
     /// Headers that each carry the payload signature. Default
@@ -216,16 +255,15 @@ impl fmt::Debug for TransportConfig {
 
 impl TransportConfig {
     /// Defaults, overridden by the variables `get` knows (see
-    /// [`VARIABLES`]), then checked as a whole, as
-    /// [`crate::HyperTransport::new`] checks them. `GORGE_WEBHOOK_CA_FILE`
-    /// is a path and is read here. Pass `|name| std::env::var(name).ok()` for the
-    /// process environment.
-    pub fn from_env_with(get: impl Fn(&str) -> Option<String>) -> Result<Self, SettingError> {
-        let config = Self::read(&get)?;
-        // Refused here, where the variables are read, so a bad setting stops
-        // startup as a setting error and not later as a failed transport.
-        config.validate()?;
-        Ok(config)
+    /// [`VARIABLES`]), then [checked](Self::check): refused here, where the
+    /// variables are read, so a bad setting stops startup as a setting
+    /// error and not later as a failed transport. `GORGE_WEBHOOK_CA_FILE`
+    /// is a path and is read here. Pass `|name| std::env::var(name).ok()`
+    /// for the process environment.
+    pub fn from_env_with(
+        get: impl Fn(&str) -> Option<String>,
+    ) -> Result<CheckedTransportConfig, SettingError> {
+        Self::read(&get)?.check()
     }
 
     /// Every variable through `get`, parsed but not checked as a whole.
@@ -241,23 +279,34 @@ impl TransportConfig {
             pool_idle_timeout: POOL_IDLE.read(get)?,
             outbound_deny: OUTBOUND_DENY.read(get)?,
             outbound_allow: OUTBOUND_ALLOW.read(get)?,
-            extra_root_certificates_pem: CA_FILE.read(get)?,
+            extra_root_certificates_pem: CA_FILE
+                .read(get)?
+                .map(|file| file.pem)
+                .unwrap_or_default(),
             request_id_header: REQUEST_ID_HEADER.read(get)?,
         })
     }
 
+    /// The transport's one check of its settings: each value by its
+    /// variable's declaration (it may have been built in code), the header
+    /// names, and the CA file's certificates; what it makes of them goes
+    /// along, so the transport is built without checking again.
+    pub fn check(self) -> Result<CheckedTransportConfig, SettingError> {
+        let parts = self.validate()?;
+        Ok(CheckedTransportConfig {
+            config: self,
+            parts,
+        })
+    }
+
     /// Checks every setting and prepares what the transport runs with.
-    pub(crate) fn validate(&self) -> Result<Validated, SettingError> {
-        if self.response_head_max != 0 && !RESPONSE_HEAD_RANGE.contains(&self.response_head_max) {
-            return Err(SettingError::new(
-                RESPONSE_HEAD_MAX.name,
-                format!(
-                    "must be 0 or between {} and {} bytes",
-                    RESPONSE_HEAD_RANGE.start(),
-                    RESPONSE_HEAD_RANGE.end()
-                ),
-            ));
-        }
+    fn validate(&self) -> Result<Validated, SettingError> {
+        MAX_REDIRECTS.check(&self.max_redirects)?;
+        CONNECT_TIMEOUT.check(&self.connect_timeout)?;
+        RESOLVE_TIMEOUT.check(&self.resolve_timeout)?;
+        RESPONSE_BODY_LIMIT.check(&self.response_body_limit)?;
+        RESPONSE_HEAD_MAX.check(&self.response_head_max)?;
+        POOL_IDLE.check(&self.pool_idle_timeout)?;
         if self.signature_headers.is_empty() {
             return Err(SettingError::new(
                 SIGNATURE_HEADERS.name,
@@ -277,15 +326,6 @@ impl TransportConfig {
         }
         let user_agent = HeaderValue::from_str(&self.user_agent)
             .map_err(|_| SettingError::new(USER_AGENT.name, "not a valid header value"))?;
-        if self.connect_timeout.is_zero() {
-            return Err(SettingError::new(CONNECT_TIMEOUT.name, "must be above 0"));
-        }
-        if self.resolve_timeout.is_zero() {
-            return Err(SettingError::new(RESOLVE_TIMEOUT.name, "must be above 0"));
-        }
-        if self.pool_idle_timeout.is_zero() {
-            return Err(SettingError::new(POOL_IDLE.name, "must be above 0"));
-        }
         let previous_signature_headers = previous_signature_headers(&signature_headers)?;
         let request_id_header = match &self.request_id_header {
             Some(name) => {
@@ -321,8 +361,34 @@ impl TransportConfig {
     }
 }
 
+/// A [`TransportConfig`] that passed [`TransportConfig::check`], with what
+/// the check made of it: what [`crate::HyperTransport::new`] takes.
+#[derive(Clone)]
+pub struct CheckedTransportConfig {
+    config: TransportConfig,
+    parts: Validated,
+}
+
+impl CheckedTransportConfig {
+    /// The settings as checked.
+    pub fn config(&self) -> &TransportConfig {
+        &self.config
+    }
+
+    /// The settings, and what the check made of them.
+    pub(crate) fn into_parts(self) -> (TransportConfig, Validated) {
+        (self.config, self.parts)
+    }
+}
+
+impl fmt::Debug for CheckedTransportConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.config.fmt(f)
+    }
+}
+
 /// The parts of a [`TransportConfig`] that validation turns into types.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Validated {
     pub(crate) signature_headers: Vec<HeaderName>,
     /// Each signature header's `-Previous` twin, in the same order: the
@@ -450,25 +516,21 @@ pub fn parse_cidr_list(text: &str) -> Result<Vec<IpNet>, String> {
         .collect()
 }
 
-fn non_negative<T: std::str::FromStr>(text: &str) -> Result<T, String> {
-    text.trim().parse().map_err(|_| {
-        format!(
-            "is not a non-negative integer ({})",
-            webhook_core::withheld(text)
-        )
-    })
-}
-
-fn read_pem_file(path: &str) -> Result<Vec<u8>, String> {
-    if path.trim().is_empty() {
-        return Ok(Vec::new());
+fn read_pem_file(path: &str) -> Result<Option<PemFile>, String> {
+    let path = path.trim();
+    if path.is_empty() {
+        return Ok(None);
     }
-    std::fs::read(path.trim()).map_err(|err| {
+    let pem = std::fs::read(path).map_err(|err| {
         format!(
             "the file it names cannot be read: {err} ({})",
             webhook_core::withheld(path)
         )
-    })
+    })?;
+    Ok(Some(PemFile {
+        path: PathBuf::from(path),
+        pem,
+    }))
 }
 
 #[cfg(test)]
@@ -535,6 +597,7 @@ mod tests {
             ("GORGE_WEBHOOK_REQUEST_ID_HEADER", "X-Gorge-Request"),
         ]))
         .expect("valid");
+        let config = config.config();
         assert_eq!(config.signature_headers.len(), 2);
         assert_eq!(config.max_redirects, 0);
         assert_eq!(config.connect_timeout, Duration::from_millis(250));
@@ -566,6 +629,52 @@ mod tests {
                 .expect_err("must be rejected");
             assert_eq!(err.variable, name);
         }
+    }
+
+    #[test]
+    fn a_bound_is_refused_naming_its_variable_and_the_bound() {
+        for (name, value, message) in [
+            (
+                "GORGE_WEBHOOK_RESPONSE_HEAD_MAX",
+                "1023",
+                "GORGE_WEBHOOK_RESPONSE_HEAD_MAX: must be 0 or between 1024 and 102400 bytes",
+            ),
+            (
+                "GORGE_WEBHOOK_CONNECT_TIMEOUT_MS",
+                "0",
+                "GORGE_WEBHOOK_CONNECT_TIMEOUT_MS: must be at least 1 ms",
+            ),
+            (
+                "GORGE_WEBHOOK_POOL_IDLE_SEC",
+                "0",
+                "GORGE_WEBHOOK_POOL_IDLE_SEC: must be at least 1 s",
+            ),
+        ] {
+            // Refused by the declaration as it reads the text, before any
+            // check of the settings together.
+            let declared = VARIABLES.iter().find(|v| v.name == name).expect("declared");
+            let err = declared.shown(&env(&[(name, value)])).expect_err("refused");
+            assert_eq!(err.to_string(), message);
+            let err = TransportConfig::from_env_with(env(&[(name, value)])).expect_err(name);
+            assert_eq!(err.to_string(), message);
+        }
+    }
+
+    #[test]
+    fn the_ca_file_is_named_in_its_errors() {
+        let dir = std::env::temp_dir().join(format!("transport-ca-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let garbage = dir.join("garbage.pem");
+        std::fs::write(&garbage, "not a certificate\n").expect("write");
+        for path in [
+            garbage.display().to_string(),
+            "/nonexistent/ca.pem".to_owned(),
+        ] {
+            let err = TransportConfig::from_env_with(env(&[("GORGE_WEBHOOK_CA_FILE", &path)]))
+                .expect_err("refused");
+            assert_eq!(err.variable, CA_FILE.name, "{err}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -68,6 +68,7 @@
 
 mod auth;
 mod classify;
+mod client_tls;
 pub mod config;
 mod connector;
 mod lookup;
@@ -76,7 +77,10 @@ mod retry_after;
 mod transport;
 mod uri;
 
-pub use config::{parse_cidr_list, parse_list, TransportConfig, DEFAULT_SIGNATURE_HEADER};
+pub use client_tls::BuildError;
+pub use config::{
+    parse_cidr_list, parse_list, CheckedTransportConfig, TransportConfig, DEFAULT_SIGNATURE_HEADER,
+};
 pub use lookup::{LookupError, NameLookup, SystemLookup};
 pub use policy::{phorge_deny_list, OutboundPolicy, PHORGE_DENY_LIST};
 pub use transport::HyperTransport;

@@ -24,14 +24,14 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tracing::debug;
 use webhook_core::{
-    DeliveryResult, OutboundRequest, Resolution, SettingError, Target, Transport, TransportFailure,
-    UriRefusal,
+    DeliveryResult, OutboundRequest, Resolution, Target, Transport, TransportFailure, UriRefusal,
 };
 
 use crate::auth::BasicAuth;
 use crate::classify::{classify, Stage};
+use crate::client_tls::{client_config, BuildError};
 use crate::config::{
-    TransportConfig, CA_FILE, RESPONSE_HEAD_GROWING_MAX, STANDARD_ID, STANDARD_SIGNATURE,
+    CheckedTransportConfig, RESPONSE_HEAD_GROWING_MAX, STANDARD_ID, STANDARD_SIGNATURE,
     STANDARD_TIMESTAMP,
 };
 use crate::connector::{
@@ -139,31 +139,23 @@ pub(crate) fn encode_location(raw: &[u8]) -> String {
 }
 
 impl HyperTransport {
-    /// Validates `config` and builds the client, resolving names with the
+    /// Builds the client from checked settings, resolving names with the
     /// system resolver (`getaddrinfo`).
-    pub fn new(config: TransportConfig) -> Result<Self, SettingError> {
+    pub fn new(config: CheckedTransportConfig) -> Result<Self, BuildError> {
         Self::with_lookup(config, Arc::new(SystemLookup))
     }
 
     /// Like [`HyperTransport::new`], resolving names with `lookup`.
     pub fn with_lookup(
-        config: TransportConfig,
+        config: CheckedTransportConfig,
         lookup: Arc<dyn NameLookup>,
-    ) -> Result<Self, SettingError> {
-        let valid = config.validate()?;
+    ) -> Result<Self, BuildError> {
+        let (config, valid) = config.into_parts();
         let policy = Arc::new(OutboundPolicy::new(
             config.outbound_deny.clone(),
             config.outbound_allow.clone(),
         ));
-
-        let mut roots = valid.extra_roots;
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|err| SettingError::new(CA_FILE.name, format!("TLS setup failed: {err}")))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let tls = client_config(valid.extra_roots)?;
 
         let tcp = TcpConnector::new(
             Arc::clone(&lookup),

@@ -492,6 +492,44 @@ async fn a_bad_setting_exits_2_naming_the_variable() {
     }
 }
 
+#[tokio::test]
+async fn a_value_out_of_its_bounds_exits_2_naming_the_variable_and_the_bound() {
+    // One variable declared by each crate.
+    let cases = [
+        (
+            "GORGE_WEBHOOK_CLAIM_LEASE_SEC",
+            "0",
+            "GORGE_WEBHOOK_CLAIM_LEASE_SEC: must be between 1 and 86400 s",
+        ),
+        (
+            "GORGE_WEBHOOK_MYSQL_LOCK_SESSIONS",
+            "65",
+            "GORGE_WEBHOOK_MYSQL_LOCK_SESSIONS: must be between 1 and 64",
+        ),
+        (
+            "GORGE_WEBHOOK_RESPONSE_HEAD_MAX",
+            "1023",
+            "GORGE_WEBHOOK_RESPONSE_HEAD_MAX: must be 0 or between 1024 and 102400 bytes",
+        ),
+        (
+            "GORGE_WEBHOOK_EVENT_STREAMS",
+            "2000",
+            "GORGE_WEBHOOK_EVENT_STREAMS: must be between 1 and 1024",
+        ),
+    ];
+    for (name, value, message) in cases {
+        let env = pairs(&[(name, value)]);
+        let mut daemon = Daemon::spawn(&format!("{name}={value}"), &[], &env);
+        let status = daemon.wait_exit(DEADLINE).await;
+        assert_eq!(status.code(), Some(2), "{name}={value}\n{}", daemon.log());
+        assert!(
+            daemon.stderr().contains(message),
+            "{name}={value}: stderr must say {message:?}\n{}",
+            daemon.log()
+        );
+    }
+}
+
 /// Every `GORGE_*` name the daemon's crates read (string literals and docs
 /// in their sources), so a new variable cannot be left out of `--help`.
 fn variables_in_sources() -> Vec<String> {

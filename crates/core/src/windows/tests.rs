@@ -195,3 +195,40 @@ fn bad_values_name_the_variable() {
         assert!(err.to_string().starts_with(name), "{err}");
     }
 }
+
+#[test]
+fn a_bound_is_refused_where_the_variable_is_read_naming_it_and_the_bound() {
+    for (name, value, message) in [
+        (
+            "GORGE_WEBHOOK_POLL_INTERVAL_MS",
+            "9",
+            "GORGE_WEBHOOK_POLL_INTERVAL_MS: must be between 10 and 3600000 ms",
+        ),
+        (
+            "GORGE_WEBHOOK_MAX_CONCURRENT",
+            "1025",
+            "GORGE_WEBHOOK_MAX_CONCURRENT: must be between 1 and 1024",
+        ),
+        (
+            "GORGE_WEBHOOK_CLAIM_LEASE_SEC",
+            "0",
+            "GORGE_WEBHOOK_CLAIM_LEASE_SEC: must be between 1 and 86400 s",
+        ),
+        (
+            "GORGE_WEBHOOK_BATCH_SIZE",
+            "10001",
+            "GORGE_WEBHOOK_BATCH_SIZE: must be between 0 and 10000",
+        ),
+    ] {
+        let get = |asked: &str| (asked == name).then(|| value.to_owned());
+        let err = Settings::from_lookup(&get).expect_err(name);
+        assert_eq!(err.to_string(), message);
+    }
+}
+
+#[test]
+fn every_variable_declares_its_bounds() {
+    for info in VARIABLES {
+        assert!(info.allowed().is_some(), "{}", info.name);
+    }
+}

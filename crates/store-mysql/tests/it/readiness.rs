@@ -155,10 +155,7 @@ fn construction_needs_neither_a_server_nor_a_runtime() {
             pool_max: 0,
             ..config("phorge")
         }),
-        Err(MysqlError::InvalidConfig {
-            setting: "pool_max",
-            ..
-        })
+        Err(MysqlError::InvalidConfig(err)) if err.variable == "GORGE_WEBHOOK_MYSQL_POOL_MAX"
     ));
 }
 

@@ -400,12 +400,13 @@ pub fn local_config() -> TransportConfig {
 
 /// A transport with `config` and the system resolver.
 pub fn transport(config: TransportConfig) -> HyperTransport {
-    HyperTransport::new(config).expect("valid config")
+    HyperTransport::new(config.check().expect("valid config")).expect("a transport")
 }
 
 /// A transport with `config` and a fixed name table.
 pub fn transport_with(config: TransportConfig, lookup: TableLookup) -> HyperTransport {
-    HyperTransport::with_lookup(config, Arc::new(lookup)).expect("valid config")
+    HyperTransport::with_lookup(config.check().expect("valid config"), Arc::new(lookup))
+        .expect("a transport")
 }
 
 /// A signed request for `uri` with `body`.
