@@ -17,9 +17,8 @@ use async_trait::async_trait;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use serde_json::{json, Value};
 use webhook_core::memory_store::StoreOp;
-use webhook_core::{
-    Hook, LastResult, ManualClock, MemoryStore, Metrics, NewRequest, RequestStatus,
-};
+use webhook_core::memory_store::{MemoryStore, NewRequest};
+use webhook_core::{Hook, LastResult, ManualClock, Metrics, RequestStatus};
 use webhook_daemon::api::{Api, Readiness, ServiceToken};
 
 use crate::gen;

@@ -22,11 +22,12 @@ use std::sync::OnceLock;
 
 use arbitrary::{Result, Unstructured};
 use webhook_core::setting::{table, SettingInfo};
+use webhook_core::signing::SigningSettings;
+use webhook_core::windows::{Settings, Windows};
 use webhook_core::windows::{
     BATCH_SIZE, BREAKER_THRESHOLD, BREAKER_WINDOW, CLAIM_LEASE, DELIVERY_TIMEOUT, MAX_CONCURRENT,
     POLL_INTERVAL, RETRY_BACKOFF,
 };
-use webhook_core::{Settings, SigningSettings, Windows};
 use webhook_daemon::config::{own_variables, variables, DaemonConfig};
 use webhook_store_mysql::config::PASS;
 use webhook_store_mysql::MysqlConfig;

@@ -7,7 +7,7 @@
 //! target, docs/fuzzing.md#findings).
 
 use serde_json::{Map, Value};
-use webhook_core::properties::ORIGINAL_PROPERTIES_KEY;
+use webhook_core::ORIGINAL_PROPERTIES_KEY;
 use webhook_core::{ErrorCode, ErrorType, Properties};
 
 /// Errors written back in the daemon's life: HTTP statuses, cURL numbers,

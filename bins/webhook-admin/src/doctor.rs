@@ -10,8 +10,8 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use webhook_core::hold::{ConfigUnreadable, PhorgeConfig};
 use webhook_core::hold::{Reading, Sight, Visibility};
-use webhook_core::{ConfigUnreadable, PhorgeConfig};
 use webhook_daemon::server_clock::{skew_words, Measurement, SKEW_WARN_SECS};
 use webhook_store_mysql::local_config::{LocalConfig, LocalConfigError};
 use webhook_store_mysql::{MysqlReader, PhpDeliveryTasks, OBJECT_TABLES};

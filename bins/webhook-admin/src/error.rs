@@ -5,7 +5,8 @@
 use std::error::Error as _;
 use std::net::SocketAddr;
 
-use webhook_core::{SettingError, StoreError};
+use webhook_core::setting::SettingError;
+use webhook_core::StoreError;
 
 /// Exit statuses, as `--help` documents them.
 pub mod exit {

@@ -18,9 +18,10 @@
 //! is unit-tested with a fixed time.
 
 use serde_json::{json, Value};
+use webhook_core::windows::Windows;
 use webhook_core::{
     triage_looked_up, Hook, HookError, HookLookup, LastResult, Properties, RequestRow,
-    RequestStatus, Triage, UnixTime, Windows,
+    RequestStatus, Triage, UnixTime,
 };
 
 use crate::clock::{moment, utc};
@@ -545,7 +546,7 @@ mod agrees_with_dispatcher;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use webhook_core::Settings;
+    use webhook_core::windows::Settings;
 
     const NOW: UnixTime = 1_700_000_000;
     const HOOK: &str = "PHID-HWBH-explainaaaaaaaaaaaa";

@@ -15,12 +15,13 @@ use std::collections::HashMap;
 use ipnet::IpNet;
 use serde_json::{json, Value};
 use webhook_core::setting::{whole_number, Lookup, SettingInfo};
+use webhook_core::signing::StandardScope;
 use webhook_core::signing::{KEY_GRACE, STANDARD_SIGNATURES};
+use webhook_core::windows::WindowWarning;
 use webhook_core::windows::{
     BATCH_SIZE, BREAKER_THRESHOLD, BREAKER_WINDOW, CLAIM_LEASE, POLL_INTERVAL, RETRY_AFTER_MAX,
     RETRY_AFTER_MIN, RETRY_BACKOFF,
 };
-use webhook_core::{StandardScope, WindowWarning};
 use webhook_daemon::config::{own_variables, variables, SERVICE_TOKEN};
 use webhook_store_mysql::config as mysql;
 use webhook_store_mysql::local_config::LOCAL_CONFIG;

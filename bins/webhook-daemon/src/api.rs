@@ -583,7 +583,8 @@ fn internal(route: &str, err: &webhook_core::StoreError) -> Reply {
 mod tests {
     use super::*;
     use webhook_core::memory_store::StoreOp;
-    use webhook_core::{Hook, ManualClock, MemoryStore, NewRequest};
+    use webhook_core::memory_store::{MemoryStore, NewRequest};
+    use webhook_core::{Hook, ManualClock};
 
     struct Fixed(Result<(), String>);
 

@@ -12,10 +12,9 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 use webhook_core::adoption::TaskAdoption;
-use webhook_core::{
-    Clock, Dispatcher, EventSink, PhorgeConfig, PhorgeObjects, QueueCounts, SilentMode, Store,
-    Windows,
-};
+use webhook_core::hold::{PhorgeConfig, SilentMode};
+use webhook_core::windows::Windows;
+use webhook_core::{Clock, Dispatcher, EventSink, PhorgeObjects, QueueCounts, Store};
 use webhook_store_mysql::{MysqlConfig, MysqlStore};
 use webhook_transport_hyper::HyperTransport;
 
@@ -115,7 +114,7 @@ pub fn log_windows(windows: &Windows) {
 
 /// Runs until SIGTERM, SIGINT or SIGQUIT, then stops claiming, waits (up
 /// to the grace period) for in-flight deliveries to finish and write their
-/// results, and closes the pools (each within [`POOL_CLOSE_BOUND`]).
+/// results, and closes the pools (each within `POOL_CLOSE_BOUND`).
 /// Returns whatever is still stuck: `main` does not wait for it.
 pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), StartError> {
     let signals = ShutdownSignals::install();

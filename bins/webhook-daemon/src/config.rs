@@ -16,10 +16,13 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 use tracing_subscriber::EnvFilter;
+use webhook_core::setting::withheld;
 use webhook_core::setting::{
     text, Bounds, Lookup, Setting, SettingError, SettingInfo, Shown, Unit,
 };
-use webhook_core::{signing, windows, withheld, Settings, SigningSettings, Windows};
+use webhook_core::signing::SigningSettings;
+use webhook_core::windows::{Settings, Windows};
+use webhook_core::{signing, windows};
 use webhook_store_mysql::local_config::{self, LocalConfig};
 use webhook_store_mysql::{config as mysql, MysqlConfig};
 use webhook_transport_hyper::{config as transport, CheckedTransportConfig, TransportConfig};

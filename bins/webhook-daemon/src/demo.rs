@@ -24,10 +24,9 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use webhook_core::{
-    verify, Dispatcher, EventSink, Hook, MemoryStore, NewRequest, QueueCounts, RequestStatus,
-    Settings, Windows,
-};
+use webhook_core::memory_store::{MemoryStore, NewRequest};
+use webhook_core::windows::{Settings, Windows};
+use webhook_core::{verify, Dispatcher, EventSink, Hook, QueueCounts, RequestStatus};
 use webhook_transport_hyper::{HyperTransport, TransportConfig};
 
 use crate::api::{Api, Readiness, ServiceToken};

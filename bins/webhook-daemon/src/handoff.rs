@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 use webhook_core::hold::Sight;
-use webhook_core::SilentMode;
+use webhook_core::hold::SilentMode;
 use webhook_store_mysql::{MysqlStore, PhpDeliveryTasks};
 
 /// How often Phorge's task queue is looked at.

@@ -229,9 +229,11 @@ fn message(event: &str, id: Option<u64>, data: &str) -> Bytes {
 mod tests {
     use super::*;
     use async_trait::async_trait;
+    use webhook_core::memory_store::{MemoryStore, NewRequest};
+    use webhook_core::windows::{Settings, Windows};
     use webhook_core::{
-        DeliveryResult, Dispatcher, ErrorCode, EventKind, Hook, MemoryStore, NewRequest,
-        OutboundRequest, RequestStatus, Resolution, Settings, Target, Transport, Windows,
+        DeliveryResult, Dispatcher, ErrorCode, EventKind, Hook, OutboundRequest, RequestStatus,
+        Resolution, Target, Transport,
     };
 
     use crate::clock::SystemClock;

@@ -218,7 +218,7 @@ impl DroppedLines {
     }
 }
 
-/// Reports dropped lines ([`DroppedLines::report_since`]) every second,
+/// Reports dropped lines (`DroppedLines::report_since`) every second,
 /// for ever: the first report after lines were dropped that the channel
 /// accepts says how many.
 pub async fn report_dropped_lines(dropped: DroppedLines) {

@@ -12,7 +12,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use webhook_core::adoption::AdoptionTotals;
 use webhook_core::hold::{Reading, Sight, Source};
-use webhook_core::metrics::LATENCY_BUCKETS;
+use webhook_core::LATENCY_BUCKETS;
 use webhook_core::{MetricsSnapshot, QueueStats};
 use webhook_store_mysql::PhpDeliveryTasks;
 

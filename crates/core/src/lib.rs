@@ -8,60 +8,66 @@
 //!
 //! It performs no I/O and reads no clock: the database, HTTP and time come
 //! in through [`Store`] (and, for diagnostics, [`QueueCounts`]; for task
-//! adoption, [`adoption::TaskQueue`]), [`Transport`] and [`Clock`]. [`MemoryStore`] and
-//! [`ManualClock`] make the whole loop deterministic in tests.
+//! adoption, [`adoption::TaskQueue`]), [`Transport`] and [`Clock`]. With
+//! the `testing` feature, `memory_store::MemoryStore` and `ManualClock`
+//! make the whole loop deterministic in tests.
 
 #![warn(missing_docs)]
 
+// Each item has one path: modules whose names group many items (the task
+// adoption port, settings, windows, silent mode, signing, and the test
+// doubles) are public and their items live there only; the rest are
+// private and their items are re-exported here.
+
 pub mod adoption;
-pub mod breaker;
-pub mod clock;
+mod breaker;
+mod clock;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
-pub mod dispatch;
+mod dispatch;
 mod error_chain;
-pub mod events;
+mod events;
 pub mod hold;
-pub mod lock_name;
+mod lock_name;
+#[cfg(any(test, feature = "testing"))]
 pub mod memory_store;
-pub mod metrics;
-pub mod model;
-pub mod objects;
-pub mod outcome;
-pub mod pause;
-pub mod payload;
+mod metrics;
+mod model;
+mod objects;
+mod outcome;
+mod pause;
+mod payload;
 mod phpjson;
-pub mod properties;
+mod properties;
 pub mod setting;
 pub mod signing;
-pub mod store;
-pub mod transport;
-pub mod triage;
+mod store;
+mod transport;
+mod triage;
+#[cfg(any(test, feature = "testing"))]
 pub mod vectors;
 pub mod windows;
 
 pub use breaker::Breaker;
-pub use clock::{Clock, ManualClock};
+pub use clock::Clock;
+#[cfg(any(test, feature = "testing"))]
+pub use clock::ManualClock;
 pub use dispatch::Dispatcher;
 pub use error_chain::error_chain;
 pub use events::{Event, EventKind, EventSink};
-pub use hold::{ConfigUnreadable, PhorgeConfig, SilentMode};
 pub use lock_name::hook_lock_name;
-pub use memory_store::{MemoryStore, NewRequest};
-pub use metrics::{Metrics, MetricsSnapshot};
+pub use metrics::{Metrics, MetricsSnapshot, LATENCY_BUCKETS};
 pub use model::{phid_type, Hook, LastResult, RequestRow, RequestStatus, UnixTime};
 pub use objects::{ObjectLookup, PhorgeObjects, Unseen};
 pub use outcome::{
-    DeliveryResult, HookError, LocalFailure, ResultWrite, TransportFailure, UriRefusal,
+    attempt_write, hook_error_write, AttemptOutcome, DeliveryResult, HookError, LocalFailure,
+    ResultWrite, TransportFailure, UriRefusal,
 };
 pub use pause::{HookPause, HookPauses};
 pub use payload::{sign, verify, Payload};
-pub use properties::{ErrorCode, ErrorType, Properties, PropertiesError};
-pub use setting::{withheld, Bounds, Lookup, Setting, SettingError, SettingInfo, Unit, Zero};
-pub use signing::{Signatures, Signer, SigningSettings, StandardScope, StandardSignature};
+pub use properties::{ErrorCode, ErrorType, Properties, PropertiesError, ORIGINAL_PROPERTIES_KEY};
 pub use store::{
-    CandidateQuery, Claim, HookLock, QueueCounts, QueueStats, Store, StoreError, Written,
+    BoxError, CandidateQuery, Claim, HookLock, QueueCounts, QueueStats, Store, StoreError, Written,
 };
 pub use transport::{OutboundRequest, Resolution, Target, Transport};
 pub use triage::{triage, triage_looked_up, HookLookup, Triage};
-pub use windows::{Cutoffs, Settings, WindowWarning, Windows};

@@ -108,10 +108,9 @@ impl Properties {
 
     /// Properties to write for a row whose stored text could not be parsed:
     /// the original text is kept under [`ORIGINAL_PROPERTIES_KEY`],
-    /// verbatim when its encoding fits [`ORIGINAL_PROPERTIES_ENCODED_MAX`],
-    /// else its longest prefix that does (cut on a character boundary) with
-    /// the original's byte length under
-    /// [`ORIGINAL_PROPERTIES_TRUNCATED_KEY`]: a write the server refuses
+    /// verbatim when its encoding fits 1 MiB, else its longest prefix that
+    /// does (cut on a character boundary) with the original's byte length
+    /// under `gorgeOriginalPropertiesTruncated`: a write the server refuses
     /// would keep nothing and retry the row for ever.
     pub fn preserving_unparseable(original: &str) -> Self {
         let kept = phpjson::compact_prefix_within(original, ORIGINAL_PROPERTIES_ENCODED_MAX);

@@ -3,7 +3,7 @@
 //! Calls that arrive while earlier ones are on the server are sent together
 //! as one transaction, in one round trip: `START TRANSACTION`, each call's
 //! own statement (the same text as its prepared form, values inlined by
-//! [`sql::inline`]: digits and hex only), `COMMIT`. A busy queue so pays
+//! `sql::inline`: digits and hex only), `COMMIT`. A busy queue so pays
 //! one commit, one pool checkout and one round trip per group instead of
 //! per statement, and each call still gets its own affected-row count. A
 //! lone call (the idle case) runs alone, prepared, in autocommit, with no
@@ -37,9 +37,9 @@ const WORKERS: usize = 4;
 
 /// One per-row write.
 pub(crate) enum RowWrite {
-    /// [`sql::CLAIM`].
+    /// `sql::CLAIM`.
     Claim { id: u64, seen_version: UnixTime },
-    /// [`sql::WRITE_RESULT`].
+    /// `sql::WRITE_RESULT`.
     Result(ResultWrite),
 }
 

@@ -7,7 +7,7 @@
 //! Without the bound a poll held every row of its batch at once (40 rows
 //! of 5.1 MB peaked at about 1 GB), and one row wider than the packet
 //! limit failed every poll for ever. The candidate predicate itself is
-//! only in [`crate::sql::candidate_sql`]; the query runs above the scan
+//! only in `crate::sql::candidate_sql`; the query runs above the scan
 //! floor of [`crate::queued_floor`], brought up to date first.
 
 use std::collections::HashMap;

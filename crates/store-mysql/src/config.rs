@@ -9,10 +9,10 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use webhook_core::setting::withheld;
 use webhook_core::setting::{
     switch, text, Bounds, Lookup, Setting, SettingError, SettingInfo, Unit, Zero,
 };
-use webhook_core::withheld;
 
 use mysql_async::{OptsBuilder, PoolConstraints, PoolOpts, SslOpts};
 

@@ -23,7 +23,7 @@ pub const BUFFER_POOL_CAP: (&str, &str) = ("MYSQL_ASYNC_BUFFER_POOL_CAP", "16");
 /// its buffer is shrunk when the statement has gone.
 pub const BUFFER_SIZE_CAP: (&str, &str) = ("MYSQL_ASYNC_BUFFER_SIZE_CAP", "4096");
 
-/// Sets [`BUFFER_POOL_CAP`] and [`BUFFER_SIZE_CAP`] where the environment
+/// Sets `BUFFER_POOL_CAP` and `BUFFER_SIZE_CAP` where the environment
 /// does not name them already.
 ///
 /// Call it first thing in `main`, before the runtime or any other thread

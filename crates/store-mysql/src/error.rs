@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mysql_async::{DriverError, Error as DriverFailure};
-use webhook_core::store::BoxError;
+use webhook_core::BoxError;
 use webhook_core::StoreError;
 
 /// MySQL's "Unknown database" (ER_BAD_DB_ERROR): Phorge has not run its
@@ -48,7 +48,7 @@ const PRIVILEGE_SERVER_CODES: &[u16] = &[
 pub enum MysqlError {
     /// A setting cannot work; names its variable.
     #[error("invalid MySQL setting {0}")]
-    InvalidConfig(#[from] webhook_core::SettingError),
+    InvalidConfig(#[from] webhook_core::setting::SettingError),
     /// The database cannot serve yet (see [`NotReady`]).
     #[error(transparent)]
     NotReady(#[from] NotReady),

@@ -7,7 +7,8 @@
 //! tables still delivers; the caller reports once that it cannot see them.
 
 use webhook_core::hold::php_truthy_json;
-use webhook_core::{ConfigUnreadable, StoreError};
+use webhook_core::hold::ConfigUnreadable;
+use webhook_core::StoreError;
 
 use crate::connector::Connector;
 use crate::rows;
@@ -35,7 +36,7 @@ impl PhpDeliveryTasks {
 }
 
 /// Counts `HeraldWebhookWorker` tasks in Phorge's task queue
-/// ([`sql::php_delivery_tasks`]).
+/// (`sql::php_delivery_tasks`).
 pub(crate) async fn php_delivery_tasks(
     connector: &Connector,
     namespace: &str,
@@ -54,7 +55,7 @@ pub(crate) async fn php_delivery_tasks(
 }
 
 /// `PhorgeConfig::silent_mode` from `config_entry`
-/// ([`sql::silent_mode`]).
+/// (`sql::silent_mode`).
 pub(crate) async fn silent_mode(
     connector: &Connector,
     namespace: &str,

@@ -31,7 +31,7 @@
 //! * [`MysqlRequeue`] is the tool's one writer, for `webhook-admin
 //!   requeue` alone: final failures a page at a time, and one
 //!   compare-and-set `UPDATE` that puts a row back in the queue in
-//!   Phorge's own values ([`sql::REQUEUE_STATEMENTS`]).
+//!   Phorge's own values (`REQUEUE_STATEMENTS` in `sql`).
 //! * [`MysqlReader::ready`] is the `/readyz` probe; [`MysqlReader::check_schema`]
 //!   the startup check of the columns and of the `key_status` index;
 //!   [`MysqlReader::server_time`] reads the server's clock, which the
@@ -50,7 +50,7 @@
 //!   policy is the core's, and the check of the grants it needs
 //!   ([`MysqlStore::adoption_grants_missing`]).
 //! * The hand-off checks: Phorge's global silent mode
-//!   ([`webhook_core::PhorgeConfig`]) and leftover PHP delivery tasks
+//!   ([`webhook_core::hold::PhorgeConfig`]) and leftover PHP delivery tasks
 //!   ([`MysqlReader::php_delivery_tasks`]), read from Phorge's config and
 //!   worker databases, and silent mode from Phorge's `conf/local/local.json`
 //!   ([`LocalConfig`], the one file this crate reads).
@@ -84,22 +84,28 @@ mod rows;
 mod schema;
 mod server_time;
 mod session;
+#[cfg(feature = "statements")]
 pub mod sql;
+#[cfg(not(feature = "statements"))]
+mod sql;
 mod store;
 mod task_queue;
 
-pub use candidates::{INLINE_PROPERTIES_MAX, POLL_BYTES_MAX};
+pub use candidates::POLL_BYTES_MAX;
 pub use config::MysqlConfig;
-pub use driver_buffers::{bound_driver_buffers, BUFFER_POOL_CAP, BUFFER_SIZE_CAP};
+pub use driver_buffers::bound_driver_buffers;
 pub use error::{MysqlError, NotReady};
 pub use handoff::PhpDeliveryTasks;
 pub use local_config::{LocalConfig, LocalConfigError};
 pub use lock::MysqlHookLock;
 pub use object_tables::{object_tables, ObjectTables, OBJECT_TABLES};
-pub use queued_floor::{BELOW_MAX, GAP_GRACE, LOOK_EVERY, LOOK_WINDOW, RESCAN_EVERY};
+pub use queued_floor::LOOK_EVERY;
+/// The scan floor's windows, for tests that build rows around them.
+#[cfg(feature = "statements")]
+pub use queued_floor::{GAP_GRACE, LOOK_WINDOW, RESCAN_EVERY};
 pub use reader::MysqlReader;
 pub use reads::HookSummary;
 pub use requeue::{MysqlRequeue, Requeued};
-pub use schema::{SchemaWarning, HOOK_COLUMNS, REQUEST_COLUMNS};
+pub use schema::SchemaWarning;
 pub use server_time::ServerTimeReading;
 pub use store::MysqlStore;

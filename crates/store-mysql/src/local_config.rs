@@ -1,14 +1,14 @@
 //! Phorge's local configuration file, `conf/local/local.json` — where
 //! `bin/config set phabricator.silent true` writes the key (Phorge refuses
 //! to store it in the database) — as the first [`PhorgeConfig`] source of
-//! the core's silent-mode hold (the database entry, [`crate::handoff`], is
+//! the core's silent-mode hold (the database entry, `handoff`, is
 //! the second), and the `GORGE_PHORGE_LOCAL_CONFIG` setting that names it,
 //! parsed once for the daemon and `webhook-admin`. It lives beside the
 //! database entry's reader because both are Phorge's configuration as the
 //! hand-off reads it.
 //!
 //! It reads that one file and nothing else: no watching and no caching
-//! (`webhook_core::SilentMode` spaces the reads and decides what they add
+//! (`webhook_core::hold::SilentMode` spaces the reads and decides what they add
 //! up to). It never writes.
 
 use std::io::ErrorKind;
@@ -19,8 +19,8 @@ use async_trait::async_trait;
 use serde_json::Value;
 use tokio::io::AsyncReadExt;
 use webhook_core::hold::php_truthy;
+use webhook_core::hold::{ConfigUnreadable, PhorgeConfig};
 use webhook_core::setting::{Lookup, Setting, SettingError, SettingInfo, Shown};
-use webhook_core::{ConfigUnreadable, PhorgeConfig};
 
 /// The variable naming Phorge's `conf/local/local.json`: unset or empty is
 /// `None`; anything else must be an absolute path (the file itself is only
@@ -98,7 +98,7 @@ fn parse_path(raw: &str) -> Result<Option<LocalConfig>, String> {
         return Err(format!(
             "is not an absolute path ({}); name Phorge's conf/local/local.json, \
              e.g. /srv/phorge/conf/local/local.json",
-            webhook_core::withheld(raw)
+            webhook_core::setting::withheld(raw)
         ));
     }
     Ok(Some(LocalConfig { path }))

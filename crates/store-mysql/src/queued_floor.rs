@@ -34,7 +34,7 @@
 //!    idle poll costs what it did), looks for rows `webhook-admin
 //!    requeue` set back to `queued` below the frontier: queued, result
 //!    `none` and `lastRequestEpoch` within [`LOOK_WINDOW`], one short
-//!    `key_ratelimit` range per hook ([`sql::floor_requeued_sql`]), and adds
+//!    `key_ratelimit` range per hook (`sql::floor_requeued_sql`), and adds
 //!    them to `below` as far as [`BELOW_MAX`] allows (the rest: the next
 //!    rescan). Only fresh PHP rows (`none`, epoch 0, never in the window)
 //!    and requeued rows have result `none` on a queued row.

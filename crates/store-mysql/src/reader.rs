@@ -14,9 +14,9 @@ use std::fmt;
 
 use async_trait::async_trait;
 use mysql_async::{Opts, Value};
+use webhook_core::hold::{ConfigUnreadable, PhorgeConfig};
 use webhook_core::{
-    ConfigUnreadable, Hook, ObjectLookup, PhorgeConfig, PhorgeObjects, QueueStats, RequestRow,
-    StoreError, UnixTime,
+    Hook, ObjectLookup, PhorgeObjects, QueueStats, RequestRow, StoreError, UnixTime,
 };
 
 use crate::config::MysqlConfig;
@@ -88,7 +88,7 @@ impl MysqlReader {
     }
 
     /// How many times a timeout replaced the connection pool so far
-    /// ([`crate::session`]).
+    /// (`session`).
     pub fn pool_replacements(&self) -> u64 {
         self.connector.replacements()
     }
@@ -107,7 +107,7 @@ impl MysqlReader {
     }
 
     /// The server's clock, read between two readings of this host's
-    /// monotonic clock ([`sql::SERVER_TIME`]): what the daemon's clock runs
+    /// monotonic clock (`SERVER_TIME` in `sql`): what the daemon's clock runs
     /// on, and what `webhook-admin doctor` measures this host's skew by.
     pub async fn server_time(&self) -> Result<ServerTimeReading, StoreError> {
         server_time::read(&self.connector).await
@@ -137,12 +137,12 @@ impl MysqlReader {
         self.connector.disconnect(bound).await
     }
 
-    /// The request row with this id, if any ([`sql::REQUEST_BY_ID`]).
+    /// The request row with this id, if any (`sql::REQUEST_BY_ID`).
     pub async fn request_by_id(&self, id: u64) -> Result<Option<RequestRow>, StoreError> {
         reads::request(&self.connector, sql::REQUEST_BY_ID, Value::from(id)).await
     }
 
-    /// The request row with this PHID, if any ([`sql::REQUEST_BY_PHID`]).
+    /// The request row with this PHID, if any (`sql::REQUEST_BY_PHID`).
     pub async fn request_by_phid(&self, phid: &str) -> Result<Option<RequestRow>, StoreError> {
         reads::request(&self.connector, sql::REQUEST_BY_PHID, Value::from(phid)).await
     }

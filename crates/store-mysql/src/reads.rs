@@ -66,13 +66,13 @@ pub(crate) async fn request(
     row.map(rows::request_row).transpose()
 }
 
-/// The hook with this PHID, if any ([`sql::HOOK`]).
+/// The hook with this PHID, if any (`sql::HOOK`).
 pub(crate) async fn hook(connector: &Connector, phid: &str) -> Result<Option<Hook>, StoreError> {
     let row = connector.first_row(sql::HOOK, (phid,)).await?;
     row.map(rows::hook).transpose()
 }
 
-/// The queue's counts ([`sql::STATS`]).
+/// The queue's counts (`sql::STATS`).
 pub(crate) async fn stats(connector: &Connector) -> Result<QueueStats, StoreError> {
     let row = connector.first_row(sql::STATS, ()).await?;
     let mut row = row.ok_or_else(|| connector.unexpected("stats", "no row"))?;
@@ -95,7 +95,7 @@ pub(crate) async fn count(
     rows::unsigned(&mut row, 0, "COUNT(*)", 0)
 }
 
-/// Every hook with its counts ([`sql::HOOK_SUMMARIES`]).
+/// Every hook with its counts (`sql::HOOK_SUMMARIES`).
 pub(crate) async fn hook_summaries(
     connector: &Connector,
     since: UnixTime,
@@ -105,7 +105,7 @@ pub(crate) async fn hook_summaries(
 }
 
 /// The epochs of the rows the breaker counts for a hook, oldest first
-/// ([`sql::BREAKER_FAILURE_EPOCHS`]).
+/// (`sql::BREAKER_FAILURE_EPOCHS`).
 pub(crate) async fn breaker_failure_epochs(
     connector: &Connector,
     hook_phid: &str,
@@ -121,7 +121,7 @@ pub(crate) async fn breaker_failure_epochs(
 }
 
 /// The server session holding the named lock, or `None` when it is free
-/// ([`sql::IS_USED_LOCK`]). Looks only; takes nothing.
+/// (`sql::IS_USED_LOCK`). Looks only; takes nothing.
 pub(crate) async fn lock_holder(
     connector: &Connector,
     lock_name: String,
@@ -140,7 +140,7 @@ pub(crate) async fn lock_holder(
     }
 }
 
-/// A row selected with [`sql::HOOK_SUMMARIES`]; errors carry the hook's id.
+/// A row selected with `sql::HOOK_SUMMARIES`; errors carry the hook's id.
 fn hook_summary(mut row: Row) -> Result<HookSummary, StoreError> {
     let id = rows::unsigned(&mut row, 0, "id", 0)?;
     Ok(HookSummary {

@@ -1,12 +1,12 @@
 //! `MysqlRequeue`: the one writer the operator's tool may hold, for
 //! `webhook-admin requeue`. It reads final failures a page at a time and
 //! puts a row back in the queue with one compare-and-set on the state it
-//! was read in ([`sql::REQUEUE`]); a row that changed meanwhile is left
+//! was read in (`sql::REQUEUE`); a row that changed meanwhile is left
 //! alone.
 //!
 //! It owns no selection rule (the tool's filters decide which rows) and
 //! no delivery: a requeued row is delivered by the daemons' normal claim
-//! protocol. It runs exactly [`sql::REQUEUE_STATEMENTS`], checked below,
+//! protocol. It runs exactly `sql::REQUEUE_STATEMENTS`, checked below,
 //! and is a type of its own so every other command of the tool keeps
 //! holding only the read-only [`MysqlReader`].
 
@@ -55,13 +55,13 @@ impl MysqlRequeue {
     }
 
     /// The read side, sharing this pool (the named rows of a requeue are
-    /// read through it: [`sql::REQUEST_BY_ID`], [`sql::REQUEST_BY_PHID`]).
+    /// read through it: `sql::REQUEST_BY_ID`, `sql::REQUEST_BY_PHID`).
     pub fn reader(&self) -> &MysqlReader {
         &self.reader
     }
 
     /// Up to `limit` rows with status `failed` and an id above `after`,
-    /// lowest id first ([`sql::FAILED_PAGE`]).
+    /// lowest id first (`sql::FAILED_PAGE`).
     pub async fn failed_page(&self, after: u64, limit: u64) -> Result<Vec<RequestRow>, StoreError> {
         let found = self
             .reader
@@ -73,7 +73,7 @@ impl MysqlRequeue {
 
     /// Sets `row` back to `queued` / `none` if it still stands exactly as
     /// read: `failed`, with the same `dateModified`, `lastRequestResult`
-    /// and `lastRequestEpoch` ([`sql::REQUEUE`]).
+    /// and `lastRequestEpoch` (`sql::REQUEUE`).
     pub async fn requeue(&self, row: &RequestRow) -> Result<Requeued, StoreError> {
         let connector = self.reader.connector();
         let mut conn = connector.conn().await?;

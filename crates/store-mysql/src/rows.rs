@@ -110,14 +110,14 @@ fn lossy_text(
     Ok(lossy_bytes(bytes, column, defect))
 }
 
-/// A row selected with [`crate::sql::REQUEST_SELECT_LIST`].
+/// A row selected with `crate::sql::REQUEST_SELECT_LIST`.
 pub(crate) fn request_row(mut row: Row) -> Result<RequestRow, StoreError> {
     request_columns(&mut row, |row, id, defect| {
         lossy_text(row, 5, "properties", id, defect)
     })
 }
 
-/// A row selected with [`crate::sql::CANDIDATE_SELECT_LIST`], and the
+/// A row selected with `crate::sql::CANDIDATE_SELECT_LIST`, and the
 /// length of its `properties`. Properties left out for their length are
 /// `None` (the row's `properties` is then empty until fetched).
 pub(crate) fn candidate_row(mut row: Row) -> Result<(RequestRow, u64, bool), StoreError> {
@@ -136,7 +136,7 @@ pub(crate) fn candidate_row(mut row: Row) -> Result<(RequestRow, u64, bool), Sto
     Ok((request, length, inline))
 }
 
-/// The one column of [`crate::sql::CANDIDATE_PROPERTIES`], read lossily
+/// The one column of `crate::sql::CANDIDATE_PROPERTIES`, read lossily
 /// into `request` (its defect noted as the full row's read would).
 pub(crate) fn fetched_properties(mut row: Row, request: &mut RequestRow) -> Result<(), StoreError> {
     let mut defect = request.defect.take();
@@ -158,7 +158,7 @@ fn lossy_bytes(bytes: Vec<u8>, column: &str, defect: &mut Option<String>) -> Str
     }
 }
 
-/// The request columns in [`crate::sql::REQUEST_SELECT_LIST`]'s positions,
+/// The request columns in `crate::sql::REQUEST_SELECT_LIST`'s positions,
 /// with `properties` read by `properties`.
 fn request_columns(
     row: &mut Row,
@@ -191,7 +191,7 @@ fn request_columns(
     })
 }
 
-/// A row selected with [`crate::sql::HOOK`]; errors carry the hook's id.
+/// A row selected with `crate::sql::HOOK`; errors carry the hook's id.
 pub(crate) fn hook(mut row: Row) -> Result<Hook, StoreError> {
     let id = unsigned(&mut row, 0, "id", 0)?;
     Ok(Hook {

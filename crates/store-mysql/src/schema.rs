@@ -41,7 +41,7 @@ pub enum SchemaWarning {
     /// No `key_status` index on `herald_webhookrequest` (Phorge's stock
     /// schema). Candidate polls stay short ranges above the scan floor;
     /// what still reads every retained row (7 days of history by default)
-    /// is the floor's rescan, once per [`crate::RESCAN_EVERY`], and the
+    /// is the floor's rescan, once per `RESCAN_EVERY`, and the
     /// queue counts by status (`/api/webhook/stats`, `webhook-admin`).
     MissingStatusIndex,
     /// `key_status` exists but does not start with `(status, id)`, so it
@@ -63,7 +63,7 @@ impl fmt::Display for SchemaWarning {
                  flat as the table grows), but the floor's rescan every {} s and the \
                  queue counts by status (/api/webhook/stats, webhook-admin) still scan \
                  all retained rows until Phorge's hand-off patch adds it",
-                crate::RESCAN_EVERY
+                crate::queued_floor::RESCAN_EVERY
             ),
             Self::UnexpectedStatusIndex { columns } => write!(
                 f,

@@ -1,4 +1,4 @@
-//! The database server's clock, read once ([`sql::SERVER_TIME`]) between
+//! The database server's clock, read once (`sql::SERVER_TIME`) between
 //! two readings of this host's monotonic clock. What the reading means —
 //! the server's time now, this host's skew — is computed by the daemon's
 //! clock and `webhook-admin doctor`, from these three values alone.

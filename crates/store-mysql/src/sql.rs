@@ -16,6 +16,7 @@ pub use webhook_core::adoption::{DAEMON_LEASE_PREFIX, WEBHOOK_TASK_CLASS};
 
 use crate::object_tables::ObjectTables;
 
+#[cfg(feature = "statements")]
 /// The columns of a request row, in the order the row mapping reads them.
 pub const REQUEST_SELECT_LIST: &str = "id, phid, webhookPHID, objectPHID, status, properties, \
      lastRequestResult, lastRequestEpoch, dateCreated, dateModified";
@@ -29,6 +30,7 @@ pub const CANDIDATE_SELECT_LIST: &str = "id, phid, webhookPHID, objectPHID, stat
      IF(LENGTH(properties) <= ?, properties, NULL), \
      lastRequestResult, lastRequestEpoch, dateCreated, dateModified, LENGTH(properties)";
 
+#[cfg(feature = "statements")]
 /// The candidate query for a given number of excluded hooks, exactly as
 /// SPEC §4 writes it. Parameters: the inline limit of
 /// [`CANDIDATE_SELECT_LIST`], `lease_cutoff`, `retry_cutoff`, then one
@@ -44,7 +46,7 @@ pub fn candidate_sql(excluded_hooks: usize) -> String {
 
 /// The candidate query the store runs: [`candidate_sql`]'s predicate,
 /// only over ids at or above the scan floor's frontier or among the
-/// `below` ids it remembers as queued ([`crate::queued_floor`]), so
+/// `below` ids it remembers as queued (`queued_floor`), so
 /// without `key_status` it is a primary-key range from the frontier
 /// instead of a walk over every retained row. Parameters: the inline
 /// limit, the frontier, `below` ids (none when `below` is 0), then as
@@ -293,6 +295,7 @@ pub const REQUEUE: &str = "UPDATE herald_webhookrequest \
      WHERE id = ? AND status = 'failed' AND dateModified = ? \
      AND lastRequestResult = ? AND lastRequestEpoch = ?";
 
+#[cfg(feature = "statements")]
 /// Every statement `MysqlRequeue` runs: its one write and the reads that
 /// choose the rows.
 pub const REQUEUE_STATEMENTS: [&str; 4] = [REQUEST_BY_ID, REQUEST_BY_PHID, FAILED_PAGE, REQUEUE];

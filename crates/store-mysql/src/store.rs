@@ -1,9 +1,9 @@
 //! `MysqlStore`: the [`webhook_core::Store`] and
 //! [`webhook_core::QueueCounts`] on a [`MysqlReader`]: its reads are the
 //! reader's; the claim and the write-back go through the group commit of
-//! [`crate::batch`], the hook lock through [`crate::lock`], the candidate
-//! query through [`crate::candidates`] above the scan floor of
-//! [`crate::queued_floor`] and, with task adoption on, through the core's
+//! `batch`, the hook lock through [`crate::lock`], the candidate
+//! query through `candidates` above the scan floor of
+//! `queued_floor` and, with task adoption on, through the core's
 //! gate on Phorge's task queue ([`crate::task_queue`]).
 //!
 //! Each read borrows one pooled connection for one statement (the hook
@@ -17,10 +17,10 @@ use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use webhook_core::adoption::TaskAdoption;
+use webhook_core::hold::{ConfigUnreadable, PhorgeConfig};
 use webhook_core::{
-    CandidateQuery, Claim, ConfigUnreadable, Hook, HookLock, ObjectLookup, PhorgeConfig,
-    PhorgeObjects, QueueCounts, QueueStats, RequestRow, ResultWrite, Store, StoreError, UnixTime,
-    Written,
+    CandidateQuery, Claim, Hook, HookLock, ObjectLookup, PhorgeObjects, QueueCounts, QueueStats,
+    RequestRow, ResultWrite, Store, StoreError, UnixTime, Written,
 };
 
 use crate::batch::{RowWrite, WriteBatcher};
@@ -107,20 +107,20 @@ impl MysqlStore {
     }
 
     /// `(transactions, writes in them)`: how many claims and write-backs
-    /// were committed in groups of two or more so far ([`crate::batch`]).
+    /// were committed in groups of two or more so far (`batch`).
     pub fn grouped_write_counts(&self) -> (u64, u64) {
         self.batcher.get().map_or((0, 0), WriteBatcher::counts)
     }
 
     /// Candidate rows skipped so far because they could not be read (wider
     /// than the connection's `max_allowed_packet`), once per poll that met
-    /// one ([`crate::candidates`]).
+    /// one (`candidates`).
     pub fn rows_unreadable(&self) -> u64 {
         self.unreadable_rows.skipped()
     }
 
     /// The scan floor's frontier: candidate polls read ids from here up,
-    /// plus the few below it last seen queued ([`crate::queued_floor`]).
+    /// plus the few below it last seen queued (`queued_floor`).
     pub fn scan_floor(&self) -> u64 {
         self.queued_floor.frontier()
     }

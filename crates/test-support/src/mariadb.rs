@@ -16,7 +16,8 @@ use std::time::Duration;
 use futures::FutureExt;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder, Pool, Row};
-use webhook_core::{Hook, NewRequest, RequestRow};
+use webhook_core::memory_store::NewRequest;
+use webhook_core::{Hook, RequestRow};
 use webhook_store_mysql::sql::REQUEST_SELECT_LIST;
 use webhook_store_mysql::{MysqlConfig, MysqlStore};
 

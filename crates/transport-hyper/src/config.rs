@@ -454,7 +454,7 @@ fn header_name(variable: &'static str, name: &str) -> Result<HeaderName, Setting
             variable,
             format!(
                 "is not a valid header name ({})",
-                webhook_core::withheld(name)
+                webhook_core::setting::withheld(name)
             ),
         )
     })?;
@@ -463,7 +463,7 @@ fn header_name(variable: &'static str, name: &str) -> Result<HeaderName, Setting
             variable,
             format!(
                 "names a header the transport sets itself ({})",
-                webhook_core::withheld(name)
+                webhook_core::setting::withheld(name)
             ),
         ));
     }
@@ -509,7 +509,7 @@ pub fn parse_cidr_list(text: &str) -> Result<Vec<IpNet>, String> {
                 .map_err(|_| {
                     format!(
                         "holds an item that is not a CIDR network ({})",
-                        webhook_core::withheld(&item)
+                        webhook_core::setting::withheld(&item)
                     )
                 })
         })
@@ -524,7 +524,7 @@ fn read_pem_file(path: &str) -> Result<Option<PemFile>, String> {
     let pem = std::fs::read(path).map_err(|err| {
         format!(
             "the file it names cannot be read: {err} ({})",
-            webhook_core::withheld(path)
+            webhook_core::setting::withheld(path)
         )
     })?;
     Ok(Some(PemFile {

@@ -14,7 +14,7 @@
 //! - **Credentials in the URI** (`https://user:pass@host/`) go out as
 //!   `Authorization: Basic`, decoded as cURL decodes them, on the first
 //!   request and on redirect hops to the same origin only (rules in
-//!   [`auth`]). User-info never reaches the connection pool, a log line, an
+//!   `auth`). User-info never reaches the connection pool, a log line, an
 //!   error or a result.
 //! - **Outbound check.** [`Transport::resolve`](webhook_core::Transport::resolve)
 //!   refuses URIs that are not `http`/`https` with a host, names that do not

@@ -12,10 +12,11 @@ use futures::channel::oneshot;
 use futures::executor::{block_on, LocalPool};
 use futures::task::LocalSpawnExt;
 use futures::FutureExt;
+use webhook_core::memory_store::{MemoryStore, NewRequest};
+use webhook_core::windows::{Settings, Windows};
 use webhook_core::{
-    Clock, DeliveryResult, Dispatcher, Hook, HookPauses, LastResult, ManualClock, MemoryStore,
-    NewRequest, OutboundRequest, Properties, RequestRow, RequestStatus, Resolution, Settings,
-    Store, Target, Transport, UnixTime, Windows,
+    Clock, DeliveryResult, Dispatcher, Hook, HookPauses, LastResult, ManualClock, OutboundRequest,
+    Properties, RequestRow, RequestStatus, Resolution, Store, Target, Transport, UnixTime,
 };
 
 use super::{explain, Facts, Verdict};

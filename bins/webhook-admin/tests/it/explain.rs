@@ -8,7 +8,8 @@
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use webhook_core::{LastResult, NewRequest, RequestStatus};
+use webhook_core::memory_store::NewRequest;
+use webhook_core::{LastResult, RequestStatus};
 use webhook_test_support::faketime::shifted_clock;
 use webhook_test_support::{with_db, TestDb};
 

@@ -3,7 +3,8 @@
 //! still exist) and refuses a destroyed object's request; `doctor` names
 //! the application tables the account cannot read.
 
-use webhook_core::{NewRequest, Payload, Properties};
+use webhook_core::memory_store::NewRequest;
+use webhook_core::{Payload, Properties};
 use webhook_store_mysql::object_tables;
 use webhook_test_support::{with_application_tables, with_db};
 

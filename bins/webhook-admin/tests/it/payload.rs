@@ -3,7 +3,8 @@
 //! SPEC §7 vectors come out byte for byte, and `explain` signs them with the
 //! hook's key as the daemon would.
 
-use webhook_core::{sign, NewRequest, Payload, Properties};
+use webhook_core::memory_store::NewRequest;
+use webhook_core::{sign, Payload, Properties};
 use webhook_test_support::{with_db, TestDb};
 
 use crate::support::{hook, on_db, KEY};

@@ -6,7 +6,8 @@
 //! tests; the delivery of a requeued row by the daemon in the daemon's.)
 
 use serde_json::Value;
-use webhook_core::{LastResult, NewRequest, RequestStatus};
+use webhook_core::memory_store::NewRequest;
+use webhook_core::{LastResult, RequestStatus};
 use webhook_test_support::{with_db, TestDb};
 
 use crate::readonly::snapshot;

@@ -3,7 +3,8 @@
 //! keys never.
 
 use serde_json::json;
-use webhook_core::{LastResult, NewRequest, QueueCounts, RequestStatus};
+use webhook_core::memory_store::NewRequest;
+use webhook_core::{LastResult, QueueCounts, RequestStatus};
 use webhook_test_support::{with_db, TestDb};
 
 use crate::explain::stand_in_daemon;

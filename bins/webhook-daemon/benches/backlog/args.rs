@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use webhook_core::{Settings, Windows};
+use webhook_core::windows::{Settings, Windows};
 use webhook_store_mysql::MysqlConfig;
 use webhook_test_support::daemon_process::database_env;
 

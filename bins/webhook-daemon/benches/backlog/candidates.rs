@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row};
-use webhook_core::Windows;
+use webhook_core::windows::Windows;
 use webhook_store_mysql::sql;
 
 use crate::sampling::{delta, percentile, show_status, Status};

@@ -9,7 +9,8 @@
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
-use webhook_core::{Hook, NewRequest, RequestStatus};
+use webhook_core::memory_store::NewRequest;
+use webhook_core::{Hook, RequestStatus};
 use webhook_test_support::mariadb::{with_phorge_side, PhorgeSide};
 use webhook_test_support::{with_db, Receiver, Reply, TestDb};
 

@@ -11,7 +11,8 @@
 
 use std::time::Duration;
 
-use webhook_core::{NewRequest, RequestStatus};
+use webhook_core::memory_store::NewRequest;
+use webhook_core::RequestStatus;
 use webhook_test_support::faketime::shifted_clock;
 use webhook_test_support::{with_db, Receiver, Recorded, Reply, TestDb};
 

@@ -16,7 +16,8 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 use serde_json::Value;
-use webhook_core::{Hook, LastResult, NewRequest, RequestStatus};
+use webhook_core::memory_store::NewRequest;
+use webhook_core::{Hook, LastResult, RequestStatus};
 use webhook_test_support::mariadb::{create_database, dropping_after, unique_namespace};
 use webhook_test_support::{with_db, TestDb};
 

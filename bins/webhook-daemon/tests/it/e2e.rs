@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
 use serde_json::Value;
-use webhook_core::{sign, verify, Hook, LastResult, NewRequest, RequestRow, RequestStatus};
+use webhook_core::memory_store::NewRequest;
+use webhook_core::{sign, verify, Hook, LastResult, RequestRow, RequestStatus};
 use webhook_test_support::mariadb::{
     create_database, dropping_after, server_conn, unique_namespace, HOOK_TABLE_DDL,
     REQUEST_TABLE_DDL,

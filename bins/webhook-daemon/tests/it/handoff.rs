@@ -8,7 +8,8 @@
 
 use std::time::Duration;
 
-use webhook_core::{Hook, NewRequest, RequestStatus};
+use webhook_core::memory_store::NewRequest;
+use webhook_core::{Hook, RequestStatus};
 use webhook_test_support::mariadb::with_phorge_side;
 use webhook_test_support::{with_db, LocalJson, Receiver, TestDb};
 

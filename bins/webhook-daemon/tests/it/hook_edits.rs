@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use webhook_core::{sign, NewRequest};
+use webhook_core::memory_store::NewRequest;
+use webhook_core::sign;
 use webhook_test_support::{with_db, Receiver, Recorded, Reply, TestDb};
 
 use crate::daemon::Daemon;

@@ -13,7 +13,8 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
-use webhook_core::{NewRequest, RequestStatus};
+use webhook_core::memory_store::NewRequest;
+use webhook_core::RequestStatus;
 use webhook_test_support::mariadb::{
     create_database, dropping_after, server_conn, unique_namespace, HOOK_TABLE_DDL,
     REQUEST_TABLE_DDL,

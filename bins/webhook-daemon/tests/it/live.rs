@@ -15,7 +15,8 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
-use webhook_core::{Hook, NewRequest};
+use webhook_core::memory_store::NewRequest;
+use webhook_core::Hook;
 use webhook_test_support::{with_db, Receiver, Reply};
 
 use crate::daemon::{database_env, free_port, http, Daemon, HttpResponse};

@@ -4,7 +4,8 @@
 //! about a destroyed object is failed as Phorge fails it and never sent.
 
 use serde_json::Value;
-use webhook_core::{LastResult, NewRequest, Payload, Properties, RequestStatus};
+use webhook_core::memory_store::NewRequest;
+use webhook_core::{LastResult, Payload, Properties, RequestStatus};
 use webhook_store_mysql::object_tables;
 use webhook_test_support::{with_application_tables, with_db, Receiver};
 

@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use webhook_core::NewRequest;
+use webhook_core::memory_store::NewRequest;
 use webhook_test_support::{with_db, FaultProxy, Receiver, Reply, TestDb};
 
 use crate::daemon::Daemon;

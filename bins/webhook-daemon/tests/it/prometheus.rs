@@ -12,8 +12,9 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
+use webhook_core::memory_store::NewRequest;
 use webhook_core::vectors::KEY;
-use webhook_core::{NewRequest, RequestStatus};
+use webhook_core::RequestStatus;
 use webhook_test_support::daemon_process::free_port;
 use webhook_test_support::mariadb::with_phorge_side;
 use webhook_test_support::raw_http::http;

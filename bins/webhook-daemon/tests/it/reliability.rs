@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use webhook_core::{sign, NewRequest};
+use webhook_core::memory_store::NewRequest;
+use webhook_core::sign;
 use webhook_test_support::{with_db, Receiver, Recorded, Reply, TestDb};
 
 use crate::daemon::Daemon;

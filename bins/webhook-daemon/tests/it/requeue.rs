@@ -8,7 +8,8 @@
 
 use std::time::Duration;
 
-use webhook_core::{LastResult, NewRequest, RequestStatus};
+use webhook_core::memory_store::NewRequest;
+use webhook_core::{LastResult, RequestStatus};
 use webhook_store_mysql::{MysqlRequeue, Requeued, LOOK_EVERY};
 use webhook_test_support::mariadb::config;
 use webhook_test_support::{with_db, Receiver, Reply};

@@ -6,8 +6,9 @@
 use std::time::Duration;
 
 use serde_json::Value;
+use webhook_core::memory_store::NewRequest;
 use webhook_core::vectors::KEY;
-use webhook_core::{LastResult, NewRequest, RequestStatus};
+use webhook_core::{LastResult, RequestStatus};
 use webhook_test_support::{with_db, Receiver, Recorded, Reply};
 
 use crate::daemon::Daemon;

@@ -10,7 +10,7 @@
 //! only scheme, host and port, and `hook_uri_refused` never quotes an
 //! unparseable URI.
 
-use webhook_core::NewRequest;
+use webhook_core::memory_store::NewRequest;
 use webhook_test_support::{with_db, Receiver, Reply};
 
 use crate::daemon::Daemon;

@@ -6,8 +6,9 @@
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use standardwebhooks::Webhook;
+use webhook_core::memory_store::NewRequest;
+use webhook_core::sign;
 use webhook_core::vectors::KEY;
-use webhook_core::{sign, NewRequest};
 use webhook_test_support::receiver::Recorded;
 use webhook_test_support::{with_db, Receiver};
 

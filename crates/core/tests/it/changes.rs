@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use webhook_core::{verify, LastResult, NewRequest, RequestStatus};
+use webhook_core::memory_store::NewRequest;
+use webhook_core::{verify, LastResult, RequestStatus};
 
 use crate::support::{hook, Harness, Reply, KEY};
 

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tracing::Level;
+use webhook_core::memory_store::NewRequest;
 use webhook_core::memory_store::StoreOp;
-use webhook_core::{NewRequest, RequestStatus};
+use webhook_core::RequestStatus;
 
 use crate::support::{hook, Harness, LineRecorder, Reply};
 

@@ -4,10 +4,12 @@
 use std::time::Duration;
 
 use serde_json::Value;
+use webhook_core::memory_store::NewRequest;
 use webhook_core::memory_store::StoreOp;
+use webhook_core::windows::Settings;
 use webhook_core::{
-    verify, Clock, DeliveryResult, LastResult, NewRequest, Payload, Properties, RequestStatus,
-    Settings, Store, TransportFailure,
+    verify, Clock, DeliveryResult, LastResult, Payload, Properties, RequestStatus, Store,
+    TransportFailure,
 };
 
 use crate::support::{hook, Harness, LineRecorder, Reply, KEY};

@@ -7,8 +7,9 @@
 use std::time::Duration;
 
 use serde_json::Value;
+use webhook_core::memory_store::NewRequest;
 use webhook_core::memory_store::StoreOp;
-use webhook_core::{LastResult, NewRequest, Payload, Properties, RequestStatus};
+use webhook_core::{LastResult, Payload, Properties, RequestStatus};
 
 use crate::support::{hook, Harness, Reply};
 

@@ -5,8 +5,9 @@
 
 use std::time::Duration;
 
+use webhook_core::memory_store::NewRequest;
 use webhook_core::{
-    Claim, DeliveryResult, LastResult, LocalFailure, NewRequest, RequestStatus, ResultWrite, Store,
+    Claim, DeliveryResult, LastResult, LocalFailure, RequestStatus, ResultWrite, Store,
 };
 
 use crate::support::{hook, Harness, Reply};
@@ -245,9 +246,9 @@ fn out_of_file_descriptors_writes_nothing_and_retries() {
 
 #[test]
 fn hooks_that_time_out_take_at_most_half_the_slots() {
-    let mut h = Harness::new(webhook_core::Settings {
+    let mut h = Harness::new(webhook_core::windows::Settings {
         max_concurrent: 4,
-        ..webhook_core::Settings::default()
+        ..webhook_core::windows::Settings::default()
     });
     // As many hooks as slots never answer within the 15 s timeout, each
     // with a queue of retry-forever rows.

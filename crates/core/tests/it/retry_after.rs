@@ -5,8 +5,10 @@
 use std::time::Duration;
 
 use serde_json::Value;
+use webhook_core::memory_store::NewRequest;
 use webhook_core::memory_store::StoreOp;
-use webhook_core::{EventKind, LastResult, NewRequest, RequestStatus, Settings};
+use webhook_core::windows::Settings;
+use webhook_core::{EventKind, LastResult, RequestStatus};
 
 use crate::support::{hook, Harness, Reply, START};
 

@@ -4,8 +4,11 @@
 
 use std::time::Duration;
 
+use webhook_core::memory_store::NewRequest;
 use webhook_core::signing::{standard_entry, standard_secret};
-use webhook_core::{sign, Clock, EventKind, NewRequest, Settings, SigningSettings, StandardScope};
+use webhook_core::signing::{SigningSettings, StandardScope};
+use webhook_core::windows::Settings;
+use webhook_core::{sign, Clock, EventKind};
 
 use crate::support::{hook, Harness, KEY};
 

@@ -20,10 +20,11 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
 use webhook_core::adoption::TaskAdoption;
+use webhook_core::memory_store::{MemoryStore, NewRequest};
+use webhook_core::windows::{Settings, Windows};
 use webhook_core::{
-    Clock, DeliveryResult, Dispatcher, LastResult, ManualClock, MemoryStore, Metrics, NewRequest,
-    OutboundRequest, RequestStatus, Resolution, Settings, Store, Target, Transport,
-    TransportFailure, Windows,
+    Clock, DeliveryResult, Dispatcher, LastResult, ManualClock, Metrics, OutboundRequest,
+    RequestStatus, Resolution, Store, Target, Transport, TransportFailure,
 };
 
 use crate::support::{hook, START};

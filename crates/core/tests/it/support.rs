@@ -12,10 +12,13 @@ use futures::task::LocalSpawnExt;
 use futures::FutureExt;
 use tracing::field::{Field, Visit};
 use tracing::Level;
+use webhook_core::hold::SilentMode;
+use webhook_core::memory_store::MemoryStore;
+use webhook_core::signing::Signatures;
+use webhook_core::windows::{Settings, Windows};
 use webhook_core::{
-    Clock, DeliveryResult, Dispatcher, Event, EventSink, Hook, ManualClock, MemoryStore,
-    OutboundRequest, Resolution, Settings, Signatures, SilentMode, Target, Transport,
-    TransportFailure, UriRefusal, Windows,
+    Clock, DeliveryResult, Dispatcher, Event, EventSink, Hook, ManualClock, OutboundRequest,
+    Resolution, Target, Transport, TransportFailure, UriRefusal,
 };
 
 pub const START: u64 = 1_700_000_000;

@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use mysql_async::prelude::Queryable;
 use webhook_core::adoption::{AdoptionRound, TaskAdoption, TASK_GRACE_SECS};
-use webhook_core::{
-    CandidateQuery, NewRequest, RequestStatus, Settings, Store, StoreError, Windows,
-};
+use webhook_core::memory_store::NewRequest;
+use webhook_core::windows::{Settings, Windows};
+use webhook_core::{CandidateQuery, RequestStatus, Store, StoreError};
 use webhook_store_mysql::MysqlStore;
 use webhook_test_support::mariadb::{server_conn, with_phorge_side, PhorgeSide};
 

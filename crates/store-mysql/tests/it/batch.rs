@@ -3,10 +3,9 @@
 //! — including a write that fails, which fails alone.
 
 use futures::future::join_all;
-use webhook_core::outcome::attempt_write;
-use webhook_core::{
-    Claim, DeliveryResult, NewRequest, Properties, RequestStatus, Store, StoreError, Written,
-};
+use webhook_core::attempt_write;
+use webhook_core::memory_store::NewRequest;
+use webhook_core::{Claim, DeliveryResult, Properties, RequestStatus, Store, StoreError, Written};
 
 use crate::fixture::with_db;
 

@@ -2,10 +2,12 @@
 //! daemon instances would have) racing for one version, and the three
 //! windows as the SQL sees them after real write-backs.
 
-use webhook_core::outcome::attempt_write;
+use webhook_core::attempt_write;
+use webhook_core::memory_store::NewRequest;
+use webhook_core::windows::{Settings, Windows};
 use webhook_core::{
-    CandidateQuery, Claim, DeliveryResult, LastResult, NewRequest, Properties, QueueCounts,
-    RequestStatus, Settings, Store, Windows, Written,
+    CandidateQuery, Claim, DeliveryResult, LastResult, Properties, QueueCounts, RequestStatus,
+    Store, Written,
 };
 
 use crate::fixture::{with_db, TestDb};

@@ -9,7 +9,9 @@
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Row, Value};
-use webhook_core::{CandidateQuery, Cutoffs, NewRequest, Store, UnixTime};
+use webhook_core::memory_store::NewRequest;
+use webhook_core::windows::Cutoffs;
+use webhook_core::{CandidateQuery, Store, UnixTime};
 use webhook_store_mysql::{
     sql, MysqlRequeue, MysqlStore, Requeued, GAP_GRACE, LOOK_EVERY, LOOK_WINDOW, RESCAN_EVERY,
 };

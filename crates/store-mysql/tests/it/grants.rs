@@ -8,7 +8,8 @@
 //! afresh once it is allowed.
 
 use mysql_async::prelude::Queryable;
-use webhook_core::{Claim, NewRequest, QueueCounts, Store, StoreError};
+use webhook_core::memory_store::NewRequest;
+use webhook_core::{Claim, QueueCounts, Store, StoreError};
 use webhook_store_mysql::{MysqlConfig, MysqlStore};
 
 use crate::fixture::{as_root, config, server_conn, with_account, with_db, TestDb};

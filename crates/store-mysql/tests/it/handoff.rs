@@ -2,7 +2,7 @@
 //! silent mode from `{ns}_config.config_entry`, PHP delivery tasks from
 //! `{ns}_worker.worker_activetask`, and a clear error when they are absent.
 
-use webhook_core::PhorgeConfig;
+use webhook_core::hold::PhorgeConfig;
 use webhook_store_mysql::PhpDeliveryTasks;
 use webhook_test_support::mariadb::with_phorge_side;
 

@@ -5,7 +5,7 @@
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row, Value};
-use webhook_core::NewRequest;
+use webhook_core::memory_store::NewRequest;
 use webhook_store_mysql::sql;
 
 use crate::fixture::{with_db, TestDb};
@@ -206,7 +206,7 @@ async fn candidate_query_reads_few_rows_among_200k_retained() {
         let rows = webhook_core::Store::candidates(
             &store,
             &webhook_core::CandidateQuery {
-                cutoffs: webhook_core::Cutoffs {
+                cutoffs: webhook_core::windows::Cutoffs {
                     now,
                     lease_cutoff: now - 30,
                     retry_cutoff: now - 60,

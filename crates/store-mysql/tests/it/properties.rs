@@ -3,10 +3,11 @@
 //! order, changing only `errorType` / `errorCode`.
 
 use serde_json::Value;
-use webhook_core::outcome::attempt_write;
+use webhook_core::attempt_write;
+use webhook_core::memory_store::NewRequest;
+use webhook_core::windows::Cutoffs;
 use webhook_core::{
-    CandidateQuery, Claim, Cutoffs, DeliveryResult, NewRequest, Properties, RequestStatus, Store,
-    Written,
+    CandidateQuery, Claim, DeliveryResult, Properties, RequestStatus, Store, Written,
 };
 
 use crate::fixture::with_db;

@@ -114,7 +114,7 @@ async fn silent_server_times_out_as_unreachable() {
     assert!(matches!(
         store
             .candidates(&webhook_core::CandidateQuery {
-                cutoffs: webhook_core::Cutoffs {
+                cutoffs: webhook_core::windows::Cutoffs {
                     now: 100,
                     lease_cutoff: 70,
                     retry_cutoff: 40

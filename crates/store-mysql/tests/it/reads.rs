@@ -4,7 +4,8 @@
 //! count, the lock holder is seen without taking the lock — and none of
 //! them changes a row.
 
-use webhook_core::{Hook, HookLock, LastResult, NewRequest, RequestStatus, Store};
+use webhook_core::memory_store::NewRequest;
+use webhook_core::{Hook, HookLock, LastResult, RequestStatus, Store};
 
 use crate::fixture::with_db;
 

@@ -2,7 +2,8 @@
 //! compare-and-set that leaves a row changed meanwhile alone, and that
 //! what it writes is exactly Phorge's value domain.
 
-use webhook_core::{LastResult, NewRequest, RequestStatus};
+use webhook_core::memory_store::NewRequest;
+use webhook_core::{LastResult, RequestStatus};
 use webhook_store_mysql::{MysqlRequeue, Requeued};
 
 use crate::fixture::{config, with_db, TestDb};

@@ -3,7 +3,9 @@
 //! back with a `defect` naming the column (never the value itself), next to
 //! healthy rows, so one bad row cannot stall every poll.
 
-use webhook_core::{CandidateQuery, Cutoffs, LastResult, NewRequest, Store};
+use webhook_core::memory_store::NewRequest;
+use webhook_core::windows::Cutoffs;
+use webhook_core::{CandidateQuery, LastResult, Store};
 
 use crate::fixture::with_db;
 

@@ -5,11 +5,12 @@
 //! packet on write-back, and a failing statement's error names the server's
 //! code and message (never the password).
 
-use webhook_core::outcome::{hook_error_write, HookError};
-use webhook_core::properties::ORIGINAL_PROPERTIES_KEY;
+use webhook_core::memory_store::NewRequest;
+use webhook_core::windows::Cutoffs;
+use webhook_core::ORIGINAL_PROPERTIES_KEY;
+use webhook_core::{hook_error_write, HookError};
 use webhook_core::{
-    CandidateQuery, Cutoffs, NewRequest, Properties, QueueCounts, RequestRow, Store, StoreError,
-    Written,
+    CandidateQuery, Properties, QueueCounts, RequestRow, Store, StoreError, Written,
 };
 use webhook_store_mysql::{MysqlStore, POLL_BYTES_MAX};
 

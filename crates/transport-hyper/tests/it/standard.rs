@@ -7,8 +7,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use http::{HeaderMap, HeaderValue};
 use standardwebhooks::{Webhook, WebhookError};
+use webhook_core::signing::{Signer, SigningSettings, StandardScope};
 use webhook_core::vectors::KEY;
-use webhook_core::{sign, DeliveryResult, Hook, Signer, SigningSettings, StandardScope};
+use webhook_core::{sign, DeliveryResult, Hook};
 
 use crate::support::{
     deliver, handler, http_server, local_config, outbound, respond, transport, Recorded, GUARD,

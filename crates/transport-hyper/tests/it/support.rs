@@ -26,7 +26,8 @@ use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
-use webhook_core::{sign, DeliveryResult, OutboundRequest, Signatures, Target, Transport};
+use webhook_core::signing::Signatures;
+use webhook_core::{sign, DeliveryResult, OutboundRequest, Target, Transport};
 use webhook_transport_hyper::{
     parse_cidr_list, HyperTransport, LookupError, NameLookup, TransportConfig,
 };

@@ -17,9 +17,10 @@ use futures::task::LocalSpawnExt;
 use futures::FutureExt;
 use rand::Rng;
 use webhook_core::adoption::{run_rounds, ArchiveResult, TaskAdoption, TASK_GRACE_SECS};
+use webhook_core::memory_store::MemoryStore;
 use webhook_core::{
-    CandidateQuery, Claim, Clock, Hook, HookLock, MemoryStore, RequestRow, RequestStatus,
-    ResultWrite, Store, StoreError, UnixTime, Written,
+    CandidateQuery, Claim, Clock, Hook, HookLock, RequestRow, RequestStatus, ResultWrite, Store,
+    StoreError, UnixTime, Written,
 };
 
 use super::{Shared, CHAOS};
