@@ -14,12 +14,13 @@ use std::path::{Path, PathBuf};
 use crate::root;
 
 /// The pipeline's stages: each is a function of the value the row has
-/// reached; only the row's orchestrator (`row.rs`) knows their order.
+/// reached; only the row's orchestrator (`hook_run.rs`, `deliver_row`)
+/// knows their order.
 const STAGES: &[&str] = &["prepare", "guard", "claim", "call", "record"];
 
 /// Files of `crates/core/src/dispatch/` that may not be imported by a
 /// stage: the other stages, and the files that drive them.
-const DRIVERS: &[&str] = &["row", "hook_run", "run_loop"];
+const DRIVERS: &[&str] = &["hook_run", "run_loop"];
 
 /// The longest a function of `webhook-core` may be.
 const FUNCTION_LINES_MAX: usize = 60;
@@ -56,15 +57,22 @@ fn the_pipeline_stages_import_none_of_each_other() {
     }
     assert!(found.is_empty(), "{found:?}");
     // The rule is not vacuous: the orchestrator does import every stage.
-    let row = imported_siblings(&dispatch_file("row"));
+    let orchestrator = imported_siblings(&dispatch_file("hook_run"));
     for stage in STAGES {
-        assert!(row.contains(*stage), "row.rs does not import {stage}: {row:?}");
+        assert!(
+            orchestrator.contains(*stage),
+            "hook_run.rs does not import {stage}: {orchestrator:?}"
+        );
     }
 }
 
 /// Every `fn` in `text` with its first line (1-based) and its length in
 /// lines, up to its closing brace at the `fn`'s own indent.
 fn functions(text: &str) -> Vec<(String, usize, usize)> {
+    fn_spans(text)
+}
+
+fn fn_spans(text: &str) -> Vec<(String, usize, usize)> {
     let lines: Vec<&str> = text.lines().collect();
     let mut found = Vec::new();
     for (start, line) in lines.iter().enumerate() {
@@ -72,9 +80,9 @@ fn functions(text: &str) -> Vec<(String, usize, usize)> {
             continue;
         };
         let indent = line.len() - line.trim_start().len();
-        let Some(open) = (start..lines.len()).find(|&i| {
-            lines[i].contains('{') || lines[i].trim_end().ends_with(';')
-        }) else {
+        let Some(open) = (start..lines.len())
+            .find(|&i| lines[i].contains('{') || lines[i].trim_end().ends_with(';'))
+        else {
             continue;
         };
         if lines[open].trim_end().ends_with(';') && !lines[open].contains('{') {
@@ -144,7 +152,10 @@ fn no_function_of_the_core_runs_past_sixty_lines() {
         }
     }
     assert!(seen > 300, "the scan found only {seen} functions");
-    assert!(long.is_empty(), "functions over {FUNCTION_LINES_MAX} lines: {long:#?}");
+    assert!(
+        long.is_empty(),
+        "functions over {FUNCTION_LINES_MAX} lines: {long:#?}"
+    );
 }
 
 #[test]
@@ -154,4 +165,132 @@ fn the_length_scan_measures_what_it_says() {
         functions(text),
         vec![("a".to_owned(), 2, 5), ("b".to_owned(), 8, 1)]
     );
+}
+
+/// Where the walk of one row is written down.
+const WALK_DOC: &str = "docs/ARCHITECTURE.md";
+const WALK_HEADING: &str = "## The walk of one row";
+/// The bounds the walk is held to.
+const WALK_FILES_MAX: usize = 15;
+const WALK_RETURNS_MAX: usize = 5;
+
+/// One row of the walk's table: the file entered and the functions that
+/// run there, in order.
+#[derive(Debug)]
+struct WalkEntry {
+    file: String,
+    functions: Vec<String>,
+}
+
+/// The walk's table, from the architecture document's text.
+fn walk_entries(doc: &str) -> Vec<WalkEntry> {
+    let section = doc
+        .split(WALK_HEADING)
+        .nth(1)
+        .unwrap_or_else(|| panic!("{WALK_DOC} has no `{WALK_HEADING}` section"));
+    let section = section.split("\n## ").next().unwrap_or(section);
+    section
+        .lines()
+        .filter_map(|line| {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            // `| n | file | functions | ports |`
+            if cells.len() < 5 || cells[1].parse::<usize>().is_err() {
+                return None;
+            }
+            let file = backticked(cells[2]).into_iter().next()?;
+            Some(WalkEntry {
+                file,
+                functions: backticked(cells[3]),
+            })
+        })
+        .collect()
+}
+
+/// The `code` spans of a table cell.
+fn backticked(cell: &str) -> Vec<String> {
+    cell.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// How many files the walk enters, and how often it enters one it had
+/// already left.
+fn walk_counts(entries: &[WalkEntry]) -> (usize, usize) {
+    let mut seen = BTreeSet::new();
+    let mut returns = 0;
+    for entry in entries {
+        if !seen.insert(entry.file.as_str()) {
+            returns += 1;
+        }
+    }
+    (seen.len(), returns)
+}
+
+/// The body of function `name` (`Type::name` or `name`) in `text`.
+fn body_of<'t>(text: &'t str, name: &str) -> Option<Vec<&'t str>> {
+    let bare = name.rsplit("::").next().unwrap_or(name);
+    let lines: Vec<&str> = text.lines().collect();
+    fn_spans(text)
+        .into_iter()
+        .find(|(found, _, _)| found == bare)
+        .map(|(_, start, length)| lines[start - 1..start - 1 + length].to_vec())
+}
+
+#[test]
+fn the_walk_of_one_row_is_true_and_short() {
+    let doc = fs::read_to_string(root().join(WALK_DOC)).expect("the architecture document");
+    let entries = walk_entries(&doc);
+    assert!(entries.len() > 10, "the walk has only {entries:?}");
+    let core = root().join("crates/core/src");
+    let mut walked: Vec<String> = Vec::new();
+    for (i, entry) in entries.iter().enumerate() {
+        let text = fs::read_to_string(core.join(&entry.file))
+            .unwrap_or_else(|e| panic!("walk entry {}: {}: {e}", i + 1, entry.file));
+        for (j, function) in entry.functions.iter().enumerate() {
+            let body = body_of(&text, function).unwrap_or_else(|| {
+                panic!("walk entry {}: no fn {function} in {}", i + 1, entry.file)
+            });
+            // Each file is entered from a function the walk already went
+            // through: the table is a chain of calls, not a list of names.
+            if i > 0 && j == 0 {
+                let bare = function.rsplit("::").next().unwrap_or(function);
+                let called = walked.iter().any(|caller| {
+                    caller.contains(&format!("{bare}(")) || caller.contains(&format!("{bare}::<"))
+                });
+                assert!(
+                    called,
+                    "walk entry {}: nothing walked before calls {function} ({})",
+                    i + 1,
+                    entry.file
+                );
+            }
+            walked.push(body.join("\n"));
+        }
+    }
+    let (files, returns) = walk_counts(&entries);
+    assert!(files <= WALK_FILES_MAX, "the walk crosses {files} files");
+    assert!(
+        returns <= WALK_RETURNS_MAX,
+        "the walk returns to a file it left {returns} times"
+    );
+    let stated = format!("{files} files, returns to a file already left {returns} times");
+    assert!(
+        doc.contains(&stated),
+        "{WALK_DOC} should state the walk's counts as \"{stated}\""
+    );
+}
+
+#[test]
+fn the_walk_is_read_as_written() {
+    let doc = "## The walk of one row\n\n| # | file | functions | ports |\n|---|---|---|---|\n\
+               | 1 | `a.rs` | `A::f`, `g` | |\n| 2 | `b.rs` | `h` | `Store::x` |\n\
+               | 3 | `a.rs` | `k` | |\n\n## Next\n| 4 | `c.rs` | `z` | |\n";
+    let entries = walk_entries(doc);
+    assert_eq!(entries.len(), 3, "{entries:?}");
+    assert_eq!(entries[0].functions, ["A::f", "g"]);
+    assert_eq!(walk_counts(&entries), (2, 1));
+    let text = "impl A {\n    fn f() {\n        g();\n    }\n}\n";
+    assert_eq!(body_of(text, "A::f").map(|b| b.len()), Some(3));
 }

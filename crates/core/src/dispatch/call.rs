@@ -1,8 +1,6 @@
-//! The pipeline's fourth stage, step 8's call: just before it, the hook as
-//! Phorge has it now (a hook disabled or deleted since fails the claimed
-//! row as Phorge's worker would, a new URI is resolved and checked, a new
-//! key signs), the lock asked once more on its own session, and the claim
-//! still within its budget; then the payload built and signed and the POST
+//! The pipeline's fourth stage, step 8's call, for a claimed row whose hook
+//! was just checked again (`prepare::recheck`): the lock asked once more on
+//! its own session, and the claim still within its budget; then the payload built and signed and the POST
 //! through the transport with one deadline, and what its latency says
 //! about the hook (hanging, slow). A [`Claimed`] row becomes [`Called`],
 //! or an [`Exit`].
@@ -19,11 +17,9 @@ use crate::outcome::DeliveryResult;
 use crate::payload::Payload;
 use crate::signing::Signatures;
 use crate::transport::{OutboundRequest, Target};
-use crate::triage::{judge_hook, Triage};
 
-use super::claim_group::late;
 use super::context::Context;
-use super::stages::{Called, ClaimToken, Claimed, Exit, HookRun, Step};
+use super::stages::{Called, Claimed, Exit, HookRun, Step};
 use super::LOG_TARGET;
 
 /// Keeps the in-flight gauge right even when a delivery future is dropped.
@@ -48,7 +44,6 @@ pub(super) async fn call<'r>(
     run: &mut HookRun,
     claimed: Claimed<'r>,
 ) -> Result<Called<'r>, Exit> {
-    let claimed = recheck_hook(cx, claimed).await?;
     let Claimed {
         row,
         properties,
@@ -63,7 +58,7 @@ pub(super) async fn call<'r>(
             lock_still_ours(cx, run, row, claim.at).await?;
             // The checks above may have waited on the database: the call
             // still has to fit in its claim's lease.
-            if late(cx.waited_since(claim.at), cx.windows.claim_ahead_budget()) {
+            if cx.past_claim_budget(claim.at) {
                 return Err(Exit::Leave {
                     claimed_at: claim.at,
                     reason: "late",
@@ -86,45 +81,6 @@ pub(super) async fn call<'r>(
         result,
         latency,
     })
-}
-
-/// Steps 3–5 again, with the hook as Phorge has it now (from the cache, at
-/// most its few seconds old).
-async fn recheck_hook<'r>(cx: &Context, claimed: Claimed<'r>) -> Result<Claimed<'r>, Exit> {
-    let Claimed {
-        row,
-        properties,
-        hook: was,
-        target,
-        transactions,
-        claim,
-    } = claimed;
-    let (properties, hook) = match judge_hook(properties, cx.hook(row).await) {
-        Triage::Ready { properties, hook } => (properties, hook),
-        Triage::HookUnavailable => return Err(left(claim, "run_stopped")),
-        failed => return Err(cx.triage_exit(row, failed, Some(claim))),
-    };
-    let target = if hook.uri == was.uri {
-        target
-    } else {
-        cx.resolve(row, &properties, &hook, Some(claim)).await?
-    };
-    Ok(Claimed {
-        row,
-        properties,
-        hook,
-        target,
-        transactions,
-        claim,
-    })
-}
-
-fn left(claim: ClaimToken, reason: &'static str) -> Exit {
-    Exit::Leave {
-        claimed_at: claim.at,
-        reason,
-        step: Step::StopRun,
-    }
 }
 
 /// Asks, just before a call, whether the hook's lock is still held by the

@@ -17,7 +17,7 @@ use crate::outcome::HookError;
 use crate::properties::Properties;
 use crate::store::{Claim, StoreError};
 
-use super::claim_group::{late, AheadClaim, AheadRow, AheadTurn, ClaimGroup};
+use super::claim_group::{AheadClaim, AheadRow, AheadTurn, ClaimGroup};
 use super::context::{Context, ObjectCheck, ObjectVerdict};
 use super::stages::{ClaimToken, Claimed, Exit, Guarded, HookRun, Step};
 use super::LOG_TARGET;
@@ -56,7 +56,7 @@ pub(super) async fn claim<'r>(
     };
     // Its lease runs from its own claim, which may have committed well
     // before the slowest of its group's.
-    if run.group.has_more_ahead() && late(cx.waited_since(claimed_at), budget(cx)) {
+    if run.group.has_more_ahead() && cx.past_claim_budget(claimed_at) {
         return Err(left_late(claimed_at));
     }
     Ok(Claimed {
@@ -88,7 +88,7 @@ pub(super) fn resume<'r>(
         claimed_at,
     } = ahead;
     // Late, it is not ours to write: not even the object's verdict.
-    if late(cx.waited_since(claimed_at), budget(cx)) {
+    if cx.past_claim_budget(claimed_at) {
         return Err(left_late(claimed_at));
     }
     // Parsed again now: a group's rows wait while the calls before them
@@ -120,10 +120,6 @@ pub(super) fn resume<'r>(
     })
 }
 
-fn budget(cx: &Context) -> Duration {
-    cx.windows.claim_ahead_budget()
-}
-
 fn left_late(claimed_at: Duration) -> Exit {
     Exit::Leave {
         claimed_at,
@@ -149,7 +145,7 @@ fn look_ahead<'r>(
     group: &ClaimGroup,
     upcoming: &'r [RequestRow],
 ) -> Vec<(&'r RequestRow, Properties)> {
-    if budget(cx).is_zero() {
+    if cx.windows.claim_ahead_budget().is_zero() {
         return Vec::new();
     }
     upcoming

@@ -103,15 +103,6 @@ struct GroupOutcome {
     size: usize,
 }
 
-/// Whether a claim made `waited` ago is past the claim-ahead `budget`, so
-/// its row must be left to its lease rather than called: its call would
-/// end too close to the lease's end. Without a budget (the lease leaves no
-/// room beyond one call) nothing is claimed ahead and a row is called
-/// straight after its claim: nothing to judge.
-pub(super) fn late(waited: Duration, budget: Duration) -> bool {
-    !budget.is_zero() && waited > budget
-}
-
 /// The pace after a group: one after any failure, halved after a slow
 /// group (it took more than half the claim-ahead `budget`), doubled (up
 /// to [`CLAIM_AHEAD_MAX`]) after a quick one (a quarter of the budget or

@@ -1,9 +1,9 @@
 //! What every stage works with: the effects (store, transport, clock,
 //! Phorge's objects, the event sink), the windows and the signer, the two
 //! owned parts of shared state ([`HookBook`]: what is known about each
-//! hook; [`Told`]: what has been said), and the few services more than
-//! one stage uses — the hook as Phorge has it now, its URI checked, the
-//! object check, the silent-mode hold, events and store errors.
+//! hook; [`Told`]: what has been said), the hooks' pauses, and the few
+//! services more than one stage uses — the object check, the silent-mode
+//! hold, events and store errors.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,23 +14,19 @@ use crate::clock::Clock;
 use crate::events::{Event, EventKind, EventSink};
 use crate::hold::SilentMode;
 use crate::metrics::{bump, Metrics};
-use crate::model::{Hook, RequestRow};
+use crate::model::RequestRow;
 use crate::objects::{ObjectLookup, PhorgeObjects, Unseen};
-use crate::outcome::{HookError, TransportFailure};
+use crate::pause::HookPauses;
 use crate::properties::Properties;
 use crate::signing::Signer;
 use crate::store::{Store, StoreError};
-use crate::transport::{Resolution, Target, Transport};
-use crate::triage::{HookLookup, Triage};
+use crate::transport::Transport;
 use crate::windows::Windows;
 
 use super::hooks::HookBook;
-use super::stages::{ClaimToken, Exit, Transactions};
+use super::stages::Transactions;
 use super::told::Told;
 use super::LOG_TARGET;
-
-/// Longest prefix of unparseable properties quoted in a log line.
-const LOGGED_PROPERTIES_MAX: usize = 512;
 
 /// What the object check's lookup found, before it is acted on (and
 /// counted): a row taken along is looked up beside its claim, and may yet
@@ -71,6 +67,8 @@ pub(super) struct Context {
     /// Signs each attempt and remembers each hook's previous key.
     pub(super) signer: Signer,
     pub(super) hooks: HookBook,
+    /// Hooks paused by their receiver's `Retry-After`, until when.
+    pub(super) pauses: Arc<HookPauses>,
     pub(super) told: Told,
 }
 
@@ -80,17 +78,20 @@ impl Context {
         self.clock.monotonic().saturating_sub(at)
     }
 
-    /// When `hook_phid`'s pause ends, if its receiver paused it; keeps the
-    /// paused-hooks gauge current.
-    pub(super) fn paused_until(&self, hook_phid: &str) -> Option<crate::model::UnixTime> {
-        let until = self.hooks.pauses().until(hook_phid);
-        self.count_paused();
-        until
+    /// Whether a claim made at `claimed_at` is past the claim-ahead budget,
+    /// so its row must be left to its lease rather than called: its call
+    /// would end too close to the lease's end. Without a budget (the lease
+    /// leaves no room beyond one call) nothing is claimed ahead and a row
+    /// is called straight after its claim: nothing to judge.
+    pub(super) fn past_claim_budget(&self, claimed_at: Duration) -> bool {
+        let budget = self.windows.claim_ahead_budget();
+        !budget.is_zero() && self.waited_since(claimed_at) > budget
     }
 
+    /// Keeps the paused-hooks gauge current.
     pub(super) fn count_paused(&self) {
         self.metrics.paused_hooks.store(
-            self.hooks.pauses().len() as u64,
+            self.pauses.len() as u64,
             std::sync::atomic::Ordering::Relaxed,
         );
     }
@@ -161,47 +162,6 @@ impl Context {
         !self.fail_when_silent && self.silent_mode.as_ref().is_some_and(|s| s.is_held())
     }
 
-    /// The row's hook as Phorge has it now (from the hook cache); a
-    /// lookup the store could not answer is said and is `Unavailable`.
-    pub(super) async fn hook(&self, row: &RequestRow) -> HookLookup {
-        let now = self.clock.monotonic();
-        match self
-            .hooks
-            .lookup(self.store.as_ref(), &row.webhook_phid, now)
-            .await
-        {
-            Ok(lookup) => lookup,
-            Err(err) => {
-                self.store_failed("hook lookup", &err);
-                HookLookup::Unavailable
-            }
-        }
-    }
-
-    /// Step 5: the hook's URI checked through the transport. A refused one
-    /// is the row's hook error `uri` (onto the claim's version when it was
-    /// claimed); a resolver failure is the attempt's result.
-    pub(super) async fn resolve(
-        &self,
-        row: &RequestRow,
-        properties: &Properties,
-        hook: &Hook,
-        claim: Option<ClaimToken>,
-    ) -> Result<Result<Target, TransportFailure>, Exit> {
-        match self.transport.resolve(&hook.uri).await {
-            Resolution::Ready(target) => Ok(Ok(target)),
-            Resolution::Refused(why) => {
-                warn!(target: LOG_TARGET, event = "hook_uri_refused", request = %row.phid, hook = %hook.phid, reason = %why);
-                Err(Exit::HookError {
-                    properties: properties.clone(),
-                    error: HookError::Uri,
-                    claim,
-                })
-            }
-            Resolution::Failed(failure) => Ok(Err(failure)),
-        }
-    }
-
     /// Phorge's worker loads the request's object, and fails the request
     /// when it is gone; then it sends only the listed transactions that
     /// still exist, newest first. Asked afresh for every delivery: nothing
@@ -252,59 +212,4 @@ impl Context {
             ObjectCheck::Failed => ObjectVerdict::Failed,
         }
     }
-
-    /// What a row [`Triage`] did not pass leaves to do, said in the log: its
-    /// hook error written (onto the claim's version when it was claimed),
-    /// or nothing while its hook could not be read.
-    pub(super) fn triage_exit(
-        &self,
-        row: &RequestRow,
-        failed: Triage<'_>,
-        claim: Option<ClaimToken>,
-    ) -> Exit {
-        note_failed_triage(row, &failed);
-        match failed.into_failure() {
-            Some((error, properties)) => Exit::HookError {
-                properties,
-                error,
-                claim,
-            },
-            None => Exit::Stop,
-        }
-    }
-}
-
-/// The log line of a row [`Triage`] failed.
-fn note_failed_triage(row: &RequestRow, failed: &Triage<'_>) {
-    match failed {
-        Triage::InvalidRow { defect, .. } => {
-            warn!(target: LOG_TARGET, event = "row_invalid", request_id = row.id, hook = %row.webhook_phid,
-                  defect = %defect, "failed without delivery");
-        }
-        Triage::InvalidProperties { error, .. } => {
-            warn!(target: LOG_TARGET, event = "properties_invalid", request = %row.phid, hook = %row.webhook_phid,
-                  error = %error, original = %truncated(&row.properties),
-                  "kept under gorgeOriginalProperties");
-        }
-        Triage::HookMissing { .. } => {
-            warn!(target: LOG_TARGET, event = "hook_missing", request = %row.phid, hook = %row.webhook_phid);
-        }
-        Triage::HookDisabled { hook, .. } => {
-            debug!(target: LOG_TARGET, event = "hook_disabled", request = %row.phid, hook = %hook.phid);
-        }
-        Triage::Ready { .. } | Triage::HookUnavailable => {}
-    }
-}
-
-/// At most [`LOGGED_PROPERTIES_MAX`] bytes of `text`, cut at a character
-/// boundary.
-fn truncated(text: &str) -> &str {
-    if text.len() <= LOGGED_PROPERTIES_MAX {
-        return text;
-    }
-    let mut end = LOGGED_PROPERTIES_MAX;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
 }

@@ -50,7 +50,9 @@ pub(super) async fn guard<'r>(
 /// run, and checked before each call) and the breaker. Also asked again
 /// for a row claimed along with an earlier one.
 pub(super) async fn may_call(cx: &Context, run: &mut HookRun, hook_phid: &str) -> bool {
-    if let Some(until) = cx.paused_until(hook_phid) {
+    let paused_until = cx.pauses.until(hook_phid);
+    cx.count_paused();
+    if let Some(until) = paused_until {
         debug!(target: LOG_TARGET, event = "hook_paused_skip", hook = %hook_phid, until);
         return false;
     }

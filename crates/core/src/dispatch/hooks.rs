@@ -1,17 +1,14 @@
 //! What the dispatcher knows about each hook, in one place: its row as
 //! last read (reused for [`HOOK_CACHE_TTL`]), whether its breaker is
-//! open, whether it hangs, when its slowness was last said, whether its key
-//! was found unusable for Standard Webhooks, and the pauses its receiver
-//! asked for. State and small decisions only: the stages log what these
+//! open, whether it hangs, when its slowness was last said, and whether its key
+//! was found unusable for Standard Webhooks. State and small decisions only: the stages log what these
 //! decisions say.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::clock::Clock;
 use crate::model::Hook;
-use crate::pause::HookPauses;
 use crate::store::{Store, StoreError};
 use crate::triage::HookLookup;
 
@@ -39,28 +36,15 @@ struct HookFacts {
     standard_unavailable_said: bool,
 }
 
-/// Every hook's facts, and the pauses receivers asked for.
+/// Every hook's facts.
+#[derive(Default)]
 pub(super) struct HookBook {
     facts: Mutex<HashMap<String, HookFacts>>,
-    pauses: Arc<HookPauses>,
 }
 
 impl HookBook {
-    /// Nothing known yet; pauses on `clock`.
-    pub(super) fn new(clock: Arc<dyn Clock>) -> Self {
-        Self {
-            facts: Mutex::new(HashMap::new()),
-            pauses: Arc::new(HookPauses::new(clock)),
-        }
-    }
-
     fn facts(&self) -> MutexGuard<'_, HashMap<String, HookFacts>> {
         self.facts.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The hooks paused by their receiver's `Retry-After`.
-    pub(super) fn pauses(&self) -> &Arc<HookPauses> {
-        &self.pauses
     }
 
     /// The hook row, read from `store` at most every [`HOOK_CACHE_TTL`]

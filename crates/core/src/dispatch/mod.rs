@@ -10,21 +10,22 @@
 //!
 //! - `run_loop`: [`Dispatcher::run`], its polls and wake-ups, the slots;
 //! - `backlog`: rows fetched and not finished, per hook;
-//! - `hook_run`: one hook's rows, one at a time, and the run's end;
-//! - `row`: one row through the pipeline — the only file that knows the
-//!   stages' order, and settles what they hand back.
+//! - `hook_run`: one hook's rows, one at a time, each through the pipeline
+//!   (`deliver_row`, the only function that knows the stages' order, and
+//!   settles what they hand back), and the run's end.
 //!
 //! The pipeline's stages, each a function of the value the row has
 //! reached (`stages`) and the [`Context`](context::Context); none imports
 //! another:
 //!
 //! - `prepare`: steps 1–5 (the hold, [`triage`](crate::triage()), the
-//!   hook, the URI) → `Prepared`;
+//!   hook, the URI) → `Prepared`; and `recheck`, steps 3–5 again for a
+//!   claimed row just before its call;
 //! - `guard`: step 6 (pause, lock, breaker) and the object check →
 //!   `Guarded`;
 //! - `claim`: step 7, with the rows claimed along (`claim_group`) →
 //!   `Claimed`;
-//! - `call`: step 8's call (the hook and lock checked again, the POST) →
+//! - `call`: step 8's call (the lock checked again, the POST) →
 //!   `Called`;
 //! - `record`: step 8's write-back, and the hook errors and rows left to
 //!   their lease the other stages hand back.
@@ -43,7 +44,6 @@ mod hook_run;
 mod hooks;
 mod prepare;
 mod record;
-mod row;
 mod run_loop;
 mod stages;
 mod told;
@@ -105,7 +105,8 @@ impl Dispatcher {
             cx: Context {
                 store,
                 transport,
-                hooks: HookBook::new(Arc::clone(&clock)),
+                hooks: HookBook::default(),
+                pauses: Arc::new(HookPauses::new(Arc::clone(&clock))),
                 clock,
                 windows,
                 metrics: Arc::new(Metrics::default()),
@@ -126,7 +127,7 @@ impl Dispatcher {
         self
     }
 
-    /// Reports what happens to `events` (see [`crate::events`]).
+    /// Reports what happens to `events` (see [`EventSink`]).
     pub fn with_events(mut self, events: Arc<dyn EventSink>) -> Self {
         self.cx.events = Some(events);
         self
@@ -149,7 +150,7 @@ impl Dispatcher {
     }
 
     /// Checks each request's object and loads its transactions from
-    /// Phorge's application tables before sending (see [`crate::objects`]).
+    /// Phorge's application tables before sending (see [`PhorgeObjects`]).
     /// Without it every payload lists the stored transactions in the order
     /// their shape implies, and a destroyed object goes unnoticed.
     pub fn with_objects(mut self, objects: Arc<dyn PhorgeObjects>) -> Self {
@@ -170,7 +171,7 @@ impl Dispatcher {
     /// The hooks paused now by their receiver's `Retry-After`, for a
     /// diagnostics endpoint.
     pub fn pauses(&self) -> Arc<HookPauses> {
-        Arc::clone(self.cx.hooks.pauses())
+        Arc::clone(&self.cx.pauses)
     }
 
     /// The windows in force.

@@ -136,7 +136,7 @@ fn note_retry_after(cx: &Context, row: &RequestRow, status: u16, asked: Duration
     let Some(pause) = cx.windows.retry_after_pause(asked) else {
         return;
     };
-    let until = cx.hooks.pauses().start(&row.webhook_phid, pause);
+    let until = cx.pauses.start(&row.webhook_phid, pause);
     bump(&cx.metrics.retry_after_pauses);
     cx.count_paused();
     let seconds = whole_secs(pause);

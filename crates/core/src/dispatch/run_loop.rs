@@ -337,8 +337,7 @@ fn run_finished(
     // triage and skip them.
     let next_poll = cx.clock.monotonic() + cx.windows.poll_interval();
     let until = cx
-        .hooks
-        .pauses()
+        .pauses
         .ends(&report.hook)
         .map_or(next_poll, |ends| ends.max(next_poll));
     backlog.finish(&report, until);
