@@ -30,7 +30,7 @@ use webhook_core::{HookPauses, Metrics, QueueCounts, QueueStats, StoreError, Uni
 
 use crate::handoff::{self, HandOff};
 use crate::live::{EventHub, Subscription};
-use crate::metrics_text::{self, Scrape};
+use crate::metrics_text::{self, Format, Scrape};
 
 /// Database-backed requests (`/api/webhook/stats`, `/api/webhook/hooks`,
 /// the queue count of `/metrics`) running at once.
@@ -401,7 +401,7 @@ impl Api {
             Route::Ready => self.ready().await,
             Route::Stats => self.stats().await,
             Route::Hooks => self.hooks().await,
-            Route::Metrics => self.metrics().await,
+            Route::Metrics => self.metrics(headers).await,
             Route::Events => Reply {
                 status: StatusCode::OK,
                 content_type: EVENT_STREAM,
@@ -516,7 +516,15 @@ impl Api {
         None
     }
 
-    async fn metrics(&self) -> Reply {
+    /// The scrape in the format the `Accept` header asks for
+    /// ([`metrics_text::Format::negotiate`]).
+    async fn metrics(&self, headers: &HeaderMap) -> Reply {
+        let format = Format::negotiate(
+            headers
+                .get_all(http::header::ACCEPT)
+                .iter()
+                .filter_map(|value| value.to_str().ok()),
+        );
         let queue = self.queue_count().await;
         let scrape = Scrape {
             dispatcher: self.metrics.snapshot(),
@@ -527,10 +535,10 @@ impl Api {
             adoption: self.adoption.as_ref().and_then(|totals| totals()),
             clock_skew_secs: self.clock_skew.as_ref().and_then(|skew| skew()),
         };
-        match metrics_text::render(scrape) {
+        match metrics_text::render(scrape, format) {
             Ok(text) => Reply {
                 status: StatusCode::OK,
-                content_type: "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                content_type: format.content_type(),
                 body: Bytes::from(text),
                 allow: None,
             },
@@ -951,6 +959,39 @@ mod tests {
     async fn without_a_hub_there_is_no_event_stream() {
         let (api, _) = api("", Ok(()));
         assert_eq!(answer(&api, Method::GET, None, None).await.0, 404);
+    }
+
+    #[tokio::test]
+    async fn metrics_answer_in_the_format_the_accept_header_asks_for() {
+        let (api, _) = api("", Ok(()));
+        let scrape = |accept: &[&'static str]| {
+            let mut headers = HeaderMap::new();
+            for value in accept {
+                headers.append(http::header::ACCEPT, HeaderValue::from_static(value));
+            }
+            let api = &api;
+            async move {
+                let reply = api.handle(&Method::GET, "/metrics", None, &headers).await;
+                let text = String::from_utf8(reply.body.to_vec()).expect("utf-8");
+                (reply.status, reply.content_type, text.ends_with("# EOF\n"))
+            }
+        };
+        let text_format = "text/plain; version=0.0.4; charset=utf-8";
+        let openmetrics = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+        assert_eq!(scrape(&[]).await, (StatusCode::OK, text_format, false));
+        assert_eq!(
+            scrape(&["text/plain;version=0.0.4"]).await,
+            (StatusCode::OK, text_format, false)
+        );
+        assert_eq!(
+            scrape(&["application/openmetrics-text;version=1.0.0"]).await,
+            (StatusCode::OK, openmetrics, true)
+        );
+        // Several Accept headers read as one list.
+        assert_eq!(
+            scrape(&["text/plain;q=0.5", "application/openmetrics-text"]).await,
+            (StatusCode::OK, openmetrics, true)
+        );
     }
 
     #[tokio::test]

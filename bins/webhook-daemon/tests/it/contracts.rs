@@ -50,6 +50,7 @@ const REQUIRED: &[&str] = &[
     "readyz-database-missing",
     "metrics-missing-token",
     "metrics",
+    "metrics-openmetrics",
     "stats-store-failure-is-opaque",
     "events",
     "events-missing-token",
