@@ -30,7 +30,17 @@ const ROUTES: &[&str] = &[
     "/readyz",
     "/api/webhook/stats",
     "/api/webhook/hooks",
+    "/api/webhook/hooks/state",
     "/metrics",
+];
+
+/// `Accept` values for `/metrics`, besides arbitrary ones.
+const ACCEPTS: &[&str] = &[
+    "text/plain;version=0.0.4",
+    "application/openmetrics-text;version=1.0.0",
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    "*/*",
+    "application/openmetrics-text;q=0, */*",
 ];
 
 /// Hook URIs and keys: none may ever appear in a response.
@@ -162,14 +172,16 @@ fn request(u: &mut Unstructured<'_>, token: &str) -> Result<Request> {
     };
     let mut headers = HeaderMap::new();
     for _ in 0..u.int_in_range(0..=3)? {
-        let name = match u.int_in_range(0..=3)? {
+        let name = match u.int_in_range(0..=4)? {
             0 | 1 => "x-service-token".to_owned(),
             2 => "X-Service-Token".to_owned(),
+            3 => "accept".to_owned(),
             _ => gen::string(u)?,
         };
-        let value: Vec<u8> = match u.int_in_range(0..=3)? {
+        let value: Vec<u8> = match u.int_in_range(0..=4)? {
             0 | 1 => token.as_bytes().to_vec(),
             2 => format!("{token}{}", gen::string(u)?).into_bytes(),
+            3 => u.choose(ACCEPTS)?.as_bytes().to_vec(),
             _ => u.arbitrary()?,
         };
         if let (Ok(name), Ok(value)) = (
@@ -286,15 +298,17 @@ async fn check(setup: Setup) {
                 assert_envelope(&actual);
                 assert_eq!(actual, value, "{context}");
             }
-            None => {
-                assert!(
-                    reply
-                        .content_type
-                        .starts_with("application/openmetrics-text"),
-                    "{context}"
-                );
-                assert!(body.ends_with("# EOF\n"), "{body}");
-            }
+            // Either text format, whatever `Accept` says; OpenMetrics
+            // alone ends with `# EOF`.
+            None => match reply.content_type {
+                "text/plain; version=0.0.4; charset=utf-8" => {
+                    assert!(!body.contains("# EOF"), "{body}");
+                }
+                "application/openmetrics-text; version=1.0.0; charset=utf-8" => {
+                    assert!(body.ends_with("\n# EOF\n"), "{body}");
+                }
+                other => panic!("{other} for {context}"),
+            },
         }
     }
 }
@@ -406,8 +420,10 @@ impl Model<'_> {
                 if take(&mut self.hook_count_failures) {
                     return internal();
                 }
-                ok(json!({"data": {"total": self.setup.hooks.len(), "paused": [], "keyGrace": []}}))
+                ok(json!({"data": {"total": self.setup.hooks.len()}}))
             }
+            // From the daemon's memory; none here.
+            "/api/webhook/hooks/state" => ok(json!({"data": {"paused": [], "keyGrace": []}})),
             "/metrics" => {
                 // The queue gauge is left out when the store fails; the
                 // scrape itself still answers.

@@ -101,7 +101,7 @@ pub enum Command {
         "The DAEMON column comes from the daemon's memory, not the database: a pause after \
          its receiver answered 429 or 503 with Retry-After, and a key grace (the hook's HMAC \
          key changed and the previous key signs too until GORGE_WEBHOOK_KEY_GRACE_SEC has \
-         passed). hooks asks the daemon (GET /api/webhook/hooks at --url, else 127.0.0.1 at \
+         passed). hooks asks the daemon (GET /api/webhook/hooks/state at --url, else 127.0.0.1 at \
          GORGE_LISTEN_ADDR's port, with GORGE_SERVICE_TOKEN); when it cannot, it says so in \
          one note.\n\n{ENVIRONMENT_HELP}\n\n{EXIT_STATUS_HELP}"
     ))]
@@ -127,7 +127,7 @@ pub enum Command {
          properties-unparseable, invalid-row (the daemon will fail the row). Exit status 0 \
          whatever the verdict.\n\n\
          paused comes from the daemon, not the database: its receiver answered 429 or 503 \
-         with Retry-After. For a queued row explain asks the daemon (GET /api/webhook/hooks \
+         with Retry-After. For a queued row explain asks the daemon (GET /api/webhook/hooks/state \
          at --url, else 127.0.0.1 at GORGE_LISTEN_ADDR's port, with GORGE_SERVICE_TOKEN); \
          when it cannot, it says so in one note and judges from the database alone.\n\n\
          {ENVIRONMENT_HELP}\n\n{EXIT_STATUS_HELP}"

@@ -1,10 +1,10 @@
 //! The admin tool's one plain request to the daemon's diagnostics API
-//! besides `watch`'s stream: `GET /api/webhook/hooks`, for what lives in
-//! that daemon's memory, not in the database: its `paused` list (hooks
-//! whose receiver sent `Retry-After`) and its `keyGrace` list (hooks whose
-//! previous HMAC key still signs). `explain` and `hooks` ask it; every
-//! failure comes back as one sentence, never as an error of the command.
-//! Bounded in time; it changes nothing in the daemon.
+//! besides `watch`'s stream: `GET /api/webhook/hooks/state`, for what
+//! lives in that daemon's memory, not in the database: its `paused` list
+//! (hooks whose receiver sent `Retry-After`) and its `keyGrace` list (hooks
+//! whose previous HMAC key still signs). `explain` and `hooks` ask it;
+//! every failure comes back as one sentence, never as an error of the
+//! command. Bounded in time; it changes nothing in the daemon.
 
 use std::collections::HashMap;
 
@@ -15,10 +15,10 @@ use webhook_core::UnixTime;
 
 use crate::watch::{get_from_daemon, DaemonGetError, StreamUrl, CONNECT_TIMEOUT};
 
-const HOOKS_PATH: &str = "/api/webhook/hooks";
+const STATE_PATH: &str = "/api/webhook/hooks/state";
 
-/// The answer is a count and one entry per paused hook; anything longer
-/// is not the daemon's.
+/// The answer is one entry per paused hook and per key grace; anything
+/// longer is not the daemon's.
 const BODY_LIMIT: usize = 1 << 20;
 
 /// Why the daemon could not say, in words for one line.
@@ -39,7 +39,7 @@ pub async fn daemon_hooks(
     token: Option<&str>,
 ) -> Result<DaemonHooks, Unreachable> {
     let asked = async {
-        let response = get_from_daemon(url, HOOKS_PATH, None, token)
+        let response = get_from_daemon(url, STATE_PATH, None, token)
             .await
             .map_err(DaemonGetError::into_reason)?;
         let status = response.status();
@@ -64,22 +64,19 @@ pub async fn daemon_hooks(
         .unwrap_or_else(|_| Err(format!("no answer within {CONNECT_TIMEOUT:?}")))
 }
 
-/// `{"data":{"total":N,"paused":[{"hookPHID":…,"until":…},…],"keyGrace":[…]}}`;
-/// a daemon older than key graces sends no `keyGrace` (none, then).
+/// `{"data":{"paused":[{"hookPHID":…,"until":…},…],"keyGrace":[…]}}`.
 fn parse(body: &[u8]) -> Result<DaemonHooks, Unreachable> {
     let value: Value =
         serde_json::from_slice(body).map_err(|_| "the answer is not JSON".to_owned())?;
-    let Some(paused) = value["data"]["paused"].as_array() else {
-        return Err(
-            "the answer has no paused list (a daemon older than Retry-After pauses?)".into(),
-        );
+    let list = |name: &str| {
+        value["data"][name]
+            .as_array()
+            .map(|entries| by_hook(entries))
+            .ok_or_else(|| format!("the answer has no {name} list"))
     };
-    let key_grace = value["data"]["keyGrace"]
-        .as_array()
-        .map_or(&[][..], Vec::as_slice);
     Ok(DaemonHooks {
-        paused: by_hook(paused),
-        key_grace: by_hook(key_grace),
+        paused: list("paused")?,
+        key_grace: list("keyGrace")?,
     })
 }
 
@@ -90,9 +87,9 @@ fn by_hook(entries: &[Value]) -> HashMap<String, UnixTime> {
         .collect()
 }
 
-/// `http://host:port/api/webhook/hooks`, for messages.
-pub fn hooks_url(url: &StreamUrl) -> String {
-    format!("http://{}{}{HOOKS_PATH}", url.authority, url.prefix)
+/// `http://host:port/api/webhook/hooks/state`, for messages.
+pub fn state_url(url: &StreamUrl) -> String {
+    format!("http://{}{}{STATE_PATH}", url.authority, url.prefix)
 }
 
 #[cfg(test)]
@@ -101,7 +98,7 @@ mod tests {
 
     #[test]
     fn the_paused_and_key_grace_lists_are_read_by_hook() {
-        let body = br#"{"data":{"total":2,"paused":[{"hookPHID":"PHID-HWBH-a","until":1700000005,"reason":"retry-after"}],"keyGrace":[{"hookPHID":"PHID-HWBH-b","until":1700086400}]}}"#;
+        let body = br#"{"data":{"paused":[{"hookPHID":"PHID-HWBH-a","until":1700000005,"reason":"retry-after"}],"keyGrace":[{"hookPHID":"PHID-HWBH-b","until":1700086400}]}}"#;
         assert_eq!(
             parse(body),
             Ok(DaemonHooks {
@@ -109,9 +106,17 @@ mod tests {
                 key_grace: HashMap::from([("PHID-HWBH-b".to_owned(), 1_700_086_400)]),
             })
         );
-        let older = br#"{"data":{"total":2,"paused":[]}}"#;
-        assert_eq!(parse(older), Ok(DaemonHooks::default()));
-        assert!(parse(br#"{"data":{"total":2}}"#).is_err());
+        let none = br#"{"data":{"paused":[],"keyGrace":[]}}"#;
+        assert_eq!(parse(none), Ok(DaemonHooks::default()));
+        // `/api/webhook/hooks`' count is not the hooks' state.
+        assert_eq!(
+            parse(br#"{"data":{"total":2}}"#),
+            Err("the answer has no paused list".to_owned())
+        );
+        assert_eq!(
+            parse(br#"{"data":{"paused":[]}}"#),
+            Err("the answer has no keyGrace list".to_owned())
+        );
         assert!(parse(b"<html>").is_err());
     }
 }

@@ -424,7 +424,7 @@ impl DaemonAsk {
             .map_err(|why| {
                 format!(
                     "the daemon at {} could not say {what}: {why}; judged from the database alone",
-                    daemon_api::hooks_url(url)
+                    daemon_api::state_url(url)
                 )
             })
     }

@@ -30,7 +30,7 @@ use webhook_core::{HookPauses, Metrics, QueueCounts, QueueStats, StoreError, Uni
 
 use crate::handoff::{self, HandOff};
 use crate::live::{EventHub, Subscription};
-use crate::metrics_text::{self, Scrape};
+use crate::metrics_text::{self, Format, Scrape};
 
 /// Database-backed requests (`/api/webhook/stats`, `/api/webhook/hooks`,
 /// the queue count of `/metrics`) running at once.
@@ -126,6 +126,11 @@ impl Reply {
 /// The path of the live event stream.
 pub const EVENTS_PATH: &str = "/api/webhook/events";
 
+/// The path of what this instance holds in memory about hooks: its
+/// Retry-After pauses and key graces. `/api/webhook/hooks` is the Go
+/// service's count alone, so these have a route of their own.
+pub const HOOK_STATE_PATH: &str = "/api/webhook/hooks/state";
+
 /// `Content-Type` of the event stream.
 pub const EVENT_STREAM: &str = "text/event-stream";
 
@@ -199,6 +204,7 @@ enum Route {
     Ready,
     Stats,
     Hooks,
+    HookState,
     Metrics,
     Events,
 }
@@ -210,6 +216,7 @@ impl Route {
             "/readyz" => Some(Self::Ready),
             "/api/webhook/stats" => Some(Self::Stats),
             "/api/webhook/hooks" => Some(Self::Hooks),
+            HOOK_STATE_PATH => Some(Self::HookState),
             "/metrics" => Some(Self::Metrics),
             EVENTS_PATH => Some(Self::Events),
             _ => None,
@@ -219,7 +226,7 @@ impl Route {
     fn needs_token(self) -> bool {
         matches!(
             self,
-            Self::Stats | Self::Hooks | Self::Metrics | Self::Events
+            Self::Stats | Self::Hooks | Self::HookState | Self::Metrics | Self::Events
         )
     }
 }
@@ -285,13 +292,13 @@ impl Api {
     }
 
     /// Lists the dispatcher's paused hooks (`Retry-After`) in
-    /// `/api/webhook/hooks`; without them the list is empty.
+    /// [`HOOK_STATE_PATH`]; without them the list is empty.
     pub fn with_pauses(mut self, pauses: Arc<HookPauses>) -> Self {
         self.pauses = Some(pauses);
         self
     }
 
-    /// Lists the hooks in a key grace in `/api/webhook/hooks`; without it
+    /// Lists the hooks in a key grace in [`HOOK_STATE_PATH`]; without it
     /// the list is empty.
     pub fn with_key_grace(mut self, keys: KeysInGrace) -> Self {
         self.key_grace = Some(keys);
@@ -401,7 +408,8 @@ impl Api {
             Route::Ready => self.ready().await,
             Route::Stats => self.stats().await,
             Route::Hooks => self.hooks().await,
-            Route::Metrics => self.metrics().await,
+            Route::HookState => self.hook_state(),
+            Route::Metrics => self.metrics(headers).await,
             Route::Events => Reply {
                 status: StatusCode::OK,
                 content_type: EVENT_STREAM,
@@ -466,28 +474,34 @@ impl Api {
             .with_turn(DB_QUEUE_WAIT, None, self.store.hook_count())
             .await
         {
-            Ok(total) => {
-                let paused: Vec<Value> = self
-                    .pauses
-                    .iter()
-                    .flat_map(|pauses| pauses.current())
-                    .map(|pause| {
-                        json!({"hookPHID": pause.hook, "until": pause.until, "reason": "retry-after"})
-                    })
-                    .collect();
-                let key_grace: Vec<Value> = self
-                    .key_grace
-                    .iter()
-                    .flat_map(|keys| keys())
-                    .map(|(hook, until)| json!({"hookPHID": hook, "until": until}))
-                    .collect();
-                Reply::json(
-                    StatusCode::OK,
-                    &json!({"data": {"total": total, "paused": paused, "keyGrace": key_grace}}),
-                )
-            }
+            // How many hooks exist, never which.
+            Ok(total) => Reply::json(StatusCode::OK, &json!({"data": {"total": total}})),
             Err(why) => unanswered("hooks", why),
         }
+    }
+
+    /// The hooks this instance treats apart now, from its memory (no
+    /// database call): those it paused for `Retry-After` and those whose
+    /// previous key it still signs with.
+    fn hook_state(&self) -> Reply {
+        let paused: Vec<Value> = self
+            .pauses
+            .iter()
+            .flat_map(|pauses| pauses.current())
+            .map(|pause| {
+                json!({"hookPHID": pause.hook, "until": pause.until, "reason": "retry-after"})
+            })
+            .collect();
+        let key_grace: Vec<Value> = self
+            .key_grace
+            .iter()
+            .flat_map(|keys| keys())
+            .map(|(hook, until)| json!({"hookPHID": hook, "until": until}))
+            .collect();
+        Reply::json(
+            StatusCode::OK,
+            &json!({"data": {"paused": paused, "keyGrace": key_grace}}),
+        )
     }
 
     /// The queue count for a scrape, within [`PROBE_BOUND`] (its turn
@@ -516,7 +530,15 @@ impl Api {
         None
     }
 
-    async fn metrics(&self) -> Reply {
+    /// The scrape in the format the `Accept` header asks for
+    /// ([`metrics_text::Format::negotiate`]).
+    async fn metrics(&self, headers: &HeaderMap) -> Reply {
+        let format = Format::negotiate(
+            headers
+                .get_all(http::header::ACCEPT)
+                .iter()
+                .filter_map(|value| value.to_str().ok()),
+        );
         let queue = self.queue_count().await;
         let scrape = Scrape {
             dispatcher: self.metrics.snapshot(),
@@ -527,10 +549,10 @@ impl Api {
             adoption: self.adoption.as_ref().and_then(|totals| totals()),
             clock_skew_secs: self.clock_skew.as_ref().and_then(|skew| skew()),
         };
-        match metrics_text::render(scrape) {
+        match metrics_text::render(scrape, format) {
             Ok(text) => Reply {
                 status: StatusCode::OK,
-                content_type: "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                content_type: format.content_type(),
                 body: Bytes::from(text),
                 allow: None,
             },
@@ -662,35 +684,50 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn hooks_lists_the_hooks_paused_by_retry_after() {
+    async fn hook_state_lists_the_hooks_paused_by_retry_after() {
         let (api, _) = api("", Ok(()));
         let clock = ManualClock::new(1_700_000_000);
         let pauses = Arc::new(HookPauses::new(Arc::new(clock.clone())));
         pauses.start("PHID-HWBH-b", std::time::Duration::from_secs(5));
         let api = api.with_pauses(Arc::clone(&pauses));
         assert_eq!(
-            get(&api, "/api/webhook/hooks", None, None).await,
+            get(&api, HOOK_STATE_PATH, None, None).await,
             (
                 200,
-                json!({"data": {"total": 1, "paused": [
+                json!({"data": {"paused": [
                     {"hookPHID": "PHID-HWBH-b", "until": 1_700_000_005u64, "reason": "retry-after"}
                 ], "keyGrace": []}})
             )
         );
         clock.advance(std::time::Duration::from_secs(5));
         assert_eq!(
-            get(&api, "/api/webhook/hooks", None, None).await.1["data"]["paused"],
+            get(&api, HOOK_STATE_PATH, None, None).await.1["data"]["paused"],
             json!([])
         );
     }
 
     #[tokio::test]
-    async fn hooks_lists_the_hooks_in_a_key_grace() {
+    async fn hook_state_lists_the_hooks_in_a_key_grace() {
         let (api, _) = api("", Ok(()));
         let api = api.with_key_grace(Arc::new(|| vec![("PHID-HWBH-k".to_owned(), 1_700_086_400)]));
         assert_eq!(
-            get(&api, "/api/webhook/hooks", None, None).await.1["data"]["keyGrace"],
+            get(&api, HOOK_STATE_PATH, None, None).await.1["data"]["keyGrace"],
             json!([{"hookPHID": "PHID-HWBH-k", "until": 1_700_086_400u64}])
+        );
+    }
+
+    #[tokio::test]
+    async fn hooks_says_how_many_hooks_exist_never_which() {
+        let (api, _) = api("", Ok(()));
+        let clock = ManualClock::new(1_700_000_000);
+        let pauses = Arc::new(HookPauses::new(Arc::new(clock)));
+        pauses.start("PHID-HWBH-b", std::time::Duration::from_secs(5));
+        let api = api
+            .with_pauses(pauses)
+            .with_key_grace(Arc::new(|| vec![("PHID-HWBH-k".to_owned(), 1_700_086_400)]));
+        assert_eq!(
+            get(&api, "/api/webhook/hooks", None, None).await,
+            (200, json!({"data": {"total": 1}}))
         );
     }
 
@@ -715,10 +752,11 @@ mod tests {
         );
         assert_eq!(
             get(&api, "/api/webhook/hooks", None, None).await,
-            (
-                200,
-                json!({"data": {"total": 1, "paused": [], "keyGrace": []}})
-            )
+            (200, json!({"data": {"total": 1}}))
+        );
+        assert_eq!(
+            get(&api, HOOK_STATE_PATH, None, None).await,
+            (200, json!({"data": {"paused": [], "keyGrace": []}}))
         );
         let (status, body) = get(&api, "/nope", None, None).await;
         assert_eq!(
@@ -776,6 +814,11 @@ mod tests {
             401
         );
         assert_eq!(get(&api, "/metrics", None, None).await.0, 401);
+        assert_eq!(get(&api, HOOK_STATE_PATH, None, None).await.0, 401);
+        assert_eq!(
+            get(&api, HOOK_STATE_PATH, None, Some("s3cret")).await.0,
+            200
+        );
         // Probes need no token.
         assert_eq!(get(&api, "/healthz", None, None).await.0, 200);
         assert_eq!(get(&api, "/", None, None).await.0, 200);
@@ -951,6 +994,39 @@ mod tests {
     async fn without_a_hub_there_is_no_event_stream() {
         let (api, _) = api("", Ok(()));
         assert_eq!(answer(&api, Method::GET, None, None).await.0, 404);
+    }
+
+    #[tokio::test]
+    async fn metrics_answer_in_the_format_the_accept_header_asks_for() {
+        let (api, _) = api("", Ok(()));
+        let scrape = |accept: &[&'static str]| {
+            let mut headers = HeaderMap::new();
+            for value in accept {
+                headers.append(http::header::ACCEPT, HeaderValue::from_static(value));
+            }
+            let api = &api;
+            async move {
+                let reply = api.handle(&Method::GET, "/metrics", None, &headers).await;
+                let text = String::from_utf8(reply.body.to_vec()).expect("utf-8");
+                (reply.status, reply.content_type, text.ends_with("# EOF\n"))
+            }
+        };
+        let text_format = "text/plain; version=0.0.4; charset=utf-8";
+        let openmetrics = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+        assert_eq!(scrape(&[]).await, (StatusCode::OK, text_format, false));
+        assert_eq!(
+            scrape(&["text/plain;version=0.0.4"]).await,
+            (StatusCode::OK, text_format, false)
+        );
+        assert_eq!(
+            scrape(&["application/openmetrics-text;version=1.0.0"]).await,
+            (StatusCode::OK, openmetrics, true)
+        );
+        // Several Accept headers read as one list.
+        assert_eq!(
+            scrape(&["text/plain;q=0.5", "application/openmetrics-text"]).await,
+            (StatusCode::OK, openmetrics, true)
+        );
     }
 
     #[tokio::test]

@@ -1,11 +1,16 @@
-//! `GET /metrics`: the dispatcher's counters and the queue depth in the
-//! Prometheus text format, encoded by `prometheus-client` from a snapshot
-//! taken per scrape, and the list of names it exposes ([`exposed_names`],
-//! which the docs check reads). Nothing here carries a URI, key, host or
-//! SQL.
+//! `GET /metrics`: the dispatcher's counters and the queue depth, encoded
+//! by `prometheus-client` from a snapshot taken per scrape, in the
+//! Prometheus text format 0.0.4 or OpenMetrics 1.0.0 ([`Format`], chosen by
+//! the request's `Accept` header), and the list of names it exposes
+//! ([`exposed_names`], which the docs check reads). Nothing here carries a
+//! URI, key, host or SQL.
+
+mod format;
+
+pub use format::Format;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
@@ -40,24 +45,41 @@ pub struct Scrape {
 }
 
 #[derive(Debug)]
-struct ScrapeCollector(Scrape);
+struct ScrapeCollector {
+    scrape: Scrape,
+    format: Format,
+}
 
 type Labels = Vec<(&'static str, &'static str)>;
 
+/// A counter family `name`, its samples `name_total`. OpenMetrics names the
+/// family without the suffix; the Prometheus text format names it as its
+/// samples are named, so there the family is declared under `name_total`
+/// and each sample written under that name as it stands (the encoder's
+/// counter path would add the suffix a second time).
 fn counter(
     encoder: &mut DescriptorEncoder<'_>,
+    format: Format,
     name: &str,
     help: &str,
     series: &[(Labels, u64)],
 ) -> Result<(), std::fmt::Error> {
-    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+    let family = match format {
+        Format::OpenMetrics => name.to_owned(),
+        Format::Prometheus => format!("{name}_total"),
+    };
+    let mut metric = encoder.encode_descriptor(&family, help, None, MetricType::Counter)?;
+    let sample = |metric: MetricEncoder<'_>, value: u64| match format {
+        Format::OpenMetrics => ConstCounter::new(value).encode(metric),
+        Format::Prometheus => ConstGauge::new(value).encode(metric),
+    };
     if let [(labels, value)] = series {
         if labels.is_empty() {
-            return ConstCounter::new(*value).encode(metric);
+            return sample(metric, *value);
         }
     }
     for (labels, value) in series {
-        ConstCounter::new(*value).encode(metric.encode_family(labels)?)?;
+        sample(metric.encode_family(labels)?, *value)?;
     }
     Ok(())
 }
@@ -86,10 +108,12 @@ fn signed(n: u64) -> i64 {
 
 impl Collector for ScrapeCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-        let d = &self.0.dispatcher;
+        let d = &self.scrape.dispatcher;
+        let format = self.format;
         let none = Labels::new;
         counter(
             &mut encoder,
+            format,
             "gorge_webhook_deliveries",
             "Delivery attempts by outcome",
             &[
@@ -104,12 +128,14 @@ impl Collector for ScrapeCollector {
         )?;
         counter(
             &mut encoder,
+            format,
             "gorge_webhook_hook_errors",
             "Rows failed for hook configuration, without an attempt",
             &[(none(), d.hook_errors)],
         )?;
         counter(
             &mut encoder,
+            format,
             "gorge_webhook_object_checks",
             "Checks of a request's object before its call, by result: found (its transactions as \
              loaded, newest first), gone (hook error object), unseen (tables not readable: the \
@@ -122,6 +148,7 @@ impl Collector for ScrapeCollector {
         )?;
         counter(
             &mut encoder,
+            format,
             "gorge_webhook_claims",
             "Claims by result; lost claims sent nothing",
             &[
@@ -193,23 +220,25 @@ impl Collector for ScrapeCollector {
             ),
         ];
         for (name, help, value) in simple {
-            counter(&mut encoder, name, help, &[(none(), value)])?;
+            counter(&mut encoder, format, name, help, &[(none(), value)])?;
         }
-        if let Some(skipped) = self.0.rows_unreadable {
+        if let Some(skipped) = self.scrape.rows_unreadable {
             counter(
                 &mut encoder,
+                format,
                 "gorge_webhook_rows_unreadable",
                 "Candidate rows skipped because they could not be read (wider than the \
                  connection's max_allowed_packet), once per poll that met one; they stay queued",
                 &[(none(), skipped)],
             )?;
         }
-        if let Some(adoption) = self.0.adoption {
-            adoption_counters(&mut encoder, adoption)?;
+        if let Some(adoption) = self.scrape.adoption {
+            adoption_counters(&mut encoder, format, adoption)?;
         }
-        if let Some(dropped) = self.0.log_lines_dropped {
+        if let Some(dropped) = self.scrape.log_lines_dropped {
             counter(
                 &mut encoder,
+                format,
                 "gorge_webhook_log_lines_dropped",
                 "Log lines dropped because the log output did not keep up (its buffer was \
                  full); delivery is never held for the log",
@@ -238,9 +267,9 @@ impl Collector for ScrapeCollector {
             &mut encoder,
             "gorge_webhook_database_up",
             "1 when the last scrape could read the queue",
-            &[(none(), i64::from(self.0.queue.is_some()))],
+            &[(none(), i64::from(self.scrape.queue.is_some()))],
         )?;
-        if let Some(q) = &self.0.queue {
+        if let Some(q) = &self.scrape.queue {
             gauge(
                 &mut encoder,
                 "gorge_webhook_queue_rows",
@@ -252,10 +281,10 @@ impl Collector for ScrapeCollector {
                 ],
             )?;
         }
-        if let Some(handoff) = &self.0.handoff {
+        if let Some(handoff) = &self.scrape.handoff {
             encode_handoff(&mut encoder, handoff)?;
         }
-        if let Some(skew) = self.0.clock_skew_secs {
+        if let Some(skew) = self.scrape.clock_skew_secs {
             let metric = encoder.encode_descriptor(
                 "gorge_webhook_clock_skew_seconds",
                 "The database server's clock minus this host's at the last measurement (positive: \
@@ -324,17 +353,20 @@ fn encode_handoff(
 /// Task adoption's counters (GORGE_WEBHOOK_ADOPT_PHP_TASKS).
 fn adoption_counters(
     encoder: &mut DescriptorEncoder<'_>,
+    format: Format,
     totals: AdoptionTotals,
 ) -> Result<(), std::fmt::Error> {
     let none = Labels::new;
     counter(
         encoder,
+        format,
         "gorge_webhook_php_tasks_adopted",
         "HeraldWebhookWorker tasks leased from Phorge's queue so phd does not run them",
         &[(none(), totals.adopted)],
     )?;
     counter(
         encoder,
+        format,
         "gorge_webhook_php_tasks_archived",
         "Adopted tasks archived once their request ended, by the result Phorge's worker \
          would record",
@@ -345,6 +377,7 @@ fn adoption_counters(
     )?;
     counter(
         encoder,
+        format,
         "gorge_webhook_rows_waiting_for_php",
         "Candidate rows left alone because a PHP taskmaster holds their task, once per poll \
          that met one",
@@ -365,22 +398,26 @@ fn per_bucket(d: &MetricsSnapshot) -> Vec<(f64, u64)> {
     out
 }
 
-/// Encodes one scrape.
-pub fn render(scrape: Scrape) -> Result<String, std::fmt::Error> {
+/// Encodes one scrape in `format`.
+pub fn render(scrape: Scrape, format: Format) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(ScrapeCollector(scrape)));
+    registry.register_collector(Box::new(ScrapeCollector { scrape, format }));
     let mut out = String::new();
-    prometheus_client::encoding::text::encode(&mut out, &registry)?;
+    match format {
+        Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, &registry)?,
+        // The same lines without OpenMetrics' `# EOF`.
+        Format::Prometheus => {
+            prometheus_client::encoding::text::encode_registry(&mut out, &registry)?
+        }
+    }
     Ok(out)
 }
 
-/// Every name `/metrics` can expose: each family as its `# TYPE` line
-/// names it, and each sample's name (a counter's `_total`, a histogram's
-/// `_bucket`, `_sum` and `_count`), read from a scrape with every part
-/// present (the queue, the hand-off, the unreadable-row count, task
-/// adoption, the dropped log lines, the clock's skew).
-pub fn exposed_names() -> Vec<String> {
-    let text = render(Scrape {
+/// A scrape with every part present: the queue, the hand-off, the
+/// unreadable-row count, task adoption, the dropped log lines, the clock's
+/// skew.
+fn every_part() -> Scrape {
+    Scrape {
         dispatcher: MetricsSnapshot {
             latency_buckets: vec![0; LATENCY_BUCKETS.len()],
             ..MetricsSnapshot::default()
@@ -398,9 +435,17 @@ pub fn exposed_names() -> Vec<String> {
         adoption: Some(AdoptionTotals::default()),
         log_lines_dropped: Some(0),
         clock_skew_secs: Some(0.0),
-    })
+    }
+}
+
+/// Every name `/metrics` can expose: each family as OpenMetrics' `# TYPE`
+/// line names it, and each sample's name (a counter's `_total`, under
+/// which the Prometheus text format declares its family; a histogram's
+/// `_bucket`, `_sum` and `_count`), read from a scrape with every part
+/// present.
+pub fn exposed_names() -> Vec<String> {
     // Encoding into a String cannot fail; an empty list fails its users.
-    .unwrap_or_default();
+    let text = render(every_part(), Format::OpenMetrics).unwrap_or_default();
     let mut names: Vec<String> = text
         .lines()
         .filter_map(|line| match line.strip_prefix("# TYPE ") {
@@ -419,6 +464,21 @@ pub fn exposed_names() -> Vec<String> {
 mod tests {
     use super::*;
 
+    fn quiet() -> Scrape {
+        Scrape {
+            dispatcher: MetricsSnapshot {
+                latency_buckets: vec![0; LATENCY_BUCKETS.len()],
+                ..MetricsSnapshot::default()
+            },
+            queue: None,
+            handoff: None,
+            rows_unreadable: None,
+            adoption: None,
+            log_lines_dropped: None,
+            clock_skew_secs: None,
+        }
+    }
+
     #[test]
     fn renders_counters_queue_and_histogram() {
         let dispatcher = MetricsSnapshot {
@@ -429,7 +489,7 @@ mod tests {
             latency_sum_micros: 40_000_000,
             ..MetricsSnapshot::default()
         };
-        let text = render(Scrape {
+        let scrape = Scrape {
             dispatcher,
             queue: Some(QueueStats {
                 queued: 7,
@@ -437,54 +497,101 @@ mod tests {
                 failed: 0,
                 active_hooks: 2,
             }),
-            handoff: None,
             rows_unreadable: Some(4),
-            adoption: None,
             log_lines_dropped: Some(9),
             clock_skew_secs: Some(-3_600.25),
-        })
-        .expect("encodes");
-        assert!(
-            text.contains("gorge_webhook_clock_skew_seconds -3600.25\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("gorge_webhook_rows_unreadable_total 4"),
-            "{text}"
-        );
-        assert!(
-            text.contains("gorge_webhook_log_lines_dropped_total 9"),
-            "{text}"
-        );
-        assert!(
-            text.contains("gorge_webhook_deliveries_total{outcome=\"ok\"} 5"),
-            "{text}"
-        );
-        assert!(text.contains("gorge_webhook_claims_total{result=\"lost\"} 2"));
-        assert!(text.contains("gorge_webhook_queue_rows{status=\"queued\"} 7"));
-        assert!(text.contains("gorge_webhook_database_up 1"));
-        assert!(text.contains("gorge_webhook_delivery_duration_seconds_bucket{le=\"0.005\"} 1"));
-        assert!(text.contains("gorge_webhook_delivery_duration_seconds_bucket{le=\"0.01\"} 2"));
-        assert!(text.contains("gorge_webhook_delivery_duration_seconds_bucket{le=\"+Inf\"} 3"));
-        assert!(text.contains("gorge_webhook_delivery_duration_seconds_count 3"));
-        assert!(text.ends_with("# EOF\n"));
+            ..quiet()
+        };
+        for format in [Format::Prometheus, Format::OpenMetrics] {
+            let text = render(scrape.clone(), format).expect("encodes");
+            for line in [
+                "gorge_webhook_clock_skew_seconds -3600.25",
+                "gorge_webhook_rows_unreadable_total 4",
+                "gorge_webhook_log_lines_dropped_total 9",
+                "gorge_webhook_deliveries_total{outcome=\"ok\"} 5",
+                "gorge_webhook_claims_total{result=\"lost\"} 2",
+                "gorge_webhook_queue_rows{status=\"queued\"} 7",
+                "gorge_webhook_database_up 1",
+                "gorge_webhook_delivery_duration_seconds_bucket{le=\"0.005\"} 1",
+                "gorge_webhook_delivery_duration_seconds_bucket{le=\"0.01\"} 2",
+                "gorge_webhook_delivery_duration_seconds_bucket{le=\"+Inf\"} 3",
+                "gorge_webhook_delivery_duration_seconds_count 3",
+            ] {
+                assert!(
+                    text.lines().any(|l| l == line),
+                    "{format:?}: {line}\n{text}"
+                );
+            }
+            assert_eq!(
+                text.ends_with("\n# EOF\n"),
+                format == Format::OpenMetrics,
+                "{text}"
+            );
+        }
+    }
+
+    /// The `# HELP` and `# TYPE` lines of `text`: (family, help, type).
+    fn descriptors(text: &str) -> Vec<(String, String, String)> {
+        let mut found = Vec::new();
+        let mut lines = text.lines();
+        while let Some(line) = lines.next() {
+            let Some(help) = line.strip_prefix("# HELP ") else {
+                continue;
+            };
+            let (family, help) = help.split_once(' ').expect("a HELP line has a text");
+            let kind = lines
+                .next()
+                .and_then(|l| l.strip_prefix(&format!("# TYPE {family} ")))
+                .unwrap_or_else(|| panic!("no TYPE line right after HELP {family}"));
+            found.push((family.to_owned(), help.to_owned(), kind.to_owned()));
+        }
+        found
+    }
+
+    #[test]
+    fn the_prometheus_text_format_names_a_counter_family_as_its_samples() {
+        let prometheus = render(every_part(), Format::Prometheus).expect("encodes");
+        let openmetrics = render(every_part(), Format::OpenMetrics).expect("encodes");
+        let samples = |text: &str| -> Vec<String> {
+            text.lines()
+                .filter(|l| !l.starts_with('#'))
+                .map(str::to_owned)
+                .collect()
+        };
+        assert_eq!(samples(&prometheus), samples(&openmetrics));
+        assert!(!prometheus.contains("# EOF"), "{prometheus}");
+        assert!(!prometheus.contains("# UNIT"), "{prometheus}");
+
+        let in_prometheus = descriptors(&prometheus);
+        let as_openmetrics_spells_them: Vec<_> = descriptors(&openmetrics)
+            .into_iter()
+            .map(|(family, help, kind)| match kind.as_str() {
+                "counter" => (format!("{family}_total"), help, kind),
+                _ => (family, help, kind),
+            })
+            .collect();
+        assert_eq!(in_prometheus, as_openmetrics_spells_them);
+        let counters: Vec<&str> = in_prometheus
+            .iter()
+            .filter(|(_, _, kind)| kind == "counter")
+            .map(|(family, _, _)| family.as_str())
+            .collect();
+        assert!(counters.len() >= 17, "{counters:?}");
+        for family in counters {
+            assert!(family.ends_with("_total"), "{family}");
+            assert!(
+                samples(&prometheus)
+                    .iter()
+                    .any(|s| s.starts_with(&format!("{family} "))
+                        || s.starts_with(&format!("{family}{{"))),
+                "{family} has no sample of its own name"
+            );
+        }
     }
 
     #[test]
     fn a_database_outage_is_a_gauge_not_an_error() {
-        let text = render(Scrape {
-            dispatcher: MetricsSnapshot {
-                latency_buckets: vec![0; LATENCY_BUCKETS.len()],
-                ..MetricsSnapshot::default()
-            },
-            queue: None,
-            handoff: None,
-            rows_unreadable: None,
-            adoption: None,
-            log_lines_dropped: None,
-            clock_skew_secs: None,
-        })
-        .expect("encodes");
+        let text = render(quiet(), Format::Prometheus).expect("encodes");
         assert!(text.contains("gorge_webhook_database_up 0"), "{text}");
         assert!(text.contains("gorge_webhook_polls_total 0"), "{text}");
         assert!(!text.contains("queue_rows{"));
@@ -492,16 +599,7 @@ mod tests {
     }
 
     fn handoff_lines(local_config: Reading, database: Reading) -> Vec<String> {
-        let text = render(Scrape {
-            dispatcher: MetricsSnapshot {
-                latency_buckets: vec![0; LATENCY_BUCKETS.len()],
-                ..MetricsSnapshot::default()
-            },
-            queue: None,
-            rows_unreadable: None,
-            adoption: None,
-            log_lines_dropped: None,
-            clock_skew_secs: None,
+        let scrape = Scrape {
             handoff: Some(HandOffStatus {
                 silent_mode: Sight {
                     local_config,
@@ -510,8 +608,9 @@ mod tests {
                 php_tasks: None,
                 adopting: false,
             }),
-        })
-        .expect("encodes");
+            ..quiet()
+        };
+        let text = render(scrape, Format::Prometheus).expect("encodes");
         text.lines()
             .filter(|l| l.starts_with("gorge_webhook_silent_mode"))
             .map(str::to_owned)

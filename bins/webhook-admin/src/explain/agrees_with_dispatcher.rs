@@ -168,7 +168,7 @@ fn explained(
         hook: hook.as_ref(),
         breaker_failure_epochs: &epochs,
         lock_holder: None,
-        // As the daemon's `GET /api/webhook/hooks` reports them.
+        // As the daemon's `GET /api/webhook/hooks/state` reports them.
         paused_until: pauses.until(&row.webhook_phid),
     };
     explain(windows, NOW, &facts).verdict

@@ -422,8 +422,9 @@ async fn a_held_hook_lock_is_noted_and_left_alone() {
     .await;
 }
 
-/// A stand-in daemon answering one request with `/api/webhook/hooks`'s
-/// body holding `data`; returns its URL and the request it got.
+/// A stand-in daemon answering one request: `GET /api/webhook/hooks/state`
+/// with a body holding `data`, any other with the daemon's 404; returns its
+/// URL and the request it got.
 pub(crate) async fn stand_in_daemon(data: Value) -> (String, tokio::task::JoinHandle<Vec<String>>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("addr"));
@@ -435,8 +436,14 @@ pub(crate) async fn stand_in_daemon(data: Value) -> (String, tokio::task::JoinHa
         while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).await.expect("read") == 1 {
             head.push(byte[0]);
         }
+        let (status, body) = if head.starts_with(b"GET /api/webhook/hooks/state ") {
+            ("200 OK", body)
+        } else {
+            let missing = json!({"error": {"code": "ERR_NOT_FOUND", "message": "not found"}});
+            ("404 Not Found", missing.to_string())
+        };
         let answer = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+            "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
              connection: close\r\n\r\n{body}",
             body.len()
         );
@@ -452,7 +459,7 @@ async fn a_hook_the_daemon_paused_is_explained_from_the_daemons_answer() {
         db.insert_hook(&hook(HOOK_OK, "ok hook", "enabled")).await;
         let id = db.insert_request(&fresh(HOOK_OK, "{}")).await.to_string();
         let now = NOW.to_string();
-        let (url, served) = stand_in_daemon(json!({"total": 3, "paused": [
+        let (url, served) = stand_in_daemon(json!({"paused": [
             {"hookPHID": HOOK_OK, "until": NOW + 5, "reason": "retry-after"}
         ], "keyGrace": []}))
         .await;
@@ -469,7 +476,10 @@ async fn a_hook_the_daemon_paused_is_explained_from_the_daemons_answer() {
             out.stdout
         );
         let asked = served.await.expect("served");
-        assert!(asked[0].starts_with("GET /api/webhook/hooks "), "{asked:?}");
+        assert!(
+            asked[0].starts_with("GET /api/webhook/hooks/state "),
+            "{asked:?}"
+        );
         assert!(
             asked[0]
                 .to_ascii_lowercase()
@@ -494,7 +504,7 @@ async fn a_hook_the_daemon_paused_is_explained_from_the_daemons_answer() {
         let note = notes[0].as_str().unwrap_or_default();
         assert!(
             note.starts_with(&format!(
-                "the daemon at {nobody}/api/webhook/hooks could not say whether it paused this \
+                "the daemon at {nobody}/api/webhook/hooks/state could not say whether it paused this \
                  hook (Retry-After): cannot connect"
             )),
             "{note}"

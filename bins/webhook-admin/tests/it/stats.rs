@@ -135,7 +135,7 @@ async fn hooks_show_what_the_daemon_knows_pauses_and_key_graces_or_say_it_could_
     with_db(|db| async move {
         seed(&db).await;
         let until = db.now().await + 3_600;
-        let (url, served) = stand_in_daemon(json!({"total": 3, "paused": [
+        let (url, served) = stand_in_daemon(json!({"paused": [
             {"hookPHID": BETA, "until": until, "reason": "retry-after"}
         ], "keyGrace": [{"hookPHID": ALPHA, "until": until}]}))
         .await;
@@ -157,7 +157,7 @@ async fn hooks_show_what_the_daemon_knows_pauses_and_key_graces_or_say_it_could_
         assert_eq!(by_phid(GAMMA)["keyGraceUntil"], json!(null));
         assert_eq!(json["data"].get("daemonNote"), None);
 
-        let (url, _served) = stand_in_daemon(json!({"total": 3, "paused": [],
+        let (url, _served) = stand_in_daemon(json!({"paused": [],
             "keyGrace": [{"hookPHID": ALPHA, "until": until}]}))
         .await;
         let text = on_db(&db, &["hooks", "--url", &url]).await.stdout;
@@ -176,7 +176,7 @@ async fn hooks_show_what_the_daemon_knows_pauses_and_key_graces_or_say_it_could_
         assert_eq!(text.status, 0, "{text:?}");
         assert!(
             text.stdout.contains(&format!(
-                "note: the daemon at {nobody}/api/webhook/hooks could not say"
+                "note: the daemon at {nobody}/api/webhook/hooks/state could not say"
             )),
             "{}",
             text.stdout

@@ -50,6 +50,8 @@ const REQUIRED: &[&str] = &[
     "readyz-database-missing",
     "metrics-missing-token",
     "metrics",
+    "metrics-openmetrics",
+    "hooks-state",
     "stats-store-failure-is-opaque",
     "events",
     "events-missing-token",
@@ -618,6 +620,18 @@ fn contracts_fixtures_are_complete_and_match_openapi() {
     assert_eq!(
         codes, documented,
         "error codes the fixtures expect vs those openapi.json documents"
+    );
+    // The Go service's contract: how many hooks exist, never which.
+    let hooks = &openapi["components"]["schemas"]["Hooks"];
+    assert_eq!(
+        (&hooks["required"], &hooks["additionalProperties"]),
+        (&serde_json::json!(["total"]), &Value::Bool(false)),
+        "/api/webhook/hooks is the count alone: {hooks}"
+    );
+    assert_eq!(
+        hooks["properties"].as_object().map(|p| p.len()),
+        Some(1),
+        "/api/webhook/hooks is the count alone: {hooks}"
     );
     for scheme in ["serviceTokenHeader", "serviceTokenQuery"] {
         assert!(

@@ -5,8 +5,10 @@
 //! attempt, an adopted task), and then: the target is up, the alert rules
 //! are loaded, every metric docs/operations.md's table names is queryable
 //! by its name, and every Grafana dashboard panel's expression returns a
-//! series.
+//! series. And `promtool check metrics` on a scrape of each form
+//! `/metrics` speaks.
 
+use std::io::Write;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
@@ -258,6 +260,134 @@ async fn a_real_prometheus_scrapes_every_documented_metric_and_every_dashboard_p
 
             drop(prometheus);
             let _ = std::fs::remove_dir_all(&dir);
+        })
+        .await;
+    })
+    .await;
+}
+
+/// What Prometheus 2's scraper sends: OpenMetrics first, the text format
+/// at q=0.5.
+const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,\
+     application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+
+const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// `promtool check metrics` on `text`: its exit code and its findings,
+/// one a line.
+fn promtool_check(text: &str) -> (i32, Vec<String>) {
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("Debian's prometheus package (promtool) is installed (cargo xtask ci installs it)");
+    child
+        .stdin
+        .take()
+        .expect("promtool's stdin")
+        .write_all(text.as_bytes())
+        .expect("feeding promtool");
+    let output = child.wait_with_output().expect("promtool ran");
+    let findings = [output.stdout, output.stderr]
+        .iter()
+        .flat_map(|bytes| {
+            String::from_utf8_lossy(bytes)
+                .lines()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .filter(|line| !line.trim().is_empty())
+        .collect();
+    (output.status.code().unwrap_or(-1), findings)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promtool_accepts_every_scrape_in_the_text_format_and_openmetrics_comes_when_asked_for() {
+    with_db(|db| async move {
+        let db = &db;
+        with_phorge_side(&db.namespace, |side| async move {
+            let receiver = Receiver::start().await;
+            receiver.always("/fail", Reply::status(500));
+            add_hook(db, HOOK_OK, receiver.url("/ok"), KEY).await;
+            add_hook(db, HOOK_FAIL, receiver.url("/fail"), KEY).await;
+            let ok = db.insert_request(&NewRequest::queued(HOOK_OK, NEVER)).await;
+            side.queue_webhook_task(&db.row(ok).await.phid).await;
+            let failing = db
+                .insert_request(&NewRequest::queued(HOOK_FAIL, NEVER))
+                .await;
+            let mut env = crate::handoff::env(&db.namespace);
+            env.push(("GORGE_WEBHOOK_ADOPT_PHP_TASKS".into(), "1".into()));
+            let daemon = Daemon::start("promtool", &env).await;
+            until(&daemon, "both rows written back", async || {
+                db.row(ok).await.status == RequestStatus::Sent
+                    && db.row(failing).await.status == RequestStatus::Failed
+            })
+            .await;
+            // Every family a running daemon has: the clock's skew comes
+            // with its first measurement.
+            until(&daemon, "a scrape with every family", async || {
+                let text = daemon.get("/metrics", &[]).await.text();
+                [
+                    "gorge_webhook_clock_skew_seconds ",
+                    "gorge_webhook_queue_rows{",
+                    "gorge_webhook_php_tasks_adopted_total ",
+                    "gorge_webhook_silent_mode ",
+                    "gorge_webhook_delivery_duration_seconds_count 2",
+                ]
+                .iter()
+                .all(|sample| text.contains(sample))
+            })
+            .await;
+
+            for accept in [None, Some("text/plain;version=0.0.4"), Some("text/plain")] {
+                let headers: Vec<(&str, &str)> =
+                    accept.map(|a| ("Accept", a)).into_iter().collect();
+                let scrape = daemon.get("/metrics", &headers).await;
+                assert_eq!(scrape.status, 200);
+                assert_eq!(
+                    scrape.header("content-type"),
+                    Some(TEXT_FORMAT),
+                    "Accept {accept:?}"
+                );
+                let text = scrape.text();
+                assert!(!text.contains("# EOF"), "{text}");
+                assert_eq!(
+                    promtool_check(&text),
+                    (0, Vec::new()),
+                    "promtool check metrics, Accept {accept:?}:\n{text}"
+                );
+            }
+
+            let scrape = daemon
+                .get("/metrics", &[("Accept", PROMETHEUS_ACCEPT)])
+                .await;
+            assert_eq!(scrape.header("content-type"), Some(OPENMETRICS));
+            let text = scrape.text();
+            assert!(text.ends_with("\n# EOF\n"), "{text}");
+            // promtool reads only the text format. Read so, OpenMetrics
+            // differs in one way: it names a counter's family without the
+            // `_total` its samples carry, so those samples have no HELP of
+            // their own name. Anything else it found would be a fault.
+            let counters: Vec<&str> = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+                .collect();
+            let (code, findings) = promtool_check(&text);
+            assert_eq!(code, 3, "{findings:?}");
+            let expected: Vec<String> = {
+                let mut expected: Vec<String> = counters
+                    .iter()
+                    .map(|family| format!("{family}_total no help text"))
+                    .collect();
+                expected.sort_unstable();
+                expected
+            };
+            let mut findings = findings;
+            findings.sort_unstable();
+            assert_eq!(findings, expected, "{text}");
         })
         .await;
     })

@@ -48,7 +48,7 @@ async fn after_a_429_with_retry_after_5_that_hook_waits_5_s_and_others_do_not() 
         let daemon = Daemon::start("retry-after", &delivery_env(&db.namespace)).await;
 
         wait_log(&daemon, "event=\"hook_paused\"").await;
-        let hooks = daemon.get("/api/webhook/hooks", &[]).await;
+        let hooks = daemon.get("/api/webhook/hooks/state", &[]).await;
         let hooks: Value = serde_json::from_str(&hooks.text()).expect("JSON");
         let paused = &hooks["data"]["paused"];
         assert_eq!(paused[0]["hookPHID"], HOOK_A, "{hooks}");

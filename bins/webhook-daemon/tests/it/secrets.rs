@@ -113,6 +113,7 @@ async fn no_key_token_or_uri_secret_leaks_into_logs_metrics_or_api_bodies() {
             ("/metrics", &auth[..], 200),
             ("/api/webhook/stats", &auth[..], 200),
             ("/api/webhook/hooks", &auth[..], 200),
+            ("/api/webhook/hooks/state", &auth[..], 200),
             ("/api/webhook/hooks?token=wrong-token", &[][..], 401),
             ("/readyz", &[][..], 200),
             ("/healthz", &[][..], 200),

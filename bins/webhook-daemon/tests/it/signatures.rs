@@ -122,7 +122,7 @@ async fn after_phorge_regenerates_a_key_both_keys_verify_during_the_grace() {
             );
         };
         wait_log(&daemon, "hook_key_changed").await;
-        let hooks = daemon.get("/api/webhook/hooks", &[]).await;
+        let hooks = daemon.get("/api/webhook/hooks/state", &[]).await;
         let hooks: serde_json::Value = serde_json::from_str(&hooks.text()).expect("JSON");
         let grace = &hooks["data"]["keyGrace"];
         assert_eq!(grace[0]["hookPHID"], HOOK, "{hooks}");
