@@ -122,10 +122,16 @@ pub enum Command {
     /// daemon's own rules, with the payload and signature it would send.
     #[command(after_help = format!(
         "REQUEST is a row id (42) or a request PHID (PHID-HWBR-...).\n\n\
-         Verdicts: sent, failed (final); eligible; in-lease, retry-backoff, paused, \
-         breaker-open (waiting, with the time it ends); hook-disabled, hook-missing, \
-         properties-unparseable, invalid-row (the daemon will fail the row). Exit status 0 \
-         whatever the verdict.\n\n\
+         Verdicts: sent, failed (final); eligible; held (Phorge is in silent mode); \
+         in-lease, retry-backoff, paused, breaker-open (waiting, with the time it ends); \
+         refused, object-gone, silenced, hook-disabled, hook-missing, properties-unparseable, \
+         invalid-row (the daemon will fail the row); resolve-failed (the daemon will record a \
+         failed attempt). Exit status 0 whatever the verdict.\n\n\
+         The daemon's checks are made with its own code and this tool's settings: silent \
+         mode from Phorge's local.json (GORGE_PHORGE_LOCAL_CONFIG) and its config_entry \
+         table, the outbound check of the hook's URI (GORGE_WEBHOOK_OUTBOUND_DENY and \
+         GORGE_WEBHOOK_OUTBOUND_ALLOW; the host is resolved here, never connected to), the \
+         object check.\n\n\
          paused comes from the daemon, not the database: its receiver answered 429 or 503 \
          with Retry-After. For a queued row explain asks the daemon (GET /api/webhook/hooks/state \
          at --url, else 127.0.0.1 at GORGE_LISTEN_ADDR's port, with GORGE_SERVICE_TOKEN); \

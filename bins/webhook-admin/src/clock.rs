@@ -10,9 +10,11 @@
 //! read ([`parse_time`]) as Unix seconds, an RFC 3339 UTC timestamp or a
 //! time of today (UTC).
 
-use std::time::Instant;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
 
-use webhook_core::{StoreError, UnixTime};
+use webhook_core::{Clock, StoreError, UnixTime};
 use webhook_daemon::server_clock::{system_time, Measurement};
 use webhook_store_mysql::MysqlReader;
 
@@ -29,6 +31,40 @@ pub async fn server_now(reader: &MysqlReader) -> Result<UnixTime, StoreError> {
     Ok(Measurement::taken(&reading)
         .server_time_at(Instant::now())
         .as_secs())
+}
+
+/// The core's [`Clock`] for a command that judges at one moment, for the
+/// parts of the core that space their work by it (silent mode's reads):
+/// its Unix time is the moment judged at, its monotonic reading this
+/// process's, and sleeping on it sleeps for real.
+#[derive(Debug)]
+pub struct JudgingClock {
+    at: UnixTime,
+    origin: Instant,
+}
+
+impl JudgingClock {
+    /// A clock that reads `at`.
+    pub fn at(at: UnixTime) -> Self {
+        Self {
+            at,
+            origin: Instant::now(),
+        }
+    }
+}
+
+impl Clock for JudgingClock {
+    fn now(&self) -> UnixTime {
+        self.at
+    }
+
+    fn monotonic(&self) -> Duration {
+        self.origin.elapsed()
+    }
+
+    fn sleep(&self, duration: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
+        Box::pin(tokio::time::sleep(duration))
+    }
 }
 
 /// `2023-11-14 22:13:20 UTC`.

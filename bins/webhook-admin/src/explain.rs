@@ -1,30 +1,42 @@
 //! Why one request row is or is not being delivered right now — decided by
 //! the dispatcher's own rules, never by rules of our own:
 //!
-//! 1. status: `sent` and `failed` are final (SPEC §1: the daemon only ever
-//!    selects `queued` rows);
-//! 2. the candidate predicate of SPEC §4 with [`Windows::cutoffs`]: a row
+//! 1. status: `sent` and `failed` are final (the daemon only ever selects
+//!    `queued` rows);
+//! 2. Phorge's silent mode, as the core's `Sight` adds up its two sources:
+//!    while it is on the daemon polls and claims nothing (`held`), or, when
+//!    it adopts Phorge's delivery tasks, fails each row as Phorge's worker
+//!    does;
+//! 3. the candidate query's predicate with [`Windows::cutoffs`]: a row
 //!    that is neither fresh nor past its claim lease, or that failed and is
 //!    inside its retry backoff, is not even selected;
-//! 3. then, as the dispatcher processes a candidate (SPEC §5, in order): its
-//!    [`triage`](webhook_core::triage()) (a row `defect`, unparseable
-//!    properties, a missing hook, a `disabled` hook), the hook's pause (a
-//!    receiver's `Retry-After`, as the daemon reports it) and the hook's
-//!    [`Breaker`](webhook_core::Breaker).
+//! 4. then, as the dispatcher takes a candidate through its pipeline, in
+//!    order: its [`triage`](webhook_core::triage()) (a row `defect`,
+//!    unparseable properties, a missing hook, a `disabled` hook), the
+//!    outbound check of the hook's URI (`refused`), the hook's pause (a
+//!    receiver's `Retry-After`, as the daemon reports it) and its
+//!    [`Breaker`](webhook_core::Breaker) — which stop the hook's whole run,
+//!    so a row behind one of the hook's rows they hold back waits too —
+//!    then the object check (gone: hook error `object`), and a URI whose
+//!    host could not be resolved (a failed attempt).
 //!
 //! Pure: it reads no clock, no database and no daemon. The caller gathers
-//! the facts (the row, its hook, the breaker's failure epochs, the lock
-//! holder, the daemon's pause of the hook) and passes `now`, so every case
-//! is unit-tested with a fixed time.
+//! the facts (the row, its hook, the hook's earlier queued rows, the
+//! breaker's failure epochs, the lock holder, the daemon's pause of the
+//! hook, and what the daemon's own checks answered: [`checks`]) and passes
+//! `now`, so every case is unit-tested with a fixed time.
 
 use serde_json::{json, Value};
+use webhook_core::hold::{Reading, Sight, Visibility};
 use webhook_core::windows::Windows;
 use webhook_core::{
-    triage_looked_up, Hook, HookError, HookLookup, LastResult, Properties, RequestRow,
-    RequestStatus, Triage, UnixTime,
+    triage_looked_up, Hook, HookError, HookLookup, LastResult, ObjectLookup, Properties,
+    RequestRow, RequestStatus, Resolution, Triage, UnixTime,
 };
 
 use crate::clock::{moment, utc};
+
+pub mod checks;
 
 /// Everything the decision looks at, gathered by the caller.
 #[derive(Debug, Clone, Copy)]
@@ -41,6 +53,18 @@ pub struct Facts<'a> {
     /// When the daemon's pause of the hook ends (its receiver sent
     /// `Retry-After`), if the daemon said it has one.
     pub paused_until: Option<UnixTime>,
+    /// Phorge's silent mode, source by source.
+    pub silent: Sight,
+    /// The daemon fails rows while Phorge is silent instead of holding
+    /// them (it adopts Phorge's delivery tasks, so no PHP worker will).
+    pub fails_when_silent: bool,
+    /// The hook's URI through the outbound check, when it was made.
+    pub resolution: Option<&'a Resolution>,
+    /// The object check, when it was made.
+    pub object: Option<&'a ObjectLookup>,
+    /// Queued rows of the same hook before this one, lowest id first: a
+    /// hook's run takes its rows in id order.
+    pub earlier: &'a [RequestRow],
 }
 
 /// `errorType` / `errorCode` as stored (the code keeps its JSON type:
@@ -108,6 +132,17 @@ pub enum Verdict {
         failures: u64,
         /// The breaker's threshold.
         threshold: u64,
+        /// The hook's URI passed the outbound check here (`false`: the
+        /// check could not be made).
+        uri_checked: bool,
+    },
+    /// Phorge is in global silent mode: the daemon polls and claims
+    /// nothing while it is, and the row stays queued for Phorge's worker.
+    Held {
+        /// Phorge's `local.json` says silent.
+        local_config: bool,
+        /// Phorge's `config_entry` table says silent.
+        database: bool,
     },
     /// Claimed (or written) recently: protected from other claimers.
     InLease {
@@ -145,6 +180,28 @@ pub enum Verdict {
         /// new ones come in.
         until: UnixTime,
     },
+    /// The hook's URI fails the outbound check (not http(s) with a host,
+    /// no such host, or an address the deny list holds): the row will be
+    /// failed.
+    Refused {
+        /// Why, as the transport says it.
+        reason: String,
+    },
+    /// The request's object no longer exists: the row will be failed, as
+    /// Phorge's worker fails it.
+    ObjectGone {
+        /// The object's PHID.
+        object_phid: String,
+    },
+    /// The hook's host name could not be resolved just now: the row will be
+    /// claimed and its attempt recorded as failed, with no POST.
+    ResolveFailed {
+        /// cURL's number, written as `errorCode`.
+        error_code: i64,
+    },
+    /// Phorge is in global silent mode and the daemon adopts Phorge's
+    /// delivery tasks: the row will be failed as Phorge's worker fails it.
+    Silenced,
     /// The hook exists but is `disabled`: the row will be failed.
     HookDisabled {
         /// The hook.
@@ -176,8 +233,13 @@ impl Verdict {
             Self::Eligible { .. } => "eligible",
             Self::InLease { .. } => "in-lease",
             Self::RetryBackoff { .. } => "retry-backoff",
+            Self::Held { .. } => "held",
             Self::Paused { .. } => "paused",
             Self::BreakerOpen { .. } => "breaker-open",
+            Self::Refused { .. } => "refused",
+            Self::ObjectGone { .. } => "object-gone",
+            Self::ResolveFailed { .. } => "resolve-failed",
+            Self::Silenced => "silenced",
             Self::HookDisabled { .. } => "hook-disabled",
             Self::HookMissing { .. } => "hook-missing",
             Self::PropertiesUnparseable { .. } => "properties-unparseable",
@@ -205,6 +267,9 @@ impl Verdict {
     /// the row without an HTTP attempt.
     pub fn hook_error(&self) -> Option<&'static str> {
         let error = match self {
+            Self::Refused { .. } => HookError::Uri,
+            Self::ObjectGone { .. } => HookError::Object,
+            Self::Silenced => HookError::Silent,
             Self::HookDisabled { .. } => HookError::Disabled,
             Self::HookMissing { .. } => HookError::NotFound,
             Self::PropertiesUnparseable { .. } => HookError::InvalidProperties,
@@ -248,15 +313,54 @@ impl Verdict {
                 fresh,
                 failures,
                 threshold,
+                uri_checked,
             } => format!(
                 "eligible now: {}, and the hook's breaker is closed ({failures} of {threshold} \
-                 failed rows); the next poll claims it and POSTs it after the outbound check of \
-                 the hook's URI",
+                 failed rows); {}",
                 if *fresh {
                     "fresh (dateModified = dateCreated), so a candidate at once"
                 } else {
                     "past its claim lease and any retry backoff"
+                },
+                if *uri_checked {
+                    "the hook's URI passes the outbound check, so the next poll claims it and \
+                     POSTs it"
+                } else {
+                    "the next poll claims it and POSTs it if the hook's URI passes the outbound \
+                     check (not made here)"
                 }
+            ),
+            Self::Held {
+                local_config,
+                database,
+            } => format!(
+                "held: Phorge is in global silent mode (phabricator.silent is on in {}), and \
+                 while it is the daemon polls and claims nothing; the row stays queued for \
+                 Phorge's worker to mark failed (errorCode \"silent\"), and goes out if silent \
+                 mode ends first",
+                match (local_config, database) {
+                    (true, true) => "Phorge's local.json and its config_entry table",
+                    (true, false) => "Phorge's local.json",
+                    _ => "Phorge's config_entry table",
+                }
+            ),
+            Self::Silenced => format!(
+                "Phorge is in global silent mode and this daemon adopts Phorge's delivery tasks \
+                 (GORGE_WEBHOOK_ADOPT_PHP_TASKS), so it does what Phorge's worker does: {WILL_FAIL} \
+                 \"silent\""
+            ),
+            Self::Refused { reason } => format!(
+                "refused: the hook's URI fails the outbound check ({reason}): {WILL_FAIL} \"uri\""
+            ),
+            Self::ObjectGone { object_phid } => format!(
+                "the request's object {object_phid} no longer exists: {WILL_FAIL} \"object\", as \
+                 Phorge's worker does"
+            ),
+            Self::ResolveFailed { error_code } => format!(
+                "the hook's host name could not be resolved just now (resolved here as the \
+                 daemon resolves it, with this host's resolver): the next poll claims the row and \
+                 records a failed attempt (errorType http, errorCode {error_code}) without a POST; \
+                 a retry=forever row is tried again after the retry backoff, any other is failed"
             ),
             Self::InLease {
                 date_modified,
@@ -330,8 +434,17 @@ impl Verdict {
             Self::Eligible {
                 failures,
                 threshold,
+                uri_checked,
                 ..
-            } => json!({"failures": failures, "threshold": threshold}),
+            } => json!({"failures": failures, "threshold": threshold, "uriChecked": uri_checked}),
+            Self::Held {
+                local_config,
+                database,
+            } => json!({"localConfig": local_config, "database": database}),
+            Self::ResolveFailed { error_code } => {
+                json!({"errorType": "http", "errorCode": error_code})
+            }
+            Self::Refused { reason } => json!({"hookError": self.hook_error(), "reason": reason}),
             Self::InLease { lease_secs, .. } => json!({"leaseSecs": lease_secs}),
             Self::RetryBackoff { backoff_secs, .. } => json!({"backoffSecs": backoff_secs}),
             Self::Paused { .. } => json!({"reason": "retry-after"}),
@@ -369,7 +482,7 @@ pub struct Explanation {
 pub fn explain(windows: &Windows, now: UnixTime, facts: &Facts<'_>) -> Explanation {
     let row = facts.row;
     let mut notes = Vec::new();
-    let verdict_and_also = match row.status {
+    let (verdict, also) = match row.status {
         RequestStatus::Sent => (
             Verdict::Sent {
                 error: LastError::of(row),
@@ -385,23 +498,8 @@ pub fn explain(windows: &Windows, now: UnixTime, facts: &Facts<'_>) -> Explanati
             },
             Vec::new(),
         ),
-        RequestStatus::Queued => {
-            let mut waits = candidate_waits(windows, now, row);
-            // The wait that ends last is the one that decides when.
-            waits.sort_by_key(|w| std::cmp::Reverse(w.until()));
-            let then = processing(windows, now, facts);
-            if waits.is_empty() {
-                (then, Vec::new())
-            } else {
-                let first = waits.remove(0);
-                if !then.deliverable_now() {
-                    waits.push(then);
-                }
-                (first, waits)
-            }
-        }
+        RequestStatus::Queued => queued(windows, now, facts, &mut notes),
     };
-    let (verdict, also) = verdict_and_also;
 
     if row.status == RequestStatus::Queued {
         if row.date_modified == row.date_created + 1
@@ -422,6 +520,7 @@ pub fn explain(windows: &Windows, now: UnixTime, facts: &Facts<'_>) -> Explanati
                  by whoever holds it"
             ));
         }
+        notes.extend(silent_mode_unseen(facts.silent));
     }
     Explanation {
         now,
@@ -431,7 +530,49 @@ pub fn explain(windows: &Windows, now: UnixTime, facts: &Facts<'_>) -> Explanati
     }
 }
 
-/// SPEC §4's candidate predicate, as the reasons it excludes a queued row.
+/// A queued row: what applies first, and the rest in the order they would
+/// be met — the hold, the waits before the row is a candidate again (the
+/// one that ends last first), then what the pipeline does with it.
+fn queued(
+    windows: &Windows,
+    now: UnixTime,
+    facts: &Facts<'_>,
+    notes: &mut Vec<String>,
+) -> (Verdict, Vec<Verdict>) {
+    let mut waits = candidate_waits(windows, now, facts.row);
+    waits.sort_by_key(|w| std::cmp::Reverse(w.until()));
+    let silent = facts.silent;
+    if silent.held() && !facts.fails_when_silent {
+        waits.insert(
+            0,
+            Verdict::Held {
+                local_config: silent.local_config == Reading::On,
+                database: silent.database == Reading::On,
+            },
+        );
+    }
+    let (then, behind) = processing(windows, now, facts);
+    let mut reasons = waits;
+    if let Some((id, own)) = behind {
+        notes.push(format!(
+            "request {id}, queued before this one for the same hook, comes first in the hook's \
+             run, and the run stops there while the hook is {}: this row is not reached before \
+             that ends",
+            match then {
+                Verdict::Paused { .. } => "paused",
+                _ => "held back by its breaker",
+            }
+        ));
+        reasons.push(then);
+        reasons.push(own);
+    } else if reasons.is_empty() || !then.deliverable_now() {
+        reasons.push(then);
+    }
+    let first = reasons.remove(0);
+    (first, reasons)
+}
+
+/// The candidate query's predicate, as the reasons it excludes a queued row.
 fn candidate_waits(windows: &Windows, now: UnixTime, row: &RequestRow) -> Vec<Verdict> {
     let cutoffs = windows.cutoffs(now);
     let mut waits = Vec::new();
@@ -453,60 +594,169 @@ fn candidate_waits(windows: &Windows, now: UnixTime, row: &RequestRow) -> Vec<Ve
     waits
 }
 
-/// SPEC §5's checks on a candidate, through the dispatcher's own
-/// [`triage`](webhook_core::triage()), then the daemon's pause of the hook
-/// and the breaker (the guard's order), stopping at the first that applies
-/// (the URI check needs the network and is left to the daemon).
-fn processing(windows: &Windows, now: UnixTime, facts: &Facts<'_>) -> Verdict {
+/// The pipeline's checks on a candidate, in the dispatcher's order,
+/// stopping at the first that applies: silent mode's hook error (when the
+/// daemon fails rows while Phorge is silent), the dispatcher's own
+/// [`triage`](webhook_core::triage()), the outbound check, the hook's
+/// pause and breaker, the object check, and a host that did not resolve.
+/// A row failed on its own checks is not reached while an earlier row of
+/// its hook stops the run: then the stop comes first, with the id of that
+/// row and the row's own verdict.
+fn processing(
+    windows: &Windows,
+    now: UnixTime,
+    facts: &Facts<'_>,
+) -> (Verdict, Option<(u64, Verdict)>) {
     let row = facts.row;
-    let hook = match facts.hook {
+    if silenced(facts, row) {
+        return (Verdict::Silenced, None);
+    }
+    if let Err(own) = triaged(row, facts.hook) {
+        let own_fault = matches!(
+            own,
+            Verdict::InvalidRow { .. } | Verdict::PropertiesUnparseable { .. }
+        );
+        return match stopped_before(windows, now, facts).filter(|_| own_fault) {
+            Some((id, stop)) => (stop, Some((id, own))),
+            None => (own, None),
+        };
+    }
+    if let Some(Resolution::Refused(why)) = facts.resolution {
+        return (
+            Verdict::Refused {
+                reason: why.to_string(),
+            },
+            None,
+        );
+    }
+    if let Some(stop) = hook_stop(windows, now, facts) {
+        return (stop, None);
+    }
+    if let Some(ObjectLookup::Gone) = facts.object {
+        return (
+            Verdict::ObjectGone {
+                object_phid: row.object_phid.clone(),
+            },
+            None,
+        );
+    }
+    if let Some(Resolution::Failed(failure)) = facts.resolution {
+        return (
+            Verdict::ResolveFailed {
+                error_code: failure.curl_code(),
+            },
+            None,
+        );
+    }
+    let breaker = windows.breaker();
+    let failures = breaker
+        .counted_failures(now, facts.breaker_failure_epochs)
+        .len() as u64;
+    let verdict = Verdict::Eligible {
+        fresh: row.is_fresh(),
+        failures,
+        threshold: breaker.threshold,
+        uri_checked: matches!(facts.resolution, Some(Resolution::Ready(_))),
+    };
+    (verdict, None)
+}
+
+/// Whether the daemon fails `row` for silent mode before its triage, as
+/// the dispatcher's first stage does: only while Phorge is silent, when
+/// the daemon fails rows rather than holding them, and for a row whose
+/// own values and properties can be written back as they are.
+fn silenced(facts: &Facts<'_>, row: &RequestRow) -> bool {
+    facts.fails_when_silent
+        && facts.silent.held()
+        && row.defect.is_none()
+        && Properties::parse(&row.properties).is_ok()
+}
+
+/// The dispatcher's [`triage`](webhook_core::triage()) of `row` with
+/// `hook` as looked up: `Err` with the verdict of the check that fails it.
+fn triaged(row: &RequestRow, hook: Option<&Hook>) -> Result<(), Verdict> {
+    let hook = match hook {
         Some(hook) => HookLookup::Found(hook.clone()),
         None => HookLookup::Missing,
     };
     match triage_looked_up(row, hook) {
-        Triage::Ready { .. } => {}
-        Triage::InvalidRow { defect, .. } => {
-            return Verdict::InvalidRow {
-                defect: defect.to_owned(),
-            }
-        }
-        Triage::InvalidProperties { error, .. } => {
-            return Verdict::PropertiesUnparseable {
-                error: error.to_string(),
-            }
-        }
+        Triage::Ready { .. } => Ok(()),
+        Triage::InvalidRow { defect, .. } => Err(Verdict::InvalidRow {
+            defect: defect.to_owned(),
+        }),
+        Triage::InvalidProperties { error, .. } => Err(Verdict::PropertiesUnparseable {
+            error: error.to_string(),
+        }),
         // A lookup gathered beforehand is never `Unavailable`: a database
         // error stopped the command before it got here.
-        Triage::HookMissing { .. } | Triage::HookUnavailable => {
-            return Verdict::HookMissing {
-                hook_phid: row.webhook_phid.clone(),
-            }
-        }
-        Triage::HookDisabled { hook, .. } => {
-            return Verdict::HookDisabled {
-                hook_phid: hook.phid,
-            }
-        }
+        Triage::HookMissing { .. } | Triage::HookUnavailable => Err(Verdict::HookMissing {
+            hook_phid: row.webhook_phid.clone(),
+        }),
+        Triage::HookDisabled { hook, .. } => Err(Verdict::HookDisabled {
+            hook_phid: hook.phid,
+        }),
     }
+}
+
+/// What stops the hook's run at any row that gets that far (the guard's
+/// order: the daemon's pause of the hook, then its breaker).
+fn hook_stop(windows: &Windows, now: UnixTime, facts: &Facts<'_>) -> Option<Verdict> {
     if let Some(until) = facts.paused_until.filter(|until| *until > now) {
-        return Verdict::Paused { until };
+        return Some(Verdict::Paused { until });
     }
     let breaker = windows.breaker();
     let counted = breaker.counted_failures(now, facts.breaker_failure_epochs);
     let failures = counted.len() as u64;
-    if breaker.is_open(failures) {
-        return Verdict::BreakerOpen {
-            failures,
-            threshold: breaker.threshold,
-            window_secs: breaker.window_secs,
-            until: breaker.closes_at(now, counted).unwrap_or(now),
-        };
-    }
-    Verdict::Eligible {
-        fresh: row.is_fresh(),
+    breaker.is_open(failures).then(|| Verdict::BreakerOpen {
         failures,
         threshold: breaker.threshold,
+        window_secs: breaker.window_secs,
+        until: breaker.closes_at(now, counted).unwrap_or(now),
+    })
+}
+
+/// The stop an earlier row of the hook meets first, with that row's id:
+/// the first of [`Facts::earlier`] that is a candidate now and passes
+/// triage and the outbound check reaches the hook's pause and breaker,
+/// and the run ends there.
+fn stopped_before(windows: &Windows, now: UnixTime, facts: &Facts<'_>) -> Option<(u64, Verdict)> {
+    let hook = facts.hook?;
+    if facts.fails_when_silent && facts.silent.held() {
+        // Such a row is failed for silent mode before the guard.
+        return None;
     }
+    if matches!(facts.resolution, Some(Resolution::Refused(_))) {
+        return None;
+    }
+    let stop = hook_stop(windows, now, facts)?;
+    let cutoffs = windows.cutoffs(now);
+    facts
+        .earlier
+        .iter()
+        .find(|earlier| {
+            cutoffs.past_lease(earlier)
+                && cutoffs.past_backoff(earlier)
+                && triaged(earlier, Some(hook)).is_ok()
+        })
+        .map(|earlier| (earlier.id, stop))
+}
+
+/// A note when silent mode cannot be seen where Phorge keeps it, so a
+/// verdict of delivery may be wrong while Phorge is silent.
+fn silent_mode_unseen(silent: Sight) -> Option<String> {
+    let why = match (silent.visibility(), silent.local_config) {
+        (Visibility::DatabaseOnly | Visibility::Invisible, Reading::NotSet) => {
+            "GORGE_PHORGE_LOCAL_CONFIG is not set here"
+        }
+        (Visibility::DatabaseOnly | Visibility::Invisible, _) => {
+            "Phorge's local.json cannot be read here"
+        }
+        _ => return None,
+    };
+    Some(format!(
+        "silent mode set with bin/config set is not seen: {why}, and a daemon configured alike \
+         delivers while Phorge is silent (webhook-admin doctor says more)"
+    ))
 }
 
 /// A one-line summary of the row's columns, for the text output.
@@ -547,8 +797,15 @@ mod agrees_with_dispatcher;
 mod tests {
     use super::*;
     use webhook_core::windows::Settings;
+    use webhook_core::{Target, TransportFailure, UriRefusal};
 
     const NOW: UnixTime = 1_700_000_000;
+
+    /// Both of Phorge's sources read, neither silent.
+    const SEEN_OFF: Sight = Sight {
+        local_config: Reading::Off,
+        database: Reading::Off,
+    };
     const HOOK: &str = "PHID-HWBH-explainaaaaaaaaaaaa";
 
     /// Defaults: lease 30 s, backoff 60 s, breaker 10 rows in 300 s.
@@ -591,18 +848,25 @@ mod tests {
         }
     }
 
+    /// The facts of a row nothing else is known of: silent mode off in both
+    /// sources, no check made, no earlier rows.
+    fn facts<'a>(row: &'a RequestRow, hook: Option<&'a Hook>, epochs: &'a [UnixTime]) -> Facts<'a> {
+        Facts {
+            row,
+            hook,
+            breaker_failure_epochs: epochs,
+            lock_holder: None,
+            paused_until: None,
+            silent: SEEN_OFF,
+            fails_when_silent: false,
+            resolution: None,
+            object: None,
+            earlier: &[],
+        }
+    }
+
     fn judge(row: &RequestRow, hook: Option<&Hook>, epochs: &[UnixTime]) -> Explanation {
-        explain(
-            &windows(),
-            NOW,
-            &Facts {
-                row,
-                hook,
-                breaker_failure_epochs: epochs,
-                lock_holder: None,
-                paused_until: None,
-            },
-        )
+        explain(&windows(), NOW, &facts(row, hook, epochs))
     }
 
     #[test]
@@ -659,7 +923,8 @@ mod tests {
             Verdict::Eligible {
                 fresh: true,
                 failures: 1,
-                threshold: 10
+                threshold: 10,
+                uri_checked: false
             }
         );
         assert!(e.verdict.deliverable_now());
@@ -684,13 +949,7 @@ mod tests {
         let at_until = explain(
             &windows(),
             NOW + 20,
-            &Facts {
-                row: &r,
-                hook: Some(&hook("enabled")),
-                breaker_failure_epochs: &[],
-                lock_holder: None,
-                paused_until: None,
-            },
+            &facts(&r, Some(&hook("enabled")), &[]),
         );
         assert!(at_until.verdict.deliverable_now(), "{at_until:?}");
         assert!(!judge(
@@ -710,17 +969,7 @@ mod tests {
         })
         .expect("valid");
         let r = row(RequestStatus::Queued, NOW - 100, NOW - 10);
-        let e = explain(
-            &raised,
-            NOW,
-            &Facts {
-                row: &r,
-                hook: Some(&hook("enabled")),
-                breaker_failure_epochs: &[],
-                lock_holder: None,
-                paused_until: None,
-            },
-        );
+        let e = explain(&raised, NOW, &facts(&r, Some(&hook("enabled")), &[]));
         assert_eq!(e.verdict.until(), Some(NOW - 10 + 17));
     }
 
@@ -784,33 +1033,22 @@ mod tests {
         let later = explain(
             &windows(),
             second_oldest + 301,
-            &Facts {
-                row: &r,
-                hook: Some(&hook("enabled")),
-                breaker_failure_epochs: &epochs,
-                lock_holder: None,
-                paused_until: None,
-            },
+            &facts(&r, Some(&hook("enabled")), &epochs),
         );
         assert_eq!(
             later.verdict,
             Verdict::Eligible {
                 fresh: true,
                 failures: 9,
-                threshold: 10
+                threshold: 10,
+                uri_checked: false
             }
         );
         // One second earlier it was still open.
         let before = explain(
             &windows(),
             second_oldest + 300,
-            &Facts {
-                row: &r,
-                hook: Some(&hook("enabled")),
-                breaker_failure_epochs: &epochs,
-                lock_holder: None,
-                paused_until: None,
-            },
+            &facts(&r, Some(&hook("enabled")), &epochs),
         );
         assert_eq!(before.verdict.code(), "breaker-open");
     }
@@ -824,11 +1062,8 @@ mod tests {
                 &windows(),
                 at,
                 &Facts {
-                    row: &r,
-                    hook: Some(&hook("enabled")),
-                    breaker_failure_epochs: epochs,
-                    lock_holder: None,
                     paused_until: Some(NOW + 5),
+                    ..facts(&r, Some(&hook("enabled")), epochs)
                 },
             )
         };
@@ -862,7 +1097,8 @@ mod tests {
             Verdict::Eligible {
                 fresh: true,
                 failures: 9,
-                threshold: 10
+                threshold: 10,
+                uri_checked: false
             }
         );
     }
@@ -945,25 +1181,16 @@ mod tests {
     #[test]
     fn a_held_lock_is_noted_for_queued_rows_only() {
         let r = row(RequestStatus::Queued, NOW - 1, NOW - 1);
-        let facts = Facts {
-            row: &r,
-            hook: Some(&hook("enabled")),
-            breaker_failure_epochs: &[],
+        let h = hook("enabled");
+        let held = Facts {
             lock_holder: Some(42),
-            paused_until: None,
+            ..facts(&r, Some(&h), &[])
         };
-        let e = explain(&windows(), NOW, &facts);
+        let e = explain(&windows(), NOW, &held);
         assert!(e.verdict.deliverable_now());
         assert!(e.notes[0].contains("database session 42"));
         let sent = row(RequestStatus::Sent, NOW - 1, NOW - 1);
-        let e = explain(
-            &windows(),
-            NOW,
-            &Facts {
-                row: &sent,
-                ..facts
-            },
-        );
+        let e = explain(&windows(), NOW, &Facts { row: &sent, ..held });
         assert!(e.notes.is_empty());
     }
 
@@ -982,5 +1209,403 @@ mod tests {
         .to_json(NOW);
         assert_eq!(missing["hookError"], "not-found");
         assert_eq!(missing["until"], Value::Null);
+    }
+
+    fn ready() -> Resolution {
+        Resolution::Ready(Target {
+            uri: "https://example.invalid/".into(),
+            addrs: vec!["192.0.2.10:443".parse().expect("addr")],
+        })
+    }
+
+    #[test]
+    fn silent_mode_in_either_source_holds_every_queued_row_first() {
+        let h = hook("enabled");
+        let fresh = row(RequestStatus::Queued, NOW - 1, NOW - 1);
+        let leased = row(RequestStatus::Queued, NOW - 100, NOW - 10);
+        for (silent, local_config, database) in [
+            (
+                Sight {
+                    local_config: Reading::On,
+                    database: Reading::Off,
+                },
+                true,
+                false,
+            ),
+            (
+                Sight {
+                    local_config: Reading::NotSet,
+                    database: Reading::On,
+                },
+                false,
+                true,
+            ),
+            (
+                Sight {
+                    local_config: Reading::On,
+                    database: Reading::Unreadable,
+                },
+                true,
+                false,
+            ),
+        ] {
+            let e = explain(
+                &windows(),
+                NOW,
+                &Facts {
+                    silent,
+                    ..facts(&fresh, Some(&h), &[])
+                },
+            );
+            assert_eq!(
+                e.verdict,
+                Verdict::Held {
+                    local_config,
+                    database
+                },
+                "{silent:?}"
+            );
+            assert!(e.also.is_empty(), "{e:?}");
+            assert!(!e.verdict.deliverable_now());
+            assert_eq!(e.verdict.hook_error(), None);
+            let text = e.verdict.describe(NOW);
+            assert!(
+                text.starts_with("held: Phorge is in global silent mode"),
+                "{text}"
+            );
+            // A row in its lease is held too; the lease follows.
+            let e = explain(
+                &windows(),
+                NOW,
+                &Facts {
+                    silent,
+                    ..facts(&leased, Some(&h), &[])
+                },
+            );
+            assert_eq!(e.verdict.code(), "held");
+            assert_eq!(
+                e.also.iter().map(Verdict::code).collect::<Vec<_>>(),
+                ["in-lease"]
+            );
+        }
+        // What the row meets once silent mode ends is said too.
+        let e = explain(
+            &windows(),
+            NOW,
+            &Facts {
+                silent: Sight {
+                    local_config: Reading::On,
+                    database: Reading::Off,
+                },
+                ..facts(&fresh, Some(&hook("disabled")), &[])
+            },
+        );
+        assert_eq!(
+            e.also.iter().map(Verdict::code).collect::<Vec<_>>(),
+            ["hook-disabled"]
+        );
+        // Final rows are not held.
+        let sent = row(RequestStatus::Sent, NOW - 1, NOW - 1);
+        let e = explain(
+            &windows(),
+            NOW,
+            &Facts {
+                silent: Sight {
+                    local_config: Reading::On,
+                    database: Reading::On,
+                },
+                ..facts(&sent, Some(&h), &[])
+            },
+        );
+        assert_eq!(e.verdict.code(), "sent");
+    }
+
+    #[test]
+    fn a_daemon_adopting_phorges_tasks_fails_rows_while_silent() {
+        let h = hook("enabled");
+        let silent = Sight {
+            local_config: Reading::On,
+            database: Reading::Off,
+        };
+        let fresh = row(RequestStatus::Queued, NOW - 1, NOW - 1);
+        let e = explain(
+            &windows(),
+            NOW,
+            &Facts {
+                silent,
+                fails_when_silent: true,
+                ..facts(&fresh, Some(&h), &[])
+            },
+        );
+        assert_eq!(e.verdict, Verdict::Silenced);
+        assert_eq!(e.verdict.hook_error(), Some("silent"));
+        // Properties that cannot be written back as they are: triage's.
+        let mut broken = fresh.clone();
+        broken.properties = "not json".into();
+        let e = explain(
+            &windows(),
+            NOW,
+            &Facts {
+                silent,
+                fails_when_silent: true,
+                ..facts(&broken, Some(&h), &[])
+            },
+        );
+        assert_eq!(e.verdict.code(), "properties-unparseable");
+    }
+
+    #[test]
+    fn a_uri_the_outbound_check_refuses_fails_the_row_before_pause_and_breaker() {
+        let r = row(RequestStatus::Queued, NOW - 1, NOW - 1);
+        let h = hook("enabled");
+        let denied =
+            Resolution::Refused(UriRefusal::DeniedAddress("10.0.0.1".parse().expect("ip")));
+        let open: Vec<UnixTime> = (0..10).map(|i| NOW - 100 + i).collect();
+        let e = explain(
+            &windows(),
+            NOW,
+            &Facts {
+                resolution: Some(&denied),
+                paused_until: Some(NOW + 5),
+                ..facts(&r, Some(&h), &open)
+            },
+        );
+        assert_eq!(
+            e.verdict,
+            Verdict::Refused {
+                reason: "address 10.0.0.1 is in the outbound deny list".into()
+            }
+        );
+        assert_eq!(e.verdict.hook_error(), Some("uri"));
+        let text = e.verdict.describe(NOW);
+        assert!(
+            text.starts_with("refused: the hook's URI fails the outbound check"),
+            "{text}"
+        );
+        assert!(text.contains("errorCode \"uri\""), "{text}");
+        let json = e.verdict.to_json(NOW);
+        assert_eq!(json["hookError"], "uri");
+        assert_eq!(
+            json["reason"],
+            "address 10.0.0.1 is in the outbound deny list"
+        );
+        // A disabled hook is judged before its URI.
+        let off = hook("disabled");
+        let e = explain(
+            &windows(),
+            NOW,
+            &Facts {
+                resolution: None,
+                ..facts(&r, Some(&off), &[])
+            },
+        );
+        assert_eq!(e.verdict.code(), "hook-disabled");
+    }
+
+    #[test]
+    fn a_host_that_did_not_resolve_is_a_failed_attempt_after_the_guard_and_object() {
+        let r = row(RequestStatus::Queued, NOW - 1, NOW - 1);
+        let h = hook("enabled");
+        let unresolved = Resolution::Failed(TransportFailure::Resolve);
+        let e = explain(
+            &windows(),
+            NOW,
+            &Facts {
+                resolution: Some(&unresolved),
+                ..facts(&r, Some(&h), &[])
+            },
+        );
+        assert_eq!(e.verdict, Verdict::ResolveFailed { error_code: 6 });
+        assert!(!e.verdict.deliverable_now());
+        assert_eq!(e.verdict.hook_error(), None);
+        assert_eq!(e.verdict.to_json(NOW)["errorCode"], 6);
+        let open: Vec<UnixTime> = (0..10).map(|i| NOW - 100 + i).collect();
+        let e = explain(
+            &windows(),
+            NOW,
+            &Facts {
+                resolution: Some(&unresolved),
+                ..facts(&r, Some(&h), &open)
+            },
+        );
+        assert_eq!(e.verdict.code(), "breaker-open");
+        let gone = ObjectLookup::Gone;
+        let e = explain(
+            &windows(),
+            NOW,
+            &Facts {
+                resolution: Some(&unresolved),
+                object: Some(&gone),
+                ..facts(&r, Some(&h), &[])
+            },
+        );
+        assert_eq!(e.verdict.code(), "object-gone");
+    }
+
+    #[test]
+    fn an_object_that_is_gone_fails_the_row_once_the_hook_may_be_called() {
+        let r = row(RequestStatus::Queued, NOW - 1, NOW - 1);
+        let h = hook("enabled");
+        let (gone, checked) = (ObjectLookup::Gone, ready());
+        let e = explain(
+            &windows(),
+            NOW,
+            &Facts {
+                object: Some(&gone),
+                resolution: Some(&checked),
+                ..facts(&r, Some(&h), &[])
+            },
+        );
+        assert_eq!(
+            e.verdict,
+            Verdict::ObjectGone {
+                object_phid: "PHID-TASK-aaaaaaaaaaaaaaaaaaaa".into()
+            }
+        );
+        assert_eq!(e.verdict.hook_error(), Some("object"));
+        let e = explain(
+            &windows(),
+            NOW,
+            &Facts {
+                object: Some(&gone),
+                paused_until: Some(NOW + 5),
+                ..facts(&r, Some(&h), &[])
+            },
+        );
+        assert_eq!(e.verdict.code(), "paused", "the guard comes first");
+        let found = ObjectLookup::Found {
+            transactions: Vec::new(),
+        };
+        let e = explain(
+            &windows(),
+            NOW,
+            &Facts {
+                object: Some(&found),
+                resolution: Some(&checked),
+                ..facts(&r, Some(&h), &[])
+            },
+        );
+        assert_eq!(
+            e.verdict,
+            Verdict::Eligible {
+                fresh: true,
+                failures: 0,
+                threshold: 10,
+                uri_checked: true
+            }
+        );
+        assert!(e
+            .verdict
+            .describe(NOW)
+            .contains("passes the outbound check"));
+    }
+
+    #[test]
+    fn a_row_behind_one_the_breaker_or_pause_holds_back_waits_with_it() {
+        let h = hook("enabled");
+        let open: Vec<UnixTime> = (0..10).map(|i| NOW - 100 + i).collect();
+        let mut broken = row(RequestStatus::Queued, NOW - 1, NOW - 1);
+        broken.properties = "not json".into();
+        let mut first = row(RequestStatus::Queued, NOW - 2, NOW - 2);
+        first.id = 5;
+        let earlier = [first.clone()];
+        let e = explain(
+            &windows(),
+            NOW,
+            &Facts {
+                earlier: &earlier,
+                ..facts(&broken, Some(&h), &open)
+            },
+        );
+        assert_eq!(e.verdict.code(), "breaker-open");
+        assert_eq!(
+            e.also.iter().map(Verdict::code).collect::<Vec<_>>(),
+            ["properties-unparseable"]
+        );
+        assert!(
+            e.notes
+                .iter()
+                .any(|n| n.starts_with("request 5, queued before this one")),
+            "{e:?}"
+        );
+        let e = explain(
+            &windows(),
+            NOW,
+            &Facts {
+                earlier: &earlier,
+                paused_until: Some(NOW + 5),
+                ..facts(&broken, Some(&h), &[])
+            },
+        );
+        assert_eq!(e.verdict.code(), "paused");
+        assert!(
+            e.notes
+                .iter()
+                .any(|n| n.contains("while the hook is paused")),
+            "{e:?}"
+        );
+
+        // An earlier row that is no candidate now (in its lease), or that
+        // fails its own checks too, does not stop the run before this one.
+        let mut leased = first.clone();
+        leased.date_modified = NOW - 10;
+        let mut also_broken = first.clone();
+        also_broken.defect = Some("column phid is not valid UTF-8".into());
+        for other in [leased, also_broken] {
+            let earlier = [other];
+            let e = explain(
+                &windows(),
+                NOW,
+                &Facts {
+                    earlier: &earlier,
+                    ..facts(&broken, Some(&h), &open)
+                },
+            );
+            assert_eq!(e.verdict.code(), "properties-unparseable", "{e:?}");
+        }
+        // Nor does one whose hook's URI is refused: it is failed, and the
+        // run goes on.
+        let denied = Resolution::Refused(UriRefusal::UnknownHost);
+        let e = explain(
+            &windows(),
+            NOW,
+            &Facts {
+                earlier: &earlier,
+                resolution: Some(&denied),
+                ..facts(&broken, Some(&h), &open)
+            },
+        );
+        assert_eq!(e.verdict.code(), "properties-unparseable");
+    }
+
+    #[test]
+    fn silent_mode_not_seen_where_phorge_keeps_it_is_noted() {
+        let r = row(RequestStatus::Queued, NOW - 1, NOW - 1);
+        let h = hook("enabled");
+        for (local_config, why) in [
+            (Reading::NotSet, "GORGE_PHORGE_LOCAL_CONFIG is not set here"),
+            (
+                Reading::Unreadable,
+                "Phorge's local.json cannot be read here",
+            ),
+        ] {
+            for database in [Reading::Off, Reading::Unreadable] {
+                let silent = Sight {
+                    local_config,
+                    database,
+                };
+                let e = explain(
+                    &windows(),
+                    NOW,
+                    &Facts {
+                        silent,
+                        ..facts(&r, Some(&h), &[])
+                    },
+                );
+                assert_eq!(e.notes.len(), 1, "{e:?}");
+                assert!(e.notes[0].contains(why), "{}", e.notes[0]);
+            }
+        }
+        assert!(judge(&r, Some(&h), &[]).notes.is_empty(), "seen: no note");
     }
 }

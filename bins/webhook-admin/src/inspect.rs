@@ -2,21 +2,29 @@
 //! `payload`. They read through `webhook-store-mysql`'s `MysqlReader`
 //! only, which has no method that writes: no claim, no write-back, no
 //! lock. `explain` also asks the daemon which hooks it has paused
-//! (`daemon_api`), since that lives in the daemon's memory.
+//! (`daemon_api`), since that lives in the daemon's memory, and makes the
+//! daemon's own checks with the daemon's code: silent mode, the outbound
+//! check of the hook's URI (which resolves its host, as the daemon does)
+//! and the object check.
 //!
 //! A hook's HMAC key is loaded only to sign a payload and is never printed;
 //! a hook's URI is printed only when asked for.
 
+use std::sync::Arc;
+
 use serde_json::{json, Value};
+use webhook_core::hold::{PhorgeConfig, SilentMode};
 use webhook_core::{
-    Hook, ObjectLookup, Payload, PhorgeObjects, Properties, RequestRow, RequestStatus, StoreError,
+    Hook, ObjectLookup, Payload, Properties, RequestRow, RequestStatus, StoreError, Transport,
     UnixTime,
 };
 use webhook_store_mysql::{HookSummary, MysqlConfig, MysqlError, MysqlReader};
+use webhook_transport_hyper::HyperTransport;
 
-use crate::clock::{moment, utc};
+use crate::clock::{moment, utc, JudgingClock};
 use crate::daemon_api::{self, DaemonHooks};
 use crate::error::{exit, AdminError};
+use crate::explain::checks::{object_check, Ports};
 use crate::explain::{explain, row_summary, Explanation, Facts};
 use crate::out::{emit, emit_bytes, emit_line};
 use crate::settings::AdminConfig;
@@ -357,39 +365,38 @@ pub(crate) fn columns(table: &[Vec<String>]) -> String {
 /// transactions the object check finds (the stored list in the order its
 /// shape implies where the object's tables cannot be read).
 async fn payload_for(db: &Db, row: &RequestRow) -> Result<Result<Payload, String>, AdminError> {
+    let object = object_check(&db.reader, row)
+        .await
+        .map_err(|e| db.fail(e))?;
+    Ok(payload_of(row, object.as_ref()))
+}
+
+/// [`payload_for`] with the object check's answer at hand.
+fn payload_of(row: &RequestRow, object: Option<&ObjectLookup>) -> Result<Payload, String> {
     if let Some(defect) = &row.defect {
-        return Ok(Err(format!(
+        return Err(format!(
             "request {} holds a value outside Phorge's domain ({defect}); it would be failed, \
              not sent",
             row.id
-        )));
+        ));
     }
-    let properties = match Properties::parse(&row.properties) {
-        Ok(properties) => properties,
-        Err(err) => {
-            return Ok(Err(format!(
-                "request {} has unparseable properties ({err}); it would be failed, not sent",
-                row.id
-            )))
+    let properties = Properties::parse(&row.properties).map_err(|err| {
+        format!(
+            "request {} has unparseable properties ({err}); it would be failed, not sent",
+            row.id
+        )
+    })?;
+    match object {
+        Some(ObjectLookup::Found { transactions }) => {
+            Ok(Payload::with_transactions(row, &properties, transactions))
         }
-    };
-    let listed = properties.listed_transaction_phids();
-    let lookup = db
-        .reader
-        .lookup(&row.object_phid, &listed)
-        .await
-        .map_err(|e| db.fail(e))?;
-    Ok(match lookup {
-        ObjectLookup::Found { transactions } => {
-            Ok(Payload::with_transactions(row, &properties, &transactions))
-        }
-        ObjectLookup::Gone => Err(format!(
+        Some(ObjectLookup::Gone) => Err(format!(
             "request {}'s object {} no longer exists; it would be failed with hook error \
              object, not sent",
             row.id, row.object_phid
         )),
-        ObjectLookup::Unseen(_) => Ok(Payload::build(row, &properties)),
-    })
+        Some(ObjectLookup::Unseen(_)) | None => Ok(Payload::build(row, &properties)),
+    }
 }
 
 /// `payload`: the body bytes, nothing added.
@@ -438,7 +445,14 @@ impl DaemonAsk {
     }
 }
 
-/// `explain`: gathers the facts, lets [`explain`] judge, prints.
+/// How many of a hook's queued rows before the one explained are looked
+/// at for a row the hook's run reaches first: the first candidate among
+/// them decides, and it is nearly always among the first few.
+const EARLIER_ROWS: u64 = 100;
+
+/// `explain`: gathers the facts — the daemon's own checks among them,
+/// made with the daemon's code ([`checks`](crate::explain::checks)) —
+/// lets [`explain`] judge, prints.
 pub async fn explain_request(
     db: &Db,
     config: &AdminConfig,
@@ -448,9 +462,10 @@ pub async fn explain_request(
     daemon: &DaemonAsk,
 ) -> Result<u8, AdminError> {
     let row = db.request(which).await?;
+    let queued = row.status == RequestStatus::Queued;
     // Only a queued row can wait for a pause; the daemon is not asked
     // about final ones.
-    let (paused_until, daemon_note) = if row.status == RequestStatus::Queued {
+    let (paused_until, daemon_note) = if queued {
         match daemon.pause_of(&row.webhook_phid).await {
             Ok(until) => (until, None),
             Err(note) => (None, Some(note)),
@@ -474,6 +489,36 @@ pub async fn explain_request(
         .hook_lock_holder(&row.webhook_phid)
         .await
         .map_err(|e| db.fail(e))?;
+    let earlier = if queued {
+        db.reader
+            .queued_before(&row.webhook_phid, row.id, EARLIER_ROWS)
+            .await
+            .map_err(|e| db.fail(e))?
+    } else {
+        Vec::new()
+    };
+    // The daemon's transport, from the same settings: its `resolve` is the
+    // outbound check the dispatcher makes. Building it fails only on a
+    // fault of the TLS library, which the note names.
+    let (transport, transport_note) = match HyperTransport::new(config.transport.clone()) {
+        Ok(transport) => (Some(transport), None),
+        Err(err) => (
+            None,
+            queued.then(|| format!("the outbound check of the hook's URI was not made: {err}")),
+        ),
+    };
+    let silent_mode = silent_mode(db, config);
+    let clock = JudgingClock::at(now);
+    let ports = Ports {
+        silent_mode: &silent_mode,
+        clock: &clock,
+        transport: transport.as_ref().map(|t| t as &dyn Transport),
+        objects: &db.reader,
+    };
+    let checked = ports
+        .check(&row, hook.as_ref())
+        .await
+        .map_err(|e| db.fail(e))?;
     let mut explanation = explain(
         &config.windows,
         now,
@@ -483,10 +528,16 @@ pub async fn explain_request(
             breaker_failure_epochs: &epochs,
             lock_holder,
             paused_until,
+            silent: checked.silent,
+            fails_when_silent: config.mysql.adopt_php_tasks,
+            resolution: checked.resolution.as_ref(),
+            object: checked.object.as_ref(),
+            earlier: &earlier,
         },
     );
     explanation.notes.extend(daemon_note);
-    let payload = payload_for(db, &row).await?;
+    explanation.notes.extend(transport_note);
+    let payload = payload_of(&row, checked.object.as_ref());
     // Signed with the hook's key, which is used here and never shown.
     let signature = match (&payload, &hook) {
         (Ok(body), Some(hook)) => Some(body.sign(&hook.hmac_key)),
@@ -507,6 +558,17 @@ pub async fn explain_request(
         emit(&explained.to_text())?;
     }
     Ok(exit::OK)
+}
+
+/// Phorge's silent mode as the daemon wires it: the `config_entry` table
+/// (through the reader), and `local.json` where
+/// `GORGE_PHORGE_LOCAL_CONFIG` names it.
+fn silent_mode(db: &Db, config: &AdminConfig) -> SilentMode {
+    let silent_mode = SilentMode::new(Arc::new(db.reader.clone()) as Arc<dyn PhorgeConfig>);
+    match &config.local_config {
+        Some(local_config) => silent_mode.with_local_config(Arc::new(local_config.clone())),
+        None => silent_mode,
+    }
 }
 
 /// Everything `explain` prints about one request, for either output.

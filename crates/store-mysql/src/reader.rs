@@ -1,8 +1,9 @@
 //! `MysqlReader`: Phorge's tables, read-only by construction. Everything
 //! the operator's tool (`webhook-admin`) asks the database goes through
-//! it: one request row, a hook, the queue's counts, per-hook summaries,
-//! the breaker's failure epochs, who holds a hook's lock, readiness, the
-//! server's clock, the schema check, the object check
+//! it: one request row, a hook's queued rows before one, a hook, the
+//! queue's counts, per-hook summaries, the breaker's failure epochs, who
+//! holds a hook's lock, readiness, the server's clock, the schema check,
+//! the object check
 //! ([`webhook_core::PhorgeObjects`]) and the hand-off reads (silent mode,
 //! leftover PHP delivery tasks).
 //!
@@ -178,6 +179,17 @@ impl MysqlReader {
         since: UnixTime,
     ) -> Result<Vec<UnixTime>, StoreError> {
         reads::breaker_failure_epochs(&self.connector, hook_phid, since).await
+    }
+
+    /// Up to `limit` queued rows of `hook_phid` with ids below `id`, lowest
+    /// id first: the rows a run of the hook takes before that one.
+    pub async fn queued_before(
+        &self,
+        hook_phid: &str,
+        id: u64,
+        limit: u64,
+    ) -> Result<Vec<RequestRow>, StoreError> {
+        reads::queued_before(&self.connector, hook_phid, id, limit).await
     }
 
     /// `Store::breaker_failures`: how many rows the breaker counts.

@@ -1,6 +1,7 @@
 //! The plain lookups of [`crate::MysqlReader`]: one request row by id or
-//! PHID, a hook, the queue's counts, a per-hook summary, the breaker's
-//! failure epochs and who holds a hook's lock.
+//! PHID, a hook's queued rows before one, a hook, the queue's counts, a
+//! per-hook summary, the breaker's failure epochs and who holds a hook's
+//! lock.
 //!
 //! Nothing here writes, claims or locks: every statement is a plain
 //! `SELECT` from [`crate::sql`], so the operator's tool can be pointed at
@@ -118,6 +119,20 @@ pub(crate) async fn breaker_failure_epochs(
         .into_iter()
         .map(|mut row| rows::unsigned(&mut row, 0, "lastRequestEpoch", 0))
         .collect()
+}
+
+/// Up to `limit` queued rows of a hook with ids below `id`, lowest id
+/// first (`sql::QUEUED_BEFORE`).
+pub(crate) async fn queued_before(
+    connector: &Connector,
+    hook_phid: &str,
+    id: u64,
+    limit: u64,
+) -> Result<Vec<RequestRow>, StoreError> {
+    let found = connector
+        .all_rows(sql::QUEUED_BEFORE, (hook_phid, id, limit))
+        .await?;
+    found.into_iter().map(rows::request_row).collect()
 }
 
 /// The server session holding the named lock, or `None` when it is free

@@ -265,6 +265,16 @@ pub const BREAKER_FAILURE_EPOCHS: &str = "SELECT lastRequestEpoch FROM herald_we
      WHERE webhookPHID = ? AND lastRequestResult = 'fail' AND lastRequestEpoch >= ? \
      ORDER BY lastRequestEpoch ASC";
 
+/// The queued rows of one hook below a given id, lowest id first, with
+/// [`REQUEST_SELECT_LIST`]: the rows a run of that hook reaches before
+/// the given one, for `webhook-admin explain` (a run the hook's pause or
+/// breaker stops at an earlier row never reaches it). Parameters: hook
+/// PHID, the id, how many at most.
+pub const QUEUED_BEFORE: &str = "SELECT id, phid, webhookPHID, objectPHID, status, properties, \
+     lastRequestResult, lastRequestEpoch, dateCreated, dateModified \
+     FROM herald_webhookrequest WHERE webhookPHID = ? AND status = 'queued' AND id < ? \
+     ORDER BY id ASC LIMIT ?";
+
 // `webhook-admin requeue`, the tool's one writing command: these are all
 // `MysqlRequeue` runs ([`REQUEUE_STATEMENTS`]).
 
@@ -682,12 +692,20 @@ mod tests {
             REQUEST_BY_PHID,
             HOOK_SUMMARIES,
             BREAKER_FAILURE_EPOCHS,
+            QUEUED_BEFORE,
             IS_USED_LOCK,
         ] {
             assert!(statement.starts_with("SELECT "), "{statement}");
             assert!(!statement.contains("hmacKey"), "{statement}");
             assert!(!statement.contains("GET_LOCK"), "{statement}");
         }
+        assert_eq!(
+            QUEUED_BEFORE,
+            format!(
+                "SELECT {REQUEST_SELECT_LIST} FROM herald_webhookrequest \
+                 WHERE webhookPHID = ? AND status = 'queued' AND id < ? ORDER BY id ASC LIMIT ?"
+            )
+        );
         assert_eq!(HOOK_SUMMARIES.matches('?').count(), 1);
         assert_eq!(BREAKER_FAILURE_EPOCHS.matches('?').count(), 2);
         assert!(BREAKER_FAILURE_EPOCHS.contains(

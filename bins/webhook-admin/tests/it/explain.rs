@@ -9,11 +9,39 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use webhook_core::memory_store::NewRequest;
-use webhook_core::{LastResult, RequestStatus};
+use webhook_core::{Hook, LastResult, RequestStatus};
 use webhook_test_support::faketime::shifted_clock;
-use webhook_test_support::{with_db, TestDb};
+use webhook_test_support::mariadb::with_phorge_side;
+use webhook_test_support::{with_db, LocalJson, TestDb};
 
-use crate::support::{db_env, hook, on_db, run, KEY, NOW};
+use crate::support::{self, run, Run, KEY, NOW};
+
+/// Where the seeded hooks point: a documentation range, in Phorge's deny
+/// list, let through by [`db_env`] as an operator's allow list lets an
+/// internal receiver through. Nothing is ever sent there: `explain`
+/// checks a hook's URI as the daemon does, it never calls it.
+const RECEIVERS: &str = "192.0.2.0/24";
+
+/// [`support::hook`] at an address of [`RECEIVERS`].
+pub fn hook(phid: &str, name: &str, status: &str) -> Hook {
+    Hook {
+        uri: "https://hookuser:uri-secret@192.0.2.1/hook".to_owned(),
+        ..support::hook(phid, name, status)
+    }
+}
+
+/// [`support::db_env`] with [`RECEIVERS`] allowed (`extra` may set the
+/// allow list otherwise).
+fn db_env(db: &TestDb, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut vars = support::db_env(db, &[("GORGE_WEBHOOK_OUTBOUND_ALLOW", RECEIVERS)]);
+    vars.extend(support::env(extra));
+    vars
+}
+
+/// The tool on `db` with [`db_env`].
+async fn on_db(db: &TestDb, args: &[&str]) -> Run {
+    run(&db_env(db, &[]), args).await
+}
 
 pub const HOOK_OK: &str = "PHID-HWBH-okaaaaaaaaaaaaaaaaaa";
 pub const HOOK_TRIPPED: &str = "PHID-HWBH-trippedaaaaaaaaaaaa";
@@ -500,8 +528,13 @@ async fn a_hook_the_daemon_paused_is_explained_from_the_daemons_answer() {
         let json = out.json();
         assert_eq!(json["verdict"]["code"], "eligible");
         let notes = json["notes"].as_array().expect("notes");
-        assert_eq!(notes.len(), 1, "{notes:?}");
-        let note = notes[0].as_str().unwrap_or_default();
+        let daemon_notes: Vec<&str> = notes
+            .iter()
+            .filter_map(Value::as_str)
+            .filter(|note| note.starts_with("the daemon"))
+            .collect();
+        assert_eq!(daemon_notes.len(), 1, "{notes:?}");
+        let note = daemon_notes[0];
         assert!(
             note.starts_with(&format!(
                 "the daemon at {nobody}/api/webhook/hooks/state could not say whether it paused this \
@@ -541,6 +574,155 @@ async fn a_row_is_judged_at_the_database_servers_time_whatever_this_hosts_clock_
             );
             assert_eq!(json["verdict"]["code"], "in-lease", "{offset}: {json}");
         }
+    })
+    .await;
+}
+
+/// `explain --json --at NOW` of `id` under `env`: the verdict's code and
+/// the whole answer.
+async fn verdict_under(env: &[(String, String)], id: u64) -> (String, Value) {
+    let now = NOW.to_string();
+    let out = run(env, &["explain", &id.to_string(), "--json", "--at", &now]).await;
+    assert_eq!(out.status, 0, "{out:?}");
+    let json = out.json();
+    let code = json["verdict"]["code"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    (code, json)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_uri_the_daemon_refuses_is_refused_as_the_daemon_would() {
+    with_db(|db| async move {
+        const DENIED: &str = "PHID-HWBH-deniedaaaaaaaaaaaaa";
+        const LOOPBACK: &str = "PHID-HWBH-loopbackaaaaaaaaaaa";
+        for (phid, uri) in [
+            (DENIED, "http://10.0.0.1/hook"),
+            (LOOPBACK, "http://127.0.0.1:9/hook"),
+        ] {
+            db.insert_hook(&Hook {
+                uri: uri.to_owned(),
+                ..support::hook(phid, "internal", "enabled")
+            })
+            .await;
+        }
+        let denied = db.insert_request(&fresh(DENIED, "{}")).await;
+        let loopback = db.insert_request(&fresh(LOOPBACK, "{}")).await;
+        // The daemon's defaults: Phorge's deny list, nothing allowed.
+        let defaults = support::db_env(&db, &[]);
+        let (code, json) = verdict_under(&defaults, denied).await;
+        assert_eq!(code, "refused", "{json:#}");
+        assert_eq!(json["verdict"]["hookError"], "uri");
+        assert_eq!(
+            json["verdict"]["reason"],
+            "address 10.0.0.1 is in the outbound deny list"
+        );
+        assert_eq!(json["verdict"]["deliverableNow"], false);
+        let (code, json) = verdict_under(&defaults, loopback).await;
+        assert_eq!(code, "refused", "{json:#}");
+        assert_eq!(
+            json["verdict"]["reason"],
+            "address 127.0.0.1 is in the outbound deny list"
+        );
+        let now = NOW.to_string();
+        let text = run(&defaults, &["explain", &denied.to_string(), "--at", &now]).await;
+        assert!(
+            text.stdout.contains(
+                "verdict: refused (not being delivered now)\n  refused: the hook's URI fails the \
+                 outbound check (address 10.0.0.1 is in the outbound deny list): when the daemon \
+                 next picks this row up it marks it failed"
+            ),
+            "{}",
+            text.stdout
+        );
+        // The daemon's allow list lets loopback through, and explain with it.
+        let allowed = support::db_env(&db, &[("GORGE_WEBHOOK_OUTBOUND_ALLOW", "127.0.0.0/8")]);
+        let (code, json) = verdict_under(&allowed, loopback).await;
+        assert_eq!(code, "eligible", "{json:#}");
+        assert_eq!(json["verdict"]["uriChecked"], true);
+        assert_eq!(verdict_under(&allowed, denied).await.0, "refused");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_queued_row_is_held_while_phorge_is_silent_in_either_source() {
+    with_db(|db| async move {
+        db.insert_hook(&hook(HOOK_OK, "ok hook", "enabled")).await;
+        let id = db.insert_request(&fresh(HOOK_OK, "{}")).await;
+        let db = &db;
+        with_phorge_side(&db.namespace, |side| async move {
+            // `bin/config set phabricator.silent true`: Phorge's local.json.
+            let local = LocalJson::silent("true");
+            let setting = local.setting();
+            let silent_file = db_env(db, &[("GORGE_PHORGE_LOCAL_CONFIG", &setting)]);
+            let (code, json) = verdict_under(&silent_file, id).await;
+            assert_eq!(code, "held", "{json:#}");
+            assert_eq!(json["verdict"]["localConfig"], true);
+            assert_eq!(json["verdict"]["database"], false);
+            assert_eq!(json["verdict"]["deliverableNow"], false);
+            let now = NOW.to_string();
+            let text = run(&silent_file, &["explain", &id.to_string(), "--at", &now]).await;
+            assert!(
+                text.stdout.contains(
+                    "verdict: held (not being delivered now)\n  held: Phorge is in global \
+                     silent mode (phabricator.silent is on in Phorge's local.json)"
+                ),
+                "{}",
+                text.stdout
+            );
+
+            // The database entry says so too; the file says no more.
+            local.write(&LocalJson::text("false"));
+            let (code, _) = verdict_under(&silent_file, id).await;
+            assert_eq!(code, "eligible", "silent mode off");
+            side.set_silent(Some("true")).await;
+            let (code, json) = verdict_under(&silent_file, id).await;
+            assert_eq!(code, "held", "{json:#}");
+            assert_eq!(json["verdict"]["localConfig"], false);
+            assert_eq!(json["verdict"]["database"], true);
+            // Not even reading the file: the database entry still holds.
+            let (code, json) = verdict_under(&db_env(db, &[]), id).await;
+            assert_eq!(code, "held", "{json:#}");
+            let notes = json["notes"].to_string();
+            assert!(!notes.contains("silent mode set with"), "{notes}");
+            side.set_silent(None).await;
+            let (code, json) = verdict_under(&db_env(db, &[]), id).await;
+            assert_eq!(code, "eligible");
+            let notes = json["notes"].to_string();
+            assert!(
+                notes.contains("GORGE_PHORGE_LOCAL_CONFIG is not set here"),
+                "{notes}"
+            );
+        })
+        .await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_behind_one_the_breaker_holds_back_waits_with_it() {
+    with_db(|db| async move {
+        let cases = seed_every_case(&db).await;
+        let tripped = cases
+            .iter()
+            .find(|c| c.code == "breaker-open")
+            .expect("case");
+        // Queued after the tripped hook's deliverable row, and failing on
+        // its own: the run stops at that row, so this one is not reached.
+        let behind = db.insert_request(&fresh(HOOK_TRIPPED, "{not json")).await;
+        let (code, json) = verdict_under(&db_env(&db, &[]), behind).await;
+        assert_eq!(code, "breaker-open", "{json:#}");
+        assert_eq!(json["also"][0]["code"], "properties-unparseable");
+        let notes = json["notes"].to_string();
+        assert!(
+            notes.contains(&format!(
+                "request {}, queued before this one for the same hook, comes first",
+                tripped.id
+            )),
+            "{notes}"
+        );
     })
     .await;
 }
