@@ -331,8 +331,6 @@ fn assert_envelope(body: &Value) {
             assert!(error["message"].is_string());
         }
         ["status"] => assert_eq!(object["status"], "ok"),
-        // Ready, with a note while the hand-off holds delivery.
-        ["status", "delivery"] => assert_eq!(object["status"], "ok"),
         ["status", "reason"] => {
             assert_eq!(object["status"], "unavailable");
             assert!(object["reason"].is_string());

@@ -1,7 +1,9 @@
 //! `doctor`: the hand-off checks an operator runs before and after
-//! switching delivery to the daemon — database readiness and schema, this
-//! host's clock against the database server's (measured as the daemon
-//! measures it), Phorge's global silent mode (its `local.json` and its database entry,
+//! switching delivery to the daemon — database readiness and schema, the
+//! account's privileges for every statement delivery runs (checked under
+//! `EXPLAIN`, as the daemon checks them at start), this host's clock
+//! against the database server's (measured as the daemon measures it),
+//! Phorge's global silent mode (its `local.json` and its database entry,
 //! added up by the core's `Sight` as the daemon adds them up), leftover
 //! PHP delivery tasks, and whether requests' objects can be checked as
 //! Phorge's worker does — each with what to do about it. Read-only, like
@@ -84,6 +86,7 @@ pub async fn run(
             advice: Some("point GORGE_WEBHOOK_NAMESPACE at Phorge's storage namespace"),
         },
     });
+    checks.push(privileges_check(reader).await);
     checks.push(match reader.server_time().await {
         Ok(reading) => {
             let measurement = Measurement::taken(&reading);
@@ -194,6 +197,41 @@ fn php_delivery_check(tasks: PhpDeliveryTasks) -> Check {
         verdict,
         finding,
         advice,
+    }
+}
+
+/// Whether the account may run every statement delivery runs, as the
+/// daemon checks it before it delivers (a missing privilege stops it).
+async fn privileges_check(reader: &MysqlReader) -> Check {
+    match reader.delivery_grants_missing().await {
+        Ok(missing) if missing.is_empty() => Check {
+            name: "privileges",
+            verdict: Verdict::Ok,
+            finding: format!(
+                "the account may run every statement delivery runs on {} (SELECT and UPDATE on \
+                 herald_webhookrequest, SELECT on herald_webhook)",
+                reader.database()
+            ),
+            advice: None,
+        },
+        Ok(missing) => Check {
+            name: "privileges",
+            verdict: Verdict::Fail,
+            finding: format!(
+                "the account lacks {}: the daemon stops at start (exit 1) naming them",
+                missing.join(", ")
+            ),
+            advice: Some(
+                "GRANT SELECT, UPDATE ON `{namespace}_herald`.* TO the daemon's account \
+                 (docs/operations.md, the database account)",
+            ),
+        },
+        Err(err) => Check {
+            name: "privileges",
+            verdict: Verdict::Fail,
+            finding: format!("cannot check the account's privileges for delivery: {err}"),
+            advice: None,
+        },
     }
 }
 

@@ -1,8 +1,8 @@
 //! Task adoption in the daemon (`GORGE_WEBHOOK_ADOPT_PHP_TASKS`): once the
-//! database answers, the grants it needs are checked (a missing one stops
-//! the daemon, named), then the core's schedule
-//! ([`webhook_core::adoption::run_rounds`]) runs on the store's task queue,
-//! its failures said in the log at most once a minute.
+//! database answers, the grants it needs are checked as delivery's are
+//! (`crate::access`; a missing one stops the daemon, named), then the
+//! core's schedule ([`webhook_core::adoption::run_rounds`]) runs on the
+//! store's task queue, its failures said in the log at most once a minute.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,9 +12,7 @@ use webhook_core::adoption::{run_rounds, TaskAdoption, TASK_LEASE};
 use webhook_core::Clock;
 use webhook_store_mysql::MysqlStore;
 
-/// How long to wait before checking the grants again while the database
-/// (or Phorge's worker database) cannot answer.
-const CHECK_RETRY: Duration = Duration::from_secs(5);
+use crate::access::missing_once_answered;
 
 /// A failed round is logged at most this often.
 const FAILURE_LOG_EVERY: Duration = Duration::from_secs(60);
@@ -26,18 +24,17 @@ pub async fn adopt_php_tasks(
     adoption: Arc<TaskAdoption>,
     clock: Arc<dyn Clock>,
 ) -> Vec<String> {
-    loop {
-        match store.adoption_grants_missing().await {
-            Ok(missing) if missing.is_empty() => break,
-            Ok(missing) => return missing,
-            Err(err) => {
-                // Loud: delivery waits too (the candidate gate cannot read
-                // the task queue either), e.g. for a wrong namespace.
-                warn!(event = "php_task_adoption_waiting", error = %err,
-                      "cannot check Phorge's task queue; adoption, and delivery, start when it can");
-                tokio::time::sleep(CHECK_RETRY).await;
-            }
-        }
+    // Said at warn: delivery waits too (the candidate gate cannot read the
+    // task queue either), e.g. for a wrong namespace.
+    let missing = missing_once_answered(
+        "php_task_adoption_waiting",
+        "cannot check Phorge's task queue; adoption, and delivery, start when it can",
+        || store.adoption_grants_missing(),
+        |_| {},
+    )
+    .await;
+    if !missing.is_empty() {
+        return missing;
     }
     info!(
         event = "php_task_adoption_started",

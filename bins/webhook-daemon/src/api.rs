@@ -28,7 +28,7 @@ use tracing::warn;
 use webhook_core::adoption::AdoptionTotals;
 use webhook_core::{HookPauses, Metrics, QueueCounts, QueueStats, StoreError, UnixTime};
 
-use crate::handoff::{self, HandOff};
+use crate::handoff::HandOff;
 use crate::live::{EventHub, Subscription};
 use crate::metrics_text::{self, Format, Scrape};
 
@@ -359,7 +359,7 @@ impl Api {
         }
     }
 
-    /// Reports the hand-off checks in `/readyz` and `/metrics`.
+    /// Reports the hand-off checks in `/metrics`.
     pub fn with_handoff(mut self, handoff: Arc<HandOff>) -> Self {
         self.handoff = Some(handoff);
         self
@@ -429,21 +429,11 @@ impl Api {
                     PROBE_BOUND.as_secs()
                 ))
             });
+        // Exactly the documented bodies: a hold for Phorge's silent mode is
+        // delivery doing what it should, and is said by `/metrics`
+        // (`gorge_webhook_silent_mode`) and the log, not here.
         match verdict {
-            Ok(()) => {
-                let note = self
-                    .handoff
-                    .as_ref()
-                    .and_then(|h| handoff::readiness_note(&h.status()));
-                match note {
-                    // Still ready: holding is the correct behaviour.
-                    Some(delivery) => Reply::json(
-                        StatusCode::OK,
-                        &json!({"status": "ok", "delivery": delivery}),
-                    ),
-                    None => Reply::json(StatusCode::OK, &json!({"status": "ok"})),
-                }
-            }
+            Ok(()) => Reply::json(StatusCode::OK, &json!({"status": "ok"})),
             Err(reason) => Reply::json(
                 StatusCode::SERVICE_UNAVAILABLE,
                 &json!({"status": "unavailable", "reason": reason}),
@@ -647,6 +637,26 @@ mod tests {
         let reply = api.handle(&Method::GET, path, query, &headers).await;
         let value = serde_json::from_slice(&reply.body).unwrap_or(Value::Null);
         (reply.status.as_u16(), value)
+    }
+
+    /// While Phorge is silent and delivery held, `/readyz` still answers
+    /// exactly the documented body: the hold is `/metrics`' to say.
+    #[tokio::test]
+    async fn readyz_is_exactly_ok_while_delivery_is_held() {
+        let (api, store) = api("", Ok(()));
+        store.set_silent_mode(Some(true));
+        let silent_mode = Arc::new(webhook_core::hold::SilentMode::new(Arc::new(store)));
+        assert!(silent_mode.refresh(&ManualClock::new(1_700_000_000)).await);
+        let api = api.with_handoff(Arc::new(HandOff::new(silent_mode)));
+        assert_eq!(
+            get(&api, "/readyz", None, None).await,
+            (200, json!({"status": "ok"}))
+        );
+        let metrics = api
+            .handle(&Method::GET, "/metrics", None, &HeaderMap::new())
+            .await;
+        let text = String::from_utf8_lossy(&metrics.body).into_owned();
+        assert!(text.contains("\ngorge_webhook_silent_mode 1\n"), "{text}");
     }
 
     struct Hanging;

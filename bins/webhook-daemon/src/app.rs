@@ -18,6 +18,7 @@ use webhook_core::{Clock, Dispatcher, EventSink, PhorgeObjects, QueueCounts, Sto
 use webhook_store_mysql::{MysqlConfig, MysqlStore};
 use webhook_transport_hyper::HyperTransport;
 
+use crate::access::{check_delivery_access, DeliveryAccess};
 use crate::adoption::adopt_php_tasks;
 use crate::api::{Api, Readiness, ServiceToken};
 use crate::config::DaemonConfig;
@@ -50,12 +51,19 @@ pub enum StartError {
     /// The transport could not be built from its checked settings.
     #[error("transport: {0}")]
     Transport(#[from] webhook_transport_hyper::BuildError),
+    /// The account may not run statements delivery runs (or the server
+    /// refuses Phorge's named locks).
+    #[error("the database account lacks what delivery needs: {}", .0.join(", "))]
+    DeliveryGrants(Vec<String>),
     /// Task adoption is on and the account lacks grants it needs.
     #[error(
         "GORGE_WEBHOOK_ADOPT_PHP_TASKS needs grants the database account lacks: {}",
         .0.join(", ")
     )]
     AdoptionGrants(Vec<String>),
+    /// The check of delivery's privileges ended unexpectedly (a bug).
+    #[error("the check of the database account's privileges stopped unexpectedly: {0}")]
+    AccessCheckCrashed(String),
     /// Task adoption's task ended unexpectedly (a bug): delivery would no
     /// longer be safe beside `phd`.
     #[error("task adoption stopped unexpectedly: {0}")]
@@ -70,22 +78,29 @@ pub enum StartError {
     },
 }
 
-/// Ready when the database answers and its server's clock was measured:
-/// delivery waits for that measurement.
+/// Ready when delivery can go on: the database answers, its server's
+/// clock was measured and the account's privileges checked (delivery
+/// waits for both), and the database refuses none of delivery's
+/// operations now.
 struct MysqlReadiness {
     store: Arc<MysqlStore>,
     clock: Arc<ServerClock>,
+    access: Arc<DeliveryAccess>,
+    dispatcher: Arc<Dispatcher>,
 }
 
 #[async_trait]
 impl Readiness for MysqlReadiness {
     async fn check(&self) -> Result<(), String> {
         self.store.ready().await.map_err(|e| e.to_string())?;
-        match self.clock.latest() {
-            Some(_) => Ok(()),
-            None => Err(
+        if self.clock.latest().is_none() {
+            return Err(
                 "the database server's clock is not measured yet; delivery waits for it".to_owned(),
-            ),
+            );
+        }
+        match self.access.not_yet().or_else(|| self.dispatcher.refusal()) {
+            Some(reason) => Err(reason),
+            None => Ok(()),
         }
     }
 }
@@ -168,6 +183,7 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
         dispatcher = dispatcher.failing_when_silent();
     }
     let dispatcher = Arc::new(dispatcher);
+    let access = Arc::new(DeliveryAccess::default());
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|source| StartError::Listen {
@@ -187,6 +203,8 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
             Arc::new(MysqlReadiness {
                 store: Arc::clone(&api_store),
                 clock: Arc::clone(&clock),
+                access: Arc::clone(&access),
+                dispatcher: Arc::clone(&dispatcher),
             }),
             dispatcher.metrics(),
             ServiceToken::new(&config.service_token),
@@ -224,11 +242,23 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
     let php_watch = tokio::spawn(handoff.watch_php_delivery(Arc::clone(&store)));
     let measuring = tokio::spawn(keep_measured(Arc::clone(&clock), store.reader().clone()));
     let adoption_clock = Arc::clone(&clock) as Arc<dyn Clock>;
+    let mut checking = tokio::spawn(check_delivery_access(
+        Arc::clone(&store),
+        Arc::clone(&access),
+        Arc::clone(&clock),
+    ));
     let delivering = {
         let dispatcher = Arc::clone(&dispatcher);
         tokio::spawn(async move {
             let stop = signalled(stopped.clone());
-            once_measured(&clock, stop, dispatcher.run(signalled(stopped))).await;
+            // Then the account's privileges, checked once the clock is.
+            let checked = async {
+                tokio::select! {
+                    () = access.granted() => dispatcher.run(signalled(stopped.clone())).await,
+                    () = signalled(stopped.clone()) => {}
+                }
+            };
+            once_measured(&clock, stop, checked).await;
         })
     };
 
@@ -245,6 +275,16 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
     let mut stop_signal = None;
     tokio::select! {
         received = signals.received() => stop_signal = Some(received),
+        checked = &mut checking => {
+            outcome = Err(match checked {
+                Ok(missing) => {
+                    error!(event = "delivery_access_refused", missing = %missing.join(", "),
+                           "the database account lacks what delivery needs; stopping");
+                    StartError::DeliveryGrants(missing)
+                }
+                Err(join) => StartError::AccessCheckCrashed(join.to_string()),
+            });
+        }
         ended = &mut adoption => {
             outcome = Err(match ended {
                 Ok(missing) => {
@@ -266,6 +306,7 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
     );
     let _ = stop.send(true);
     schema.abort();
+    checking.abort();
     php_watch.abort();
     measuring.abort();
     // Adopted leases are kept, not handed back: any other instance, or

@@ -3,7 +3,7 @@
 //! PHP delivery tasks still in Phorge's task queue — the two mistakes that
 //! make receivers get requests they should not, without any error.
 //!
-//! Both feed `/readyz`, `/metrics` and one log line per change.
+//! Both feed `/metrics` and one log line per change.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -130,14 +130,4 @@ impl HandOff {
             );
         }
     }
-}
-
-/// The `/readyz` note while delivery is held, if it is.
-pub fn readiness_note(status: &HandOffStatus) -> Option<&'static str> {
-    status.silent_mode.held().then_some(if status.adopting {
-        "failing rows as silent, as Phorge's worker does: Phorge is in global silent mode \
-         (phabricator.silent)"
-    } else {
-        "held: Phorge is in global silent mode (phabricator.silent)"
-    })
 }

@@ -18,6 +18,8 @@
 #![warn(missing_docs)]
 
 #[cfg(feature = "server")]
+mod access;
+#[cfg(feature = "server")]
 mod adoption;
 #[cfg(feature = "server")]
 pub mod api;

@@ -265,6 +265,14 @@ impl Collector for ScrapeCollector {
         )?;
         gauge(
             &mut encoder,
+            "gorge_webhook_delivery_refused",
+            "Delivery's database operations (poll, claim, write-back, hook lookup, …) the \
+             database refuses now for a privilege its account lacks or its login, each until \
+             it succeeds again; /readyz answers 503 while above 0",
+            &[(none(), signed(d.delivery_refused))],
+        )?;
+        gauge(
+            &mut encoder,
             "gorge_webhook_database_up",
             "1 when the last scrape could read the queue",
             &[(none(), i64::from(self.scrape.queue.is_some()))],

@@ -26,6 +26,7 @@ pub struct Metrics {
     pub(crate) polls: AtomicU64,
     pub(crate) store_errors: AtomicU64,
     pub(crate) store_denied: AtomicU64,
+    pub(crate) delivery_refused: AtomicU64,
     pub(crate) writeback_retries: AtomicU64,
     pub(crate) writeback_failures: AtomicU64,
     pub(crate) writeback_stale: AtomicU64,
@@ -76,6 +77,11 @@ pub struct MetricsSnapshot {
     /// Store operations (of `store_errors`) the database refused because
     /// the account lacks a privilege.
     pub store_denied: u64,
+    /// Delivery's operations (the poll, the hook's lookup and lock, the
+    /// claim, the write-back, …) the database refuses now, each until it
+    /// succeeds again: above 0, delivery cannot go on
+    /// ([`crate::Dispatcher::refusal`]).
+    pub delivery_refused: u64,
     /// Write-backs that needed another try.
     pub writeback_retries: u64,
     /// Write-backs given up on (the row will be re-sent after its lease).
@@ -159,6 +165,7 @@ impl Metrics {
             polls: get(&self.polls),
             store_errors: get(&self.store_errors),
             store_denied: get(&self.store_denied),
+            delivery_refused: get(&self.delivery_refused),
             writeback_retries: get(&self.writeback_retries),
             writeback_failures: get(&self.writeback_failures),
             writeback_stale: get(&self.writeback_stale),

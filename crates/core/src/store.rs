@@ -39,9 +39,9 @@ pub enum StoreError {
     /// a store serves the next operation from a connection that sees the
     /// grants as they are then. Shown with the server's own words, the
     /// last link of the source chain ("UPDATE command denied to user …
-    /// for table …"), which name what to grant, and also the account and
-    /// the client's host: a log line's text, not a reason for an HTTP
-    /// caller (`/readyz` must say it in words of its own).
+    /// for table …"), which name what to grant and the account; a store
+    /// leaves the client's host out of them, so they may reach an HTTP
+    /// caller (the daemon's `/readyz` quotes them).
     #[error("database access denied: {}", innermost(.0))]
     Denied(#[source] BoxError),
     /// A row holds a value outside Phorge's domain.

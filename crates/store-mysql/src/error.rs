@@ -1,7 +1,9 @@
 //! The crate's typed error ([`MysqlError`]), the readiness verdict
 //! ([`NotReady`]), and the one place driver errors are classified into
-//! `webhook_core::StoreError` kinds. Driver text stays in `source()` chains,
-//! never in a `Display` an HTTP body could echo.
+//! `webhook_core::StoreError` kinds. A `Display` shows the server's own
+//! words where it refused something (the login, a privilege), with the
+//! client's host taken out ([`server_words`]); other driver text stays in
+//! `source()` chains, never in a `Display` an HTTP body could echo.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -74,6 +76,12 @@ pub enum MysqlError {
     /// failing write-back's log line needs; never a connection URL.
     #[error("database statement failed: {}", failure_reason(.0))]
     Statement(#[source] DriverFailure),
+    /// The server refused the account a privilege, or its login: what it
+    /// said, without the client's host ([`server_words`]). It has no
+    /// source, so every report of a refusal — the log's lines, `/readyz` —
+    /// shows these words and no others.
+    #[error("{0}")]
+    Refused(String),
     /// A statement returned something its contract rules out.
     #[error("unexpected result from {statement}: {detail}")]
     UnexpectedResult {
@@ -144,9 +152,16 @@ pub enum NotReady {
         database: String,
     },
     /// The server answers but refuses the session (credentials, grants,
-    /// too many connections).
-    #[error("database server rejected the connection")]
-    Rejected(#[source] BoxError),
+    /// too many connections); `reason` is what it said, without the
+    /// client's host ([`server_words`]).
+    #[error("database server rejected the connection: {reason}")]
+    Rejected {
+        /// The server's words.
+        reason: String,
+        /// The failure.
+        #[source]
+        source: BoxError,
+    },
     /// Connected, but the probe itself failed.
     #[error("database server did not answer the readiness probe")]
     ProbeFailed(#[source] BoxError),
@@ -162,15 +177,47 @@ const REASON_MAX: usize = 300;
 /// `Other`.
 fn failure_reason(err: &DriverFailure) -> String {
     let text = match err {
-        // As the driver writes it (`ERROR 1153 (08S01): Got a packet …`), so
-        // a log line that also walks `source()` can tell it is said already.
-        DriverFailure::Server(server) => server.to_string(),
+        DriverFailure::Server(server) => return server_words(server),
         DriverFailure::Io(io) => format!("connection error: {io}"),
         DriverFailure::Driver(driver) => format!("driver error: {driver}"),
         DriverFailure::Url(_) => "invalid connection settings".to_owned(),
         DriverFailure::Other(_) => "driver failure".to_owned(),
     };
     bounded(text)
+}
+
+/// What the server said, as the driver writes it (`ERROR 1045 (28000):
+/// Access denied for user 'wh' (using password: YES)`), bounded, with the
+/// client's host taken out: the server names it in a refusal (`'wh'@'10.0.0.5'`,
+/// `Host '10.0.0.5' is not allowed to connect`), and `/readyz`, which shows
+/// these words to anyone who asks, names no host. The account's user name
+/// stays: it is a setting shown anyway (`webhook-admin config`), and what
+/// a grant names.
+pub(crate) fn server_words(server: &mysql_async::ServerError) -> String {
+    bounded(format!(
+        "ERROR {} ({}): {}",
+        server.code,
+        server.state,
+        without_hosts(&server.message)
+    ))
+}
+
+/// `message` without the host of each `'user'@'host'` and of a leading
+/// `Host 'host'`.
+fn without_hosts(message: &str) -> String {
+    let mut text = String::with_capacity(message.len());
+    let mut rest = message;
+    if let Some(after) = rest.strip_prefix("Host '") {
+        text.push_str("This host");
+        rest = after.split_once('\'').map_or("", |(_, tail)| tail);
+    }
+    while let Some((before, after)) = rest.split_once("'@'") {
+        text.push_str(before);
+        text.push('\'');
+        rest = after.split_once('\'').map_or("", |(_, tail)| tail);
+    }
+    text.push_str(rest);
+    text
 }
 
 fn bounded(mut text: String) -> String {
@@ -280,6 +327,7 @@ impl MysqlError {
             Self::Connect(err) | Self::Statement(err) if is_privilege_error(err) => {
                 StoreErrorKind::Denied
             }
+            Self::Refused(_) => StoreErrorKind::Denied,
             Self::Connect(_)
             | Self::ConnectTimeout(_)
             | Self::Timeout { .. }
@@ -292,12 +340,13 @@ impl MysqlError {
     }
 
     /// The `StoreError` kind for this failure: `MissingDatabase` for 1049,
-    /// `Denied` when the server refused a privilege or the login,
+    /// `Denied` when the server refused a privilege or the login (its
+    /// source the server's words alone, [`MysqlError::Refused`]),
     /// `Unavailable` when no usable connection exists, `Query` otherwise.
     pub(crate) fn into_store_error(self, database: &str) -> StoreError {
         match self.store_error_kind(database) {
             StoreErrorKind::MissingDatabase(database) => StoreError::MissingDatabase(database),
-            StoreErrorKind::Denied => StoreError::Denied(Box::new(self)),
+            StoreErrorKind::Denied => StoreError::Denied(Box::new(self.refused())),
             StoreErrorKind::Unavailable => StoreError::Unavailable(Box::new(self)),
             StoreErrorKind::Query => StoreError::Query(Box::new(self)),
         }
@@ -308,9 +357,20 @@ impl MysqlError {
         let source = Box::new(SharedFailure(Arc::clone(shared)));
         match shared.store_error_kind(database) {
             StoreErrorKind::MissingDatabase(database) => StoreError::MissingDatabase(database),
-            StoreErrorKind::Denied => StoreError::Denied(source),
+            StoreErrorKind::Denied => StoreError::Denied(Box::new(shared.refused())),
             StoreErrorKind::Unavailable => StoreError::Unavailable(source),
             StoreErrorKind::Query => StoreError::Query(source),
+        }
+    }
+
+    /// This failure as [`MysqlError::Refused`]: the server's words when it
+    /// answered one, this error's own otherwise.
+    fn refused(&self) -> Self {
+        match self {
+            Self::Connect(DriverFailure::Server(server))
+            | Self::Statement(DriverFailure::Server(server)) => Self::Refused(server_words(server)),
+            Self::Refused(words) => Self::Refused(words.clone()),
+            other => Self::Refused(other.to_string()),
         }
     }
 
@@ -327,7 +387,10 @@ impl MysqlError {
                     database: database.to_owned(),
                 }
             }
-            Self::Connect(DriverFailure::Server(_)) => NotReady::Rejected(Box::new(self)),
+            Self::Connect(DriverFailure::Server(server)) => NotReady::Rejected {
+                reason: server_words(server),
+                source: Box::new(self),
+            },
             Self::Connect(_) | Self::ConnectTimeout(_) | Self::Timeout { .. } => {
                 NotReady::Unreachable(Box::new(self))
             }
@@ -441,7 +504,7 @@ mod tests {
         );
         assert_eq!(
             reason(MysqlError::Connect(server(1045))),
-            "database server rejected the connection"
+            "database server rejected the connection: ERROR 1045 (HY000): m"
         );
         assert_eq!(
             reason(MysqlError::Statement(server(1146))),
@@ -478,8 +541,9 @@ mod tests {
         assert!(!url.to_string().contains("hunter2"), "{url}");
     }
 
-    /// The dispatcher's warning for a refused privilege names it, as the
-    /// server did, whether a statement or the login was refused.
+    /// The dispatcher's line for a refused privilege names it, as the
+    /// server did, whether a statement or the login was refused; the
+    /// client's host is taken out.
     #[test]
     fn a_refusal_says_what_the_server_said() {
         let refused = |code, message: &str| {
@@ -494,25 +558,64 @@ mod tests {
         let statement = MysqlError::Statement(refused(1142, table)).into_store_error("x_herald");
         assert_eq!(
             statement.to_string(),
-            format!("database access denied: ERROR 1142 (42000): {table}")
+            "database access denied: ERROR 1142 (42000): UPDATE command denied to user 'wh' \
+             for table `x_herald`.`herald_webhookrequest`"
         );
         let database = "Access denied for user 'wh'@'%' to database 'x_herald'";
         let login = MysqlError::Connect(refused(1044, database)).into_store_error("x_herald");
         assert_eq!(
             login.to_string(),
-            format!("database access denied: ERROR 1044 (42000): {database}")
+            "database access denied: ERROR 1044 (42000): Access denied for user 'wh' to \
+             database 'x_herald'"
         );
+        let column = "UPDATE command denied to user 'wh'@'10.0.0.5' for column 'status' in \
+                      table 'herald_webhookrequest'";
+        let shared = Arc::new(MysqlError::Statement(refused(1143, column)));
+        assert_eq!(
+            MysqlError::shared_store_error(&shared, "x_herald").to_string(),
+            "database access denied: ERROR 1143 (42000): UPDATE command denied to user 'wh' \
+             for column 'status' in table 'herald_webhookrequest'"
+        );
+    }
+
+    #[test]
+    fn the_clients_host_is_never_shown() {
+        for (message, shown) in [
+            (
+                "Access denied for user 'wh'@'10.1.2.3' (using password: YES)",
+                "Access denied for user 'wh' (using password: YES)",
+            ),
+            (
+                "Host '10.1.2.3' is not allowed to connect to this MariaDB server",
+                "This host is not allowed to connect to this MariaDB server",
+            ),
+            (
+                "Host 'db-client.example' is blocked because of many connection errors",
+                "This host is blocked because of many connection errors",
+            ),
+            ("Too many connections", "Too many connections"),
+            ("user 'a'@'h1' and 'b'@'h2'", "user 'a' and 'b'"),
+            ("cut 'a'@'h1", "cut 'a'"),
+        ] {
+            assert_eq!(without_hosts(message), shown);
+        }
     }
 
     #[test]
     fn display_keeps_driver_text_out() {
         let err = MysqlError::Connect(DriverFailure::Server(ServerError {
             code: 1045,
-            message: "Access denied for user 'secret'@'10.1.2.3'".into(),
+            message: "Access denied for user 'wh'@'10.1.2.3' (using password: YES)".into(),
             state: "28000".into(),
         }));
-        assert!(!err.to_string().contains("secret"));
+        assert_eq!(err.to_string(), "cannot connect to the database server");
         let not_ready = err.into_not_ready("x_herald");
-        assert!(!not_ready.to_string().contains("secret"));
+        assert_eq!(
+            not_ready.to_string(),
+            "database server rejected the connection: ERROR 1045 (28000): Access denied for \
+             user 'wh' (using password: YES)"
+        );
+        let io = MysqlError::Connect(io()).into_not_ready("x_herald");
+        assert_eq!(io.to_string(), "database server unreachable");
     }
 }

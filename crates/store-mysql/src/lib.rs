@@ -34,6 +34,9 @@
 //!   Phorge's own values (`REQUEUE_STATEMENTS` in `sql`).
 //! * [`MysqlReader::ready`] is the `/readyz` probe; [`MysqlReader::check_schema`]
 //!   the startup check of the columns and of the `key_status` index;
+//!   [`MysqlReader::delivery_grants_missing`] (and, with the named locks,
+//!   [`MysqlStore::delivery_needs_missing`]) the check of the privileges
+//!   delivery needs, its statements under `EXPLAIN`, which runs nothing;
 //!   [`MysqlReader::server_time`] reads the server's clock, which the
 //!   daemon's cutoffs run on.
 //! * [`MysqlHookLock`] is Phorge's per-hook `GET_LOCK`, so a daemon and a
@@ -48,7 +51,7 @@
 //! * Phorge's task queue ([`webhook_core::adoption::TaskQueue`], on
 //!   `{namespace}_worker`): the operations task adoption performs, whose
 //!   policy is the core's, and the check of the grants it needs
-//!   ([`MysqlStore::adoption_grants_missing`]).
+//!   ([`MysqlStore::adoption_grants_missing`], as delivery's are checked).
 //! * The hand-off checks: Phorge's global silent mode
 //!   ([`webhook_core::hold::PhorgeConfig`]) and leftover PHP delivery tasks
 //!   ([`MysqlReader::php_delivery_tasks`]), read from Phorge's config and
@@ -71,6 +74,7 @@ pub mod config;
 mod connector;
 mod driver_buffers;
 mod error;
+mod grants;
 mod handoff;
 pub mod local_config;
 mod lock;

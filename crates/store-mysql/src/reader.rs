@@ -3,7 +3,8 @@
 //! it: one request row, a hook's queued rows before one, a hook, the
 //! queue's counts, per-hook summaries, the breaker's failure epochs, who
 //! holds a hook's lock, readiness, the server's clock, the schema check,
-//! the object check
+//! the privileges delivery needs (its statements under `EXPLAIN`), the
+//! object check
 //! ([`webhook_core::PhorgeObjects`]) and the hand-off reads (silent mode,
 //! leftover PHP delivery tasks).
 //!
@@ -23,6 +24,7 @@ use webhook_core::{
 use crate::config::MysqlConfig;
 use crate::connector::Connector;
 use crate::error::{MysqlError, NotReady};
+use crate::grants;
 use crate::handoff::{self, PhpDeliveryTasks};
 use crate::object_tables::ObjectTables;
 use crate::objects::{self, UnreadableTables};
@@ -224,6 +226,20 @@ impl MysqlReader {
     /// twice.
     pub async fn php_delivery_tasks(&self) -> Result<PhpDeliveryTasks, StoreError> {
         handoff::php_delivery_tasks(&self.connector, &self.namespace).await
+    }
+
+    /// The privileges delivery needs that the account lacks, each as
+    /// `PRIVILEGE on db.table`; empty when it has them all. Each statement
+    /// delivery runs on the herald tables is checked under `EXPLAIN`
+    /// ([`crate::grants`]), which runs nothing. A check failing for
+    /// another reason (a missing table, the server away, the login
+    /// refused) is an error.
+    pub async fn delivery_grants_missing(&self) -> Result<Vec<String>, StoreError> {
+        grants::missing(
+            &self.connector,
+            &sql::delivery_grant_probes(&self.namespace),
+        )
+        .await
     }
 
     /// Whether this account can read a PHID type's object and transaction

@@ -478,38 +478,105 @@ pub fn task_remove_if_daemon_leased(namespace: &str) -> String {
     )
 }
 
-/// What task adoption needs of the account, each as a statement that
-/// touches no row but fails as the real ones would without the privilege:
-/// `(privilege, table, probe)`.
-pub fn adoption_grant_probes(namespace: &str) -> [(&'static str, &'static str, String); 4] {
+/// One privilege a statement the daemon runs needs: the statement itself,
+/// with values that match no row, and what to name when the server
+/// refuses it. The check runs it under `EXPLAIN` (`crate::grants`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantProbe {
+    /// The privilege as `GRANT` names it: `SELECT`, `UPDATE`, …
+    pub privilege: &'static str,
+    /// `database.table`.
+    pub table: String,
+    /// The statement.
+    pub statement: String,
+}
+
+impl GrantProbe {
+    fn new(privilege: &'static str, table: String, statement: Option<String>) -> Self {
+        Self {
+            privilege,
+            table,
+            // `inline` fails only on a wrong count of values, which the
+            // tests rule out; an empty statement would fail the check.
+            statement: statement.unwrap_or_default(),
+        }
+    }
+}
+
+/// What delivery needs of the account, as the statements it runs on
+/// `{namespace}_herald`: the candidate query (`SELECT` on every column of
+/// the request table), the claim and the write-back (`UPDATE` on the
+/// columns they set), the hook's lookup (`SELECT` on the hook table).
+/// The values match no row: Phorge's ids start at 1 and no hook has an
+/// empty PHID.
+pub fn delivery_grant_probes(namespace: &str) -> Vec<GrantProbe> {
+    use Literal::{Number, Text};
+    let requests = format!("{namespace}_herald.herald_webhookrequest");
+    let hooks = format!("{namespace}_herald.herald_webhook");
+    vec![
+        GrantProbe::new(
+            "SELECT",
+            requests.clone(),
+            inline(&candidate_sql_above_floor(0, 0, 0), &[Number(0); 5]),
+        ),
+        GrantProbe::new("UPDATE", requests.clone(), inline(CLAIM, &[Number(0); 2])),
+        GrantProbe::new(
+            "UPDATE",
+            requests,
+            inline(
+                WRITE_RESULT,
+                &[
+                    Text("sent"),
+                    Text("pass"),
+                    Number(0),
+                    Number(0),
+                    Text("{}"),
+                    Number(0),
+                    Number(0),
+                ],
+            ),
+        ),
+        GrantProbe::new("SELECT", hooks, inline(HOOK, &[Text("")])),
+    ]
+}
+
+/// What task adoption needs of the account, as statements over ids and
+/// conditions that match no task.
+pub fn adoption_grant_probes(namespace: &str) -> Vec<GrantProbe> {
     let active = format!("`{namespace}_worker`.worker_activetask");
+    let active_table = format!("{namespace}_worker.worker_activetask");
     // The archive statement itself, over an id Phorge never gives (its
     // counters start at 1): the columns it reads and writes are checked.
     let archive = inline(
         &tasks_archive(namespace, 1),
         &[Literal::Number(0), Literal::Number(0)],
-    )
-    .unwrap_or_default();
-    [
-        (
+    );
+    vec![
+        GrantProbe::new(
             "SELECT",
-            "worker_activetask",
-            format!(
+            active_table.clone(),
+            Some(format!(
                 "SELECT id, taskClass, leaseOwner, leaseExpires, failureCount, dataID, priority, \
                  objectPHID, dateCreated FROM {active} LIMIT 0"
-            ),
+            )),
         ),
-        (
+        GrantProbe::new(
             "UPDATE",
-            "worker_activetask",
-            format!("UPDATE {active} SET leaseOwner = NULL, leaseExpires = NULL WHERE 1 = 0"),
+            active_table.clone(),
+            Some(format!(
+                "UPDATE {active} SET leaseOwner = NULL, leaseExpires = NULL WHERE 1 = 0"
+            )),
         ),
-        (
+        GrantProbe::new(
             "DELETE",
-            "worker_activetask",
-            format!("DELETE FROM {active} WHERE 1 = 0"),
+            active_table,
+            Some(format!("DELETE FROM {active} WHERE 1 = 0")),
         ),
-        ("INSERT", "worker_archivetask", archive),
+        GrantProbe::new(
+            "INSERT",
+            format!("{namespace}_worker.worker_archivetask"),
+            archive,
+        ),
     ]
 }
 
@@ -781,6 +848,35 @@ mod tests {
             text.contains(&format!("properties = _utf8mb4 X'{hex}' ")),
             "{text}"
         );
+    }
+
+    #[test]
+    fn every_grant_probe_is_a_whole_statement_over_no_row() {
+        let probes = delivery_grant_probes("ns");
+        let named: Vec<(&str, &str)> = probes
+            .iter()
+            .map(|p| (p.privilege, p.table.as_str()))
+            .collect();
+        assert_eq!(
+            named,
+            [
+                ("SELECT", "ns_herald.herald_webhookrequest"),
+                ("UPDATE", "ns_herald.herald_webhookrequest"),
+                ("UPDATE", "ns_herald.herald_webhookrequest"),
+                ("SELECT", "ns_herald.herald_webhook"),
+            ]
+        );
+        for probe in probes.iter().chain(&adoption_grant_probes("ns")) {
+            assert!(!probe.statement.is_empty(), "{probe:?}");
+            assert!(!probe.statement.contains('?'), "{probe:?}");
+        }
+        assert!(probes[1]
+            .statement
+            .ends_with("WHERE id = 0 AND status = 'queued' AND dateModified = 0"));
+        assert!(probes[2].statement.contains("properties = "));
+        assert!(probes[3]
+            .statement
+            .ends_with("FROM herald_webhook WHERE phid = _utf8mb4 X''"));
     }
 
     #[test]

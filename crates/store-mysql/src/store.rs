@@ -34,6 +34,20 @@ use crate::queued_floor::QueuedFloor;
 use crate::reader::MysqlReader;
 use crate::schema::SchemaWarning;
 
+/// The hook whose lock [`MysqlStore::delivery_needs_missing`] takes: no
+/// hook has it (Phorge's PHIDs end in 20 letters and digits).
+const LOCK_PROBE_HOOK: &str = "PHID-HWBH-gorge-webhook-lock-check";
+
+/// A failure of the named-lock check: the reason locks cannot serve when
+/// the server answered the statements with a refusal of its own, an error
+/// when it could not be asked.
+fn refused_or_unknown(err: StoreError) -> Result<Option<String>, StoreError> {
+    match err {
+        StoreError::Query(_) => Ok(Some(err.to_string())),
+        other => Err(other),
+    }
+}
+
 /// Phorge's herald tables on MySQL/MariaDB, read and written: the daemon's
 /// store. The operator's tool gets only a [`MysqlReader`].
 #[derive(Clone)]
@@ -158,6 +172,45 @@ impl MysqlStore {
         hook_phid: &str,
     ) -> Result<Option<MysqlHookLock>, StoreError> {
         self.locks.try_lock(self.hook_lock_name(hook_phid)).await
+    }
+
+    /// What delivery needs that the account or the server does not give,
+    /// each named; empty when nothing is missing. The privileges
+    /// ([`MysqlReader::delivery_grants_missing`]), then Phorge's named
+    /// locks, taken, checked and freed as a delivery does (`GET_LOCK`,
+    /// `IS_USED_LOCK`, `RELEASE_LOCK`, on a lock session) under a name no
+    /// hook has: they need no privilege, but a server or a proxy in front
+    /// of it may refuse them or share sessions between clients. A named
+    /// lock changes no row. An error when nothing can be said yet (the
+    /// server away, a table missing, the login refused).
+    pub async fn delivery_needs_missing(&self) -> Result<Vec<String>, StoreError> {
+        let mut missing = self.reader.delivery_grants_missing().await?;
+        if let Some(why) = self.named_locks_refused().await? {
+            missing.push(format!(
+                "named locks (GET_LOCK, IS_USED_LOCK, RELEASE_LOCK): {why}"
+            ));
+        }
+        Ok(missing)
+    }
+
+    /// Why a named lock cannot serve as a hook's, if it cannot.
+    async fn named_locks_refused(&self) -> Result<Option<String>, StoreError> {
+        let lock = match self.try_lock_hook(LOCK_PROBE_HOOK).await {
+            Ok(Some(lock)) => lock,
+            // Another instance's check holds it this instant: locks work.
+            Ok(None) => return Ok(None),
+            Err(err) => return refused_or_unknown(err),
+        };
+        let mut lock: Box<dyn HookLock> = Box::new(lock);
+        let held = lock.still_held().await;
+        let released = lock.release().await;
+        match (held, released) {
+            (Ok(true), Ok(())) => Ok(None),
+            (Ok(false), _) => Ok(Some(
+                "a lock just taken is not held by the session that took it".to_owned(),
+            )),
+            (Err(err), _) | (_, Err(err)) => refused_or_unknown(err),
+        }
     }
 
     /// Hook locks this store holds now, over all its lock sessions.

@@ -20,6 +20,7 @@ use webhook_core::{StoreError, UnixTime};
 
 use crate::connector::Connector;
 use crate::error::{server_code_of, MysqlError};
+use crate::grants;
 use crate::rows;
 use crate::sql;
 use crate::store::MysqlStore;
@@ -179,22 +180,15 @@ impl TaskQueue for MysqlStore {
 
 impl MysqlStore {
     /// The privileges task adoption needs that the account lacks, each as
-    /// `PRIVILEGE on db.table`; empty when it has them all. A probe failing
-    /// for another reason (a missing table, the server away) is an error.
+    /// `PRIVILEGE on db.table`; empty when it has them all
+    /// ([`crate::grants`]). A probe failing for another reason (a missing
+    /// table, the server away) is an error.
     pub async fn adoption_grants_missing(&self) -> Result<Vec<String>, StoreError> {
-        let (connector, namespace) = (self.connector(), self.namespace());
-        let mut missing = Vec::new();
-        for (privilege, table, probe) in sql::adoption_grant_probes(namespace) {
-            let mut conn = connector.conn().await?;
-            match conn.query_drop(&probe).await {
-                Ok(()) => {}
-                Err(err) if server_code_of(&err).is_some_and(is_access_denied) => {
-                    missing.push(format!("{privilege} on {namespace}_worker.{table}"));
-                }
-                Err(err) => return Err(connector.statement_error(err)),
-            }
-        }
-        Ok(missing)
+        grants::missing(
+            self.connector(),
+            &sql::adoption_grant_probes(self.namespace()),
+        )
+        .await
     }
 }
 
@@ -287,9 +281,4 @@ async fn remove_archived(
         params,
     )
     .await
-}
-
-/// Access denied to a database, table or column.
-fn is_access_denied(code: u16) -> bool {
-    matches!(code, 1044 | 1142 | 1143)
 }

@@ -1,11 +1,12 @@
 //! `doctor`: the hand-off checks against tables created from Phorge's
 //! definitions and Phorge's `conf/local/local.json` — silent mode and
 //! leftover PHP delivery tasks — and what it says when those cannot be
-//! read; this host's clock against the server's, also with the tool's
-//! clock shifted an hour (libfaketime).
+//! read; the account's privileges for delivery (an account that may only
+//! read fails the check, naming what it lacks); this host's clock against
+//! the server's, also with the tool's clock shifted an hour (libfaketime).
 
 use webhook_test_support::faketime::shifted_clock;
-use webhook_test_support::mariadb::with_phorge_side;
+use webhook_test_support::mariadb::{with_account, with_phorge_side};
 use webhook_test_support::{with_db, LocalJson, TestDb};
 
 use crate::support::{db_env, on_db, run, Run};
@@ -122,6 +123,48 @@ async fn doctor_says_what_it_cannot_see() {
         let line = silent_mode_line(&missing);
         assert!(line.starts_with("warn silent-mode unknown:"), "{line}");
         assert!(line.contains("does not exist"), "{line}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_fails_an_account_that_may_only_read() {
+    with_db(|db| async move {
+        let granted = on_db(&db, &["doctor", "--json"]).await;
+        let check = |run: &Run| {
+            run.json()["checks"]
+                .as_array()
+                .and_then(|all| all.iter().find(|c| c["check"] == "privileges"))
+                .cloned()
+                .unwrap_or_default()
+        };
+        assert_eq!(check(&granted)["verdict"], "ok", "{}", granted.stdout);
+
+        let user = format!("{}_ro", db.namespace);
+        with_account(&user, "SELECT", &db.database, async {
+            let env = db_env(&db, &[("GORGE_WEBHOOK_MYSQL_USER", &user)]);
+            let read_only = run(&env, &["doctor"]).await;
+            eprintln!(
+                "doctor: select-only exit={}\n{}",
+                read_only.status, read_only.stdout
+            );
+            assert_eq!(read_only.status, 1, "{}", read_only.all_output());
+            let line = read_only
+                .stdout
+                .lines()
+                .find(|line| line.contains("privileges"))
+                .unwrap_or_default();
+            assert!(
+                line.starts_with("FAIL  privileges")
+                    && line.contains(&format!("UPDATE on {}.herald_webhookrequest", db.database)),
+                "{}",
+                read_only.stdout
+            );
+            assert!(!line.contains("herald_webhook "), "{line}");
+            let json = run(&env, &["doctor", "--json"]).await;
+            assert_eq!(check(&json)["verdict"], "fail", "{}", json.stdout);
+        })
+        .await;
     })
     .await;
 }

@@ -386,20 +386,23 @@ async fn readyz_waits_for_phorge_to_create_the_database() {
             "reason {reason:?} should say {database} does not exist"
         );
 
-        // Phorge's storage upgrade, while the daemon runs.
+        // Phorge's storage upgrade, while the daemon runs: the database
+        // first. Without its tables the account's privileges cannot be
+        // checked, and nothing could be delivered: still not ready.
         create_database(&database).await;
         let until = tokio::time::Instant::now() + DEADLINE;
         loop {
-            let ready = daemon.get("/readyz", &[]).await;
-            if ready.status == 200 {
-                assert_eq!(ready.text().trim(), r#"{"status":"ok"}"#);
+            let waiting = daemon.get("/readyz", &[]).await;
+            assert_eq!(waiting.status, 503, "ready without tables: {}", waiting.text());
+            let body: Value = serde_json::from_slice(&waiting.body).expect("JSON body");
+            let reason = body["reason"].as_str().unwrap_or_default();
+            if reason.contains("privileges for delivery cannot be checked yet") {
+                assert!(reason.contains("doesn't exist"), "{reason}");
                 break;
             }
             assert!(
                 tokio::time::Instant::now() < until,
-                "/readyz still {} after the database was created: {}\n{}",
-                ready.status,
-                ready.text(),
+                "/readyz still says {reason:?} after the database was created\n{}",
                 daemon.log()
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -431,6 +434,22 @@ async fn readyz_waits_for_phorge_to_create_the_database() {
                 .unwrap_or_else(|e| panic!("{sql}: {e}"));
         }
         conn.disconnect().await.expect("disconnect");
+        let until = tokio::time::Instant::now() + DEADLINE;
+        loop {
+            let ready = daemon.get("/readyz", &[]).await;
+            if ready.status == 200 {
+                assert_eq!(ready.text().trim(), r#"{"status":"ok"}"#);
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < until,
+                "/readyz still {} after the tables were created: {}\n{}",
+                ready.status,
+                ready.text(),
+                daemon.log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         let got = receiver.wait_for(1, DEADLINE).await;
         assert_eq!(
             got.len(),

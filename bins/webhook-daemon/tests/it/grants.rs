@@ -1,12 +1,20 @@
-//! A privilege taken away and given back, end to end. The daemon's account
-//! (granted `SELECT, UPDATE` on the herald database, as
-//! `deploy/mariadb-init` does) loses `UPDATE` while rows keep arriving, and
-//! its sessions are cut so they reconnect without it; then it gets `UPDATE`
-//! back. MariaDB applies a database-level grant only to sessions opened
-//! after it, so the daemon must replace the sessions that were refused:
-//! every row is delivered within a minute of the grant, by the same
-//! process, and while the privilege is missing the log says so about once
-//! a minute, not once per hook per poll.
+//! The database account's privileges, end to end.
+//!
+//! At start: an account that may only read (`SELECT`) stops the daemon
+//! (exit 1) naming what delivery lacks; a refused login keeps it waiting,
+//! with the server's words in `/readyz` and the log, and no host.
+//!
+//! A privilege taken away and given back: the daemon's account (granted
+//! `SELECT, UPDATE` on the herald database, as `deploy/mariadb-init` does)
+//! loses `UPDATE` while rows keep arriving, and its sessions are cut so
+//! they reconnect without it; then it gets `UPDATE` back. MariaDB applies a
+//! database-level grant only to sessions opened after it, so the daemon
+//! must replace the sessions that were refused: every row is delivered
+//! within a minute of the grant, by the same process. While the privilege
+//! is missing `/readyz` answers 503 with the server's words, the
+//! `delivery_refused` gauge is up, and the log says so at error level about
+//! once a minute, not once per hook per poll; after the grant `/readyz` is
+//! 200 again.
 
 use std::time::{Duration, Instant};
 
@@ -18,7 +26,8 @@ use crate::e2e::{add_hook, delivery_env, with_setting};
 use crate::reliability::hook_phid;
 use crate::sessions::kill_sessions_of;
 use crate::support::{
-    all_rows, all_sent, assert_alive_without_panic, count, insert_rows, metrics, wait_table, NewRow,
+    all_rows, all_sent, assert_alive_without_panic, count, insert_rows, metrics, wait_readyz,
+    wait_table, NewRow,
 };
 
 const HOOKS: usize = 12;
@@ -41,18 +50,130 @@ fn rows(from: usize, n: usize) -> Vec<NewRow> {
         .collect()
 }
 
-/// The warnings about refused store operations in `log`: `store_denied`,
-/// and `store_error` naming a refusal (which each refused operation used to
-/// be). Cutting the sessions adds `store_error`s of its own (`database
-/// unavailable`), which are not the refusal's.
+/// The lines above debug about refused store operations in `log`:
+/// `store_denied` (at error), and `store_error` naming a refusal (which
+/// each refused operation used to be). Cutting the sessions adds
+/// `store_error`s of its own (`database unavailable`), which are not the
+/// refusal's.
 fn refusal_warnings(log: &str) -> Vec<&str> {
     log.lines()
-        .filter(|line| line.contains(" WARN "))
+        .filter(|line| line.contains(" WARN ") || line.contains(" ERROR "))
         .filter(|line| {
             line.contains("event=\"store_denied\"")
                 || (line.contains("event=\"store_error\"") && line.contains("denied"))
         })
         .collect()
+}
+
+/// A reason `/readyz` may show: no host (the server names the client's in
+/// a refusal, `'user'@'127.0.0.1'`).
+fn assert_no_host(reason: &str) {
+    assert!(
+        !reason.contains("127.0.0.1") && !reason.contains("localhost") && !reason.contains("'@'"),
+        "a host in {reason:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_account_that_may_only_read_stops_the_daemon_naming_what_delivery_needs() {
+    with_db(|db| async move {
+        let user = format!("{}_ro", db.namespace);
+        with_account(&user, "SELECT", &db.database, async {
+            let receiver = Receiver::start().await;
+            add_hook(&db, &hook_phid("grants", 0), receiver.url("/ro"), KEY).await;
+            insert_rows(&db, &rows(0, 3), 3).await;
+            let env = with_setting(
+                delivery_env(&db.namespace),
+                "GORGE_WEBHOOK_MYSQL_USER",
+                &user,
+            );
+            let mut daemon = Daemon::spawn("select-only", &[], &env);
+            let status = daemon
+                .try_wait_exit(Duration::from_secs(60))
+                .await
+                .unwrap_or_else(|| panic!("still running\n{}", daemon.log()));
+            let log = daemon.stderr();
+            eprintln!(
+                "grants: select-only exit={:?} lines={}",
+                status.code(),
+                log.lines()
+                    .filter(
+                        |l| l.contains("delivery_access_refused") || l.contains("startup_failed")
+                    )
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            );
+            assert_eq!(status.code(), Some(1), "{log}");
+            let missing = format!("UPDATE on {}.herald_webhookrequest", db.database);
+            assert!(
+                log.lines().any(|line| line.contains(" ERROR ")
+                    && line.contains("event=\"delivery_access_refused\"")
+                    && line.contains(&missing)),
+                "{missing} not named:\n{log}"
+            );
+            assert!(
+                !log.contains("herald_webhook\""),
+                "only what is missing: {log}"
+            );
+            assert!(receiver.requests().is_empty(), "nothing was sent");
+            assert!(
+                all_rows(&db).await.iter().all(|r| r.status == "queued"),
+                "nothing was claimed or written"
+            );
+        })
+        .await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_login_is_said_in_the_servers_words_without_the_host() {
+    with_db(|db| async move {
+        let user = format!("{}_pw", db.namespace);
+        with_account(&user, "SELECT, UPDATE", &db.database, async {
+            let env = with_setting(
+                delivery_env(&db.namespace),
+                "GORGE_WEBHOOK_MYSQL_USER",
+                &user,
+            );
+            let env = with_setting(env, "GORGE_WEBHOOK_MYSQL_PASS", "not-the-password");
+            let daemon = Daemon::start("wrong password", &env).await;
+            let body = wait_readyz(&daemon, 503).await;
+            let reason = body["reason"].as_str().unwrap_or_default().to_owned();
+            eprintln!("grants: wrong password readyz_reason={reason:?}");
+            assert!(
+                reason.starts_with("database server rejected the connection: ERROR 1045")
+                    && reason.contains(&format!("Access denied for user '{user}'"))
+                    && reason.contains("(using password: YES)"),
+                "{reason}"
+            );
+            assert_no_host(&reason);
+            assert!(!reason.contains("not-the-password"), "{reason}");
+            // The log's lines about the database say it too.
+            crate::e2e::wait_log(&daemon, "database_not_ready").await;
+            let log = daemon.stderr();
+            let said: Vec<&str> = log
+                .lines()
+                .filter(|l| {
+                    l.contains("event=\"database_not_ready\"")
+                        || l.contains("event=\"server_clock_unmeasured\"")
+                })
+                .collect();
+            assert!(!said.is_empty(), "{log}");
+            for line in said {
+                assert!(
+                    line.contains(&format!("Access denied for user '{user}'")),
+                    "{line}"
+                );
+                assert_no_host(line);
+            }
+            let mut daemon = daemon;
+            assert_alive_without_panic(&mut daemon);
+            daemon.stop_cleanly(Duration::from_secs(30)).await;
+        })
+        .await;
+    })
+    .await;
 }
 
 async fn delivered(db: &TestDb) -> bool {
@@ -96,6 +217,7 @@ async fn a_privilege_taken_away_and_given_back_does_not_stop_delivery() {
             .await;
             let revoked = Instant::now();
             let log_at_revoke = daemon.stderr().len();
+            assert_eq!(daemon.get("/readyz", &[]).await.status, 200);
             // Its sessions keep the privilege they started with: cut them,
             // so they reconnect without it.
             let killed = kill_sessions_of(&db, daemon.pid()).await;
@@ -112,6 +234,14 @@ async fn a_privilege_taken_away_and_given_back_does_not_stop_delivery() {
                 assert!(Instant::now() < deadline, "never refused\n{}", daemon.log());
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
+            // Delivery cannot go on, and readiness says why, in the
+            // server's words.
+            let unready = wait_readyz(&daemon, 503).await;
+            let reason = unready["reason"].as_str().unwrap_or_default().to_owned();
+            assert!(reason.contains("UPDATE command denied"), "{reason}");
+            assert_no_host(&reason);
+            let refused_gauge = count(&metrics(&daemon).await, "gorge_webhook_delivery_refused");
+            assert!(refused_gauge >= 1, "the gauge is up while refused");
             let stderr = daemon.stderr();
             let during = stderr.get(log_at_revoke..).unwrap_or_default();
             let warnings = refusal_warnings(during);
@@ -144,23 +274,30 @@ async fn a_privilege_taken_away_and_given_back_does_not_stop_delivery() {
             }
             let all_delivered_after = granted.elapsed();
             let first_call_after = first_call_after.unwrap_or(all_delivered_after);
+            wait_readyz(&daemon, 200).await;
+            let ready_again_after = granted.elapsed();
+            assert_eq!(
+                count(&metrics(&daemon).await, "gorge_webhook_delivery_refused"),
+                0
+            );
             eprintln!(
                 "grants: hooks={HOOKS} pool_max=4 rows={inserted} sessions_killed={killed} \
                  revoked_secs={revoke_secs:.1} refused_operations={refused} \
                  refusal_warnings_during_revoke={} queued_at_grant={queued_at_grant} \
-                 first_call_after_grant_ms={} all_delivered_after_grant_ms={}",
+                 first_call_after_grant_ms={} all_delivered_after_grant_ms={} \
+                 ready_again_after_grant_ms={} readyz_reason={reason:?}",
                 warnings.len(),
                 first_call_after.as_millis(),
-                all_delivered_after.as_millis()
+                all_delivered_after.as_millis(),
+                ready_again_after.as_millis()
             );
             assert!(killed > 0, "the daemon's sessions were cut");
             assert!(queued_at_grant > 0, "rows waited for the grant");
             assert!(
-                warnings
-                    .iter()
-                    .any(|line| line.contains("store_denied")
-                        && line.contains("UPDATE command denied")),
-                "the refusal is named with the server's words: {warnings:#?}"
+                warnings.iter().any(|line| line.contains(" ERROR ")
+                    && line.contains("store_denied")
+                    && line.contains("UPDATE command denied")),
+                "the refusal is named with the server's words, at error: {warnings:#?}"
             );
             let minutes = (revoke_secs / 60.0).ceil() as usize;
             assert!(

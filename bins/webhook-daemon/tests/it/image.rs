@@ -395,13 +395,25 @@ async fn the_image_waits_for_phorges_database_and_sees_silent_mode_read_only() {
         })
         .await
         .unwrap_or_else(|last| panic!("{last}\n{}", container.logs()));
+        // Ready all the same (holding is what delivery should do now),
+        // with exactly the documented body; `/metrics` says it holds.
         let still = ready(addr)
             .await
             .unwrap_or_else(|last| panic!("not ready while silent: {last}"));
-        assert!(still.contains("held"), "delivery is not held: {still}");
+        assert_eq!(still, r#"{"status":"ok"}"#);
+        let metrics = http(addr, "GET", "/metrics", &[], b"")
+            .await
+            .map(|answer| answer.text())
+            .unwrap_or_else(|err| panic!("/metrics: {err}"));
+        let gauge = metrics
+            .lines()
+            .find(|line| line.starts_with("gorge_webhook_silent_mode "))
+            .unwrap_or_default()
+            .to_owned();
+        assert_eq!(gauge, "gorge_webhook_silent_mode 1", "delivery is not held");
         println!(
             "image check: silent mode seen through the read-only conf/local ({:.1} s)\n  \
-             {held}\n  /readyz 200 {still}",
+             {held}\n  /readyz 200 {still}, /metrics {gauge}",
             started.elapsed().as_secs_f64()
         );
     })

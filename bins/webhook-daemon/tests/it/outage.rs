@@ -22,30 +22,11 @@ use crate::daemon::Daemon;
 use crate::e2e::{add_hook, delivery_env, wait_log, with_setting, DEADLINE};
 use crate::support::{
     all_rows, all_sent, assert_alive_without_panic, assert_value_domain, by_request, count,
-    insert_rows, metrics, wait_table, NewRow, REQUEST_ID_HEADER,
+    insert_rows, metrics, wait_readyz, wait_table, NewRow, REQUEST_ID_HEADER,
 };
 
 fn through(proxy: &FaultProxy, env: Vec<(String, String)>) -> Vec<(String, String)> {
     with_setting(env, "GORGE_WEBHOOK_MYSQL_PORT", &proxy.port().to_string())
-}
-
-/// Polls `/readyz` until it answers `status`; returns the body.
-async fn wait_readyz(daemon: &Daemon, status: u16) -> Value {
-    let until = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let response = daemon.get("/readyz", &[]).await;
-        if response.status == status {
-            return serde_json::from_slice(&response.body).expect("/readyz is JSON");
-        }
-        assert!(
-            tokio::time::Instant::now() < until,
-            "/readyz still {} ({}) instead of {status}\n{}",
-            response.status,
-            response.text(),
-            daemon.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 async fn insert(db: &TestDb, hook: &str, n: u32) -> u64 {

@@ -251,6 +251,25 @@ pub async fn until(daemon: &Daemon, what: &str, mut ready: impl AsyncFnMut() -> 
 }
 
 /// The daemon's `/metrics` text (the tests run without a service token).
+/// Polls `/readyz` until it answers `status`; returns the body.
+pub async fn wait_readyz(daemon: &Daemon, status: u16) -> Value {
+    let until = tokio::time::Instant::now() + crate::e2e::DEADLINE;
+    loop {
+        let response = daemon.get("/readyz", &[]).await;
+        if response.status == status {
+            return serde_json::from_slice(&response.body).expect("/readyz is JSON");
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "/readyz still {} ({}) instead of {status}\n{}",
+            response.status,
+            response.text(),
+            daemon.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 pub async fn metrics(daemon: &Daemon) -> String {
     let response = daemon.get("/metrics", &[]).await;
     assert_eq!(response.status, 200, "/metrics: {}", response.text());

@@ -98,12 +98,15 @@ async fn lock_still_ours(
         Some(lock) => lock.still_held().await,
         None => Ok(false),
     };
+    if held.is_ok() {
+        cx.accepted("lock check");
+    }
     let reason = match held {
         Ok(true) => return Ok(()),
         Ok(false) => "the session holding it is gone".to_owned(),
         Err(err) => {
             bump(&cx.metrics.store_errors);
-            cx.count_denied(&err);
+            cx.refused("lock check", &err);
             format!("it could not be checked: {err}")
         }
     };

@@ -217,10 +217,12 @@ fn ahead_claim(
 fn note_claim(cx: &Context, row: &RequestRow, hook_phid: &str, claim: &Result<Claim, StoreError>) {
     match claim {
         Ok(Claim::Won(_)) => {
+            cx.accepted("claim");
             bump(&cx.metrics.claims_won);
             cx.emit(Some(&row.phid), Some(hook_phid), EventKind::ClaimWon);
         }
         Ok(Claim::Lost) => {
+            cx.accepted("claim");
             bump(&cx.metrics.claims_lost);
             cx.emit(Some(&row.phid), Some(hook_phid), EventKind::ClaimLost);
             tracing::debug!(target: LOG_TARGET, event = "claim_lost", request = %row.phid, hook = %hook_phid);

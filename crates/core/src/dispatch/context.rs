@@ -1,14 +1,15 @@
 //! What every stage works with: the effects (store, transport, clock,
 //! Phorge's objects, the event sink), the windows and the signer, the two
 //! owned parts of shared state ([`HookBook`]: what is known about each
-//! hook; [`Told`]: what has been said), the hooks' pauses, and the few
-//! services more than one stage uses — the object check, the silent-mode
-//! hold, events and store errors.
+//! hook; [`Told`]: what has been said), the hooks' pauses, the operations
+//! the database refuses ([`Refusals`]), and the few services more than one
+//! stage uses — the object check, the silent-mode hold, events and store
+//! errors and refusals.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::{debug, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::clock::Clock;
 use crate::events::{Event, EventKind, EventSink};
@@ -24,6 +25,7 @@ use crate::transport::Transport;
 use crate::windows::Windows;
 
 use super::hooks::HookBook;
+use super::refusals::Refusals;
 use super::stages::Transactions;
 use super::told::Told;
 use super::LOG_TARGET;
@@ -70,6 +72,8 @@ pub(super) struct Context {
     /// Hooks paused by their receiver's `Retry-After`, until when.
     pub(super) pauses: Arc<HookPauses>,
     pub(super) told: Told,
+    /// Delivery's operations the database refuses now.
+    pub(super) refusals: Refusals,
 }
 
 impl Context {
@@ -107,34 +111,50 @@ impl Context {
         }
     }
 
-    /// Says a failed store operation: a refusal for a missing privilege at
-    /// most once a minute (it fails every hook alike until granted), any
-    /// other at warn.
-    pub(super) fn store_failed(&self, operation: &str, err: &StoreError) {
+    /// Says a failed store operation: a refusal ([`Self::refused`]), or
+    /// any other at warn.
+    pub(super) fn store_failed(&self, operation: &'static str, err: &StoreError) {
         bump(&self.metrics.store_errors);
-        if !matches!(err, StoreError::Denied(_)) {
+        if !self.refused(operation, err) {
             warn!(target: LOG_TARGET, event = "store_error", operation, error = %err, "hook skipped until the next poll");
-            return;
-        }
-        let count = self.count_denied(err);
-        match self.told.denied_warning_due(count, self.clock.monotonic()) {
-            Some(suppressed) => {
-                warn!(target: LOG_TARGET, event = "store_denied", operation, error = %err, suppressed,
-                      "the database refused this account (a privilege it lacks, or its login); \
-                       hooks are skipped until that is put right")
-            }
-            None => debug!(target: LOG_TARGET, event = "store_denied", operation, error = %err),
         }
     }
 
-    /// Counts a refusal for a missing privilege (whatever logs the
-    /// failure); the refusals counted so far.
-    pub(super) fn count_denied(&self, err: &StoreError) -> u64 {
+    /// Whether `err` is a refusal (a privilege the account lacks, or its
+    /// login); if so it is counted, kept as `operation`'s until that
+    /// succeeds again ([`Self::accepted`]: delivery cannot go on meanwhile,
+    /// which `/readyz` says), and said at error level at most once a
+    /// minute, however many operations are refused: it fails every hook
+    /// alike until granted.
+    pub(super) fn refused(&self, operation: &'static str, err: &StoreError) -> bool {
         use std::sync::atomic::Ordering::Relaxed;
-        if matches!(err, StoreError::Denied(_)) {
-            self.metrics.store_denied.fetch_add(1, Relaxed) + 1
-        } else {
-            self.metrics.store_denied.load(Relaxed)
+        if !matches!(err, StoreError::Denied(_)) {
+            return false;
+        }
+        let count = self.metrics.store_denied.fetch_add(1, Relaxed) + 1;
+        let refused_now = self.refusals.refuse(operation, err.to_string());
+        self.metrics
+            .delivery_refused
+            .store(refused_now as u64, Relaxed);
+        match self.told.denied_warning_due(count, self.clock.monotonic()) {
+            Some(suppressed) => {
+                error!(target: LOG_TARGET, event = "store_denied", operation, error = %err, suppressed,
+                       "the database refused this account (a privilege it lacks, or its login): \
+                        delivery waits until that is put right")
+            }
+            None => debug!(target: LOG_TARGET, event = "store_denied", operation, error = %err),
+        }
+        true
+    }
+
+    /// Notes that `operation` succeeded: a refusal of it is over.
+    pub(super) fn accepted(&self, operation: &'static str) {
+        if let Some(still_refused) = self.refusals.accept(operation) {
+            self.metrics
+                .delivery_refused
+                .store(still_refused as u64, std::sync::atomic::Ordering::Relaxed);
+            info!(target: LOG_TARGET, event = "store_denied_over", operation, still_refused,
+                  "the database accepts this operation again");
         }
     }
 
@@ -175,7 +195,11 @@ impl Context {
             return ObjectCheck::Unseen(Unseen::NoSource);
         };
         let listed = properties.listed_transaction_phids();
-        match objects.lookup(&row.object_phid, &listed).await {
+        let lookup = objects.lookup(&row.object_phid, &listed).await;
+        if lookup.is_ok() {
+            self.accepted("object_lookup");
+        }
+        match lookup {
             Ok(ObjectLookup::Found { transactions }) => ObjectCheck::Found(transactions),
             Ok(ObjectLookup::Gone) => ObjectCheck::Gone,
             Ok(ObjectLookup::Unseen(why)) => ObjectCheck::Unseen(why),

@@ -65,7 +65,11 @@ pub(super) async fn may_call(cx: &Context, run: &mut HookRun, hook_phid: &str) -
 /// Takes the hook's lock for the run, unless someone else holds it or a
 /// claim of the hook may still be in flight.
 async fn take_lock(cx: &Context, run: &mut HookRun, hook_phid: &str) -> bool {
-    match cx.store.lock_hook(hook_phid).await {
+    let taken = cx.store.lock_hook(hook_phid).await;
+    if taken.is_ok() {
+        cx.accepted("hook lock");
+    }
+    match taken {
         Ok(Some(lock)) => {
             if !nothing_in_flight(cx, hook_phid).await {
                 release(lock, hook_phid).await;
@@ -95,6 +99,7 @@ async fn breaker_closed(cx: &Context, run: &mut HookRun, hook_phid: &str) -> boo
     let since = breaker.since(cx.clock.now());
     match cx.store.breaker_failures(hook_phid, since).await {
         Ok(failures) => {
+            cx.accepted("breaker count");
             let open = breaker.is_open(failures);
             note_breaker(cx, hook_phid, open, failures);
             if open {
@@ -119,7 +124,11 @@ async fn breaker_closed(cx: &Context, run: &mut HookRun, hook_phid: &str) -> boo
 /// so two calls never reach it at once.
 async fn nothing_in_flight(cx: &Context, hook_phid: &str) -> bool {
     let lease_cutoff = cx.windows.cutoffs(cx.clock.now()).lease_cutoff;
-    match cx.store.claims_in_flight(hook_phid, lease_cutoff).await {
+    let in_flight = cx.store.claims_in_flight(hook_phid, lease_cutoff).await;
+    if in_flight.is_ok() {
+        cx.accepted("in-flight check");
+    }
+    match in_flight {
         Ok(0) => true,
         Ok(rows) => {
             bump(&cx.metrics.lock_busy);

@@ -48,23 +48,24 @@ impl HookBook {
     }
 
     /// The hook row, read from `store` at most every [`HOOK_CACHE_TTL`]
-    /// (`now` on the monotonic clock).
+    /// (`now` on the monotonic clock), and whether `store` was asked now
+    /// (its answer, not the cache's).
     pub(super) async fn lookup(
         &self,
         store: &dyn Store,
         phid: &str,
         now: Duration,
-    ) -> Result<HookLookup, StoreError> {
+    ) -> Result<(HookLookup, bool), StoreError> {
         let cached = self.facts().get(phid).and_then(|f| f.row.clone());
-        let hook = match cached {
-            Some((hook, read_at)) if now.saturating_sub(read_at) < HOOK_CACHE_TTL => hook,
+        let (hook, asked) = match cached {
+            Some((hook, read_at)) if now.saturating_sub(read_at) < HOOK_CACHE_TTL => (hook, false),
             _ => {
                 let hook = store.hook(phid).await?;
                 self.facts().entry(phid.to_owned()).or_default().row = Some((hook.clone(), now));
-                hook
+                (hook, true)
             }
         };
-        Ok(hook.map_or(HookLookup::Missing, HookLookup::Found))
+        Ok((hook.map_or(HookLookup::Missing, HookLookup::Found), asked))
     }
 
     /// Records the breaker's verdict; whether it changed, and how many

@@ -32,7 +32,8 @@
 //!
 //! What they share: `context` (the effects and the services several stages
 //! use), `hooks` (what is known about each hook), `told` (what has been
-//! said once or at a pace).
+//! said once or at a pace), `refusals` (which operations the database
+//! refuses now).
 
 mod backlog;
 mod call;
@@ -44,6 +45,7 @@ mod hook_run;
 mod hooks;
 mod prepare;
 mod record;
+mod refusals;
 mod run_loop;
 mod stages;
 mod told;
@@ -72,6 +74,7 @@ use crate::windows::Windows;
 
 use self::context::Context;
 use self::hooks::HookBook;
+use self::refusals::Refusals;
 use self::told::Told;
 
 /// The target of every log line the dispatcher writes, whichever module
@@ -116,6 +119,7 @@ impl Dispatcher {
                 fail_when_silent: false,
                 signer: Signer::default(),
                 told: Told::default(),
+                refusals: Refusals::default(),
             },
         }
     }
@@ -172,6 +176,15 @@ impl Dispatcher {
     /// diagnostics endpoint.
     pub fn pauses(&self) -> Arc<HookPauses> {
         Arc::clone(&self.cx.pauses)
+    }
+
+    /// Why delivery cannot go on, while the database refuses one of its
+    /// operations (a privilege the account lacks, or its login): the
+    /// operation refused first of those still refused, and the store's
+    /// words for its latest refusal. `None` once each refused operation
+    /// has succeeded again.
+    pub fn refusal(&self) -> Option<String> {
+        self.cx.refusals.first()
     }
 
     /// The windows in force.

@@ -99,7 +99,12 @@ async fn hook_now(cx: &Context, row: &RequestRow) -> HookLookup {
         .lookup(cx.store.as_ref(), &row.webhook_phid, now)
         .await
     {
-        Ok(lookup) => lookup,
+        Ok((lookup, asked)) => {
+            if asked {
+                cx.accepted("hook lookup");
+            }
+            lookup
+        }
         Err(err) => {
             cx.store_failed("hook lookup", &err);
             HookLookup::Unavailable

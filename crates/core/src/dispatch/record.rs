@@ -257,10 +257,13 @@ pub(super) async fn write_back(
             return false;
         }
         let err = match cx.store.write_result(write).await {
-            Ok(written) => return settled(cx, written, request_phid, attempt, claimed_at),
+            Ok(written) => {
+                cx.accepted("write-back");
+                return settled(cx, written, request_phid, attempt, claimed_at);
+            }
             Err(err) => err,
         };
-        cx.count_denied(&err);
+        cx.refused("write-back", &err);
         if attempt == WRITE_ATTEMPTS {
             bump(&cx.metrics.writeback_failures);
             error!(target: LOG_TARGET, event = "writeback_failed", request = %request_phid, attempts = attempt,

@@ -374,6 +374,7 @@ async fn poll_once(
     last_poll.excluded = std::mem::take(&mut query.exclude_hooks);
     match polled {
         Ok(rows) => {
+            cx.accepted("poll");
             poll_health.succeeded();
             let full = rows.len() >= query.limit;
             match backlog.absorb(rows) {
@@ -384,7 +385,7 @@ async fn poll_once(
         }
         Err(err) => {
             bump(&cx.metrics.poll_errors);
-            cx.count_denied(&err);
+            cx.refused("poll", &err);
             poll_health.failed(&err);
             Found::Nothing
         }

@@ -1,7 +1,9 @@
 //! Operations the database refuses for a missing privilege: they fail
 //! every hook alike, every poll, until the grant is given back, so the
-//! dispatcher says so at most once a minute (with the server's words and
-//! how many it held back), and delivers once the refusals stop.
+//! dispatcher says so at error level at most once a minute (with the
+//! server's words and how many it held back), reports the refusal
+//! (`Dispatcher::refusal`, the `delivery_refused` gauge) until the refused
+//! operation succeeds again, and delivers once the refusals stop.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,7 +61,7 @@ fn a_missing_privilege_is_warned_once_a_minute_not_once_per_operation() {
         h.store.deny_next(StoreOp::Claim, u32::MAX);
     });
     let metrics = h.dispatcher.metrics().snapshot();
-    let warned = log.lines("store_denied", Level::WARN);
+    let warned = log.lines("store_denied", Level::ERROR);
     let quiet = log.lines("store_denied", Level::DEBUG);
     // Every hook, every poll, for two and a half minutes.
     assert!(metrics.store_denied > 100, "{metrics:?}");
@@ -104,7 +106,66 @@ fn other_store_errors_still_warn_each_time() {
         h.store.fail_next(StoreOp::Claim, 4);
     });
     assert_eq!(log.lines("store_error", Level::WARN).len(), 4);
-    assert!(log.lines("store_denied", Level::WARN).is_empty());
+    assert!(log.lines("store_denied", Level::ERROR).is_empty());
     assert_eq!(h.dispatcher.metrics().snapshot().store_denied, 0);
     assert!(all_sent(&h));
+}
+
+/// The reporting side: while an operation is refused the dispatcher says
+/// why (what `/readyz` shows) and the gauge is up; once that operation
+/// succeeds again, both clear and the log says so.
+fn refusal_reported_until_accepted(op: StoreOp, operation: &str, reason: &str) {
+    let recorder = Arc::new(LineRecorder::default());
+    let subscriber = Arc::clone(&recorder);
+    tracing::subscriber::with_default(subscriber, || {
+        let mut h = Harness::with_defaults();
+        let phid = "PHID-HWBH-deniedreport00000000";
+        let uri = "http://refused-report.test/";
+        h.store.put_hook(hook(phid, uri));
+        h.transport.always(uri, Reply::status(200));
+        h.store.insert_request(NewRequest::queued(phid, NEVER));
+        assert_eq!(h.dispatcher.refusal(), None);
+        h.store.deny_next(op, u32::MAX);
+        h.start();
+        h.run_for(Duration::from_secs(20));
+        let refusal = h.dispatcher.refusal().expect("a refusal is reported");
+        assert!(
+            refusal.contains(&format!("delivery's {operation}")) && refusal.contains(reason),
+            "{refusal}"
+        );
+        assert_eq!(h.dispatcher.metrics().snapshot().delivery_refused, 1);
+        assert!(recorder.lines("store_denied_over", Level::INFO).is_empty());
+
+        h.store.fail_next(op, 0);
+        h.run_for(Duration::from_secs(70));
+        assert_eq!(h.dispatcher.refusal(), None);
+        assert_eq!(h.dispatcher.metrics().snapshot().delivery_refused, 0);
+        let over = recorder.lines("store_denied_over", Level::INFO);
+        assert_eq!(over.len(), 1, "{over:#?}");
+        assert_eq!(over[0].field("operation"), operation);
+        assert_eq!(
+            h.store.row(1).map(|row| row.status),
+            Some(RequestStatus::Sent)
+        );
+        h.stop();
+    });
+}
+
+#[test]
+fn a_refused_claim_is_reported_until_a_claim_succeeds() {
+    refusal_reported_until_accepted(StoreOp::Claim, "claim", "Claim command denied");
+}
+
+#[test]
+fn a_refused_write_back_is_reported_until_a_write_back_succeeds() {
+    refusal_reported_until_accepted(
+        StoreOp::WriteResult,
+        "write-back",
+        "WriteResult command denied",
+    );
+}
+
+#[test]
+fn a_refused_poll_is_reported_until_a_poll_succeeds() {
+    refusal_reported_until_accepted(StoreOp::Candidates, "poll", "Candidates command denied");
 }

@@ -6,11 +6,15 @@
 //! store claims again within a few statements. The hook-lock sessions,
 //! opened outside the pool, report a refused login the same way and open
 //! afresh once it is allowed.
+//!
+//! Before that, the check of what delivery needs: each privilege the
+//! account lacks is named, from the statements themselves under `EXPLAIN`,
+//! and nothing is changed.
 
 use mysql_async::prelude::Queryable;
 use webhook_core::memory_store::NewRequest;
 use webhook_core::{Claim, QueueCounts, Store, StoreError};
-use webhook_store_mysql::{MysqlConfig, MysqlStore};
+use webhook_store_mysql::{MysqlConfig, MysqlReader, MysqlStore};
 
 use crate::fixture::{as_root, config, server_conn, with_account, with_db, TestDb};
 
@@ -66,6 +70,85 @@ async fn first_refusal(db: &TestDb, store: &MysqlStore) -> StoreError {
         }
     }
     panic!("no claim was refused for the missing privilege: {seen:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_delivery_needs_is_named_one_by_one_and_nothing_is_changed() {
+    with_db(|db| async move {
+        let ns = &db.namespace;
+        let id = db
+            .insert_request(&NewRequest::queued(HOOK, r#"{"retry":"forever"}"#))
+            .await;
+        let before = db.row(id).await;
+        let root = db.store();
+        assert_eq!(
+            root.delivery_needs_missing().await.expect("checked"),
+            Vec::<String>::new()
+        );
+        let user = format!("{ns}_select");
+        with_account(&user, "SELECT", &db.database, async {
+            let store = store_as(&db, &user);
+            assert_eq!(
+                store.delivery_needs_missing().await.expect("checked"),
+                [format!("UPDATE on {ns}_herald.herald_webhookrequest")]
+            );
+            let reader = MysqlReader::new(&MysqlConfig {
+                user: user.clone(),
+                ..config(ns)
+            })
+            .expect("valid config");
+            assert_eq!(
+                reader.delivery_grants_missing().await.expect("checked"),
+                [format!("UPDATE on {ns}_herald.herald_webhookrequest")]
+            );
+            // The claim's one column, not the write-back's others.
+            as_root(&format!(
+                "GRANT UPDATE (dateModified) ON `{}`.herald_webhookrequest TO '{user}'@'%'",
+                db.database
+            ))
+            .await;
+            as_root(&format!(
+                "REVOKE SELECT ON `{}`.* FROM '{user}'@'%'",
+                db.database
+            ))
+            .await;
+            as_root(&format!(
+                "GRANT SELECT ON `{}`.herald_webhookrequest TO '{user}'@'%'",
+                db.database
+            ))
+            .await;
+            let fresh = store_as(&db, &user);
+            assert_eq!(
+                fresh.delivery_needs_missing().await.expect("checked"),
+                [
+                    format!("UPDATE on {ns}_herald.herald_webhookrequest"),
+                    format!("SELECT on {ns}_herald.herald_webhook"),
+                ]
+            );
+            store.disconnect().await.expect("close");
+            fresh.disconnect().await.expect("close");
+            reader.disconnect().await.expect("close");
+        })
+        .await;
+        assert_eq!(db.row(id).await, before, "the check changed the row");
+        root.disconnect().await.expect("close");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn what_delivery_needs_cannot_be_told_before_phorges_tables_exist() {
+    with_db(|db| async move {
+        db.exec("DROP TABLE herald_webhook").await;
+        let err = db
+            .store()
+            .delivery_needs_missing()
+            .await
+            .expect_err("no table, no verdict");
+        assert!(matches!(err, StoreError::Query(_)), "{err:?}");
+        assert!(err.to_string().contains("herald_webhook"), "{err}");
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
