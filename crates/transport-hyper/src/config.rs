@@ -414,6 +414,8 @@ pub(crate) struct Validated {
 /// Headers the transport sets itself; a signature or request-id header by
 /// one of these names would corrupt the request.
 const RESERVED_HEADERS: &[HeaderName] = &[
+    http::header::ACCEPT,
+    http::header::ACCEPT_ENCODING,
     http::header::CONTENT_TYPE,
     http::header::CONTENT_LENGTH,
     http::header::HOST,
@@ -707,6 +709,13 @@ mod tests {
                     ..TransportConfig::default()
                 },
                 SIGNATURE_HEADERS.name,
+            ),
+            (
+                TransportConfig {
+                    request_id_header: Some("Accept-Encoding".into()),
+                    ..TransportConfig::default()
+                },
+                REQUEST_ID_HEADER.name,
             ),
             (
                 TransportConfig {
