@@ -83,7 +83,7 @@ const RULES: &[Rule] = &[
     Rule {
         package: "webhook-admin",
         why: "webhook-admin takes the daemon's settings registry (webhook-daemon without \
-              its `server` feature), not its HTTP server, metrics or allocator",
+              its `server` feature), not its HTTP server, metrics, log output or allocator",
         bans: &[
             Ban {
                 krate: "webhook-daemon",
@@ -93,6 +93,7 @@ const RULES: &[Rule] = &[
             ban("tikv-jemalloc-sys"),
             ban("prometheus-client"),
             ban("tracing-appender"),
+            ban("tracing-subscriber"),
         ],
     },
 ];

@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use webhook_core::UnixTime;
-use webhook_daemon::config::{LISTEN, SERVICE_TOKEN};
+use webhook_daemon::config::{env_lookup, LISTEN, SERVICE_TOKEN};
 
 use crate::cli::{Cli, Command};
 use crate::error::{exit, AdminError};
@@ -49,13 +49,6 @@ fn main() -> ExitCode {
         }
     };
     ExitCode::from(status)
-}
-
-/// The process environment, as every `GORGE_*` lookup reads it. A value
-/// that is not UTF-8 reads as unset here, while the daemon reads it lossily
-/// (`webhook_daemon::launch::env_lookup`).
-fn env_lookup(name: &str) -> Option<String> {
-    std::env::var(name).ok()
 }
 
 fn run(cli: Cli) -> Result<u8, AdminError> {

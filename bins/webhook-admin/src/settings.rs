@@ -1,10 +1,12 @@
 //! The daemon's `GORGE_*` settings as the tool reads them: validated by the
-//! daemon's own parsing (`webhook_daemon::config::DeliveryConfig`: the
-//! windows, the database, the transport and Phorge's local config), listed
-//! from the daemon's registry (`webhook_daemon::config::variables`, in
-//! `--help` order) with each value as its own declaration reads and shows
-//! it and where it came from, what some of them work out to, and checked
-//! for combinations that do not do what they seem to.
+//! daemon's own parsing (`webhook_daemon::config::DaemonConfig`: every
+//! variable it reads, its own — listen address, logging, shutdown grace,
+//! event streams — included), listed from the daemon's registry
+//! (`webhook_daemon::config::variables`, in `--help` order) with each
+//! value as its own declaration reads and shows it and where it came from,
+//! what some of them work out to, and checked for combinations that do not
+//! do what they seem to. A value the daemon would refuse fails `config` as
+//! it fails the daemon (exit 2, naming the variable).
 //!
 //! Reads no environment itself: everything goes through a lookup function,
 //! so tests feed it tables. Secrets (the service token, the database
@@ -22,7 +24,7 @@ use webhook_core::windows::{
     BATCH_SIZE, BREAKER_THRESHOLD, BREAKER_WINDOW, CLAIM_LEASE, POLL_INTERVAL, RETRY_AFTER_MAX,
     RETRY_AFTER_MIN, RETRY_BACKOFF,
 };
-use webhook_daemon::config::{own_variables, variables, SERVICE_TOKEN};
+use webhook_daemon::config::{variables, DaemonConfig, SERVICE_TOKEN};
 use webhook_store_mysql::config as mysql;
 use webhook_store_mysql::local_config::LOCAL_CONFIG;
 use webhook_transport_hyper::config as transport;
@@ -114,17 +116,19 @@ pub fn report(get: Lookup<'_>) -> Result<Report, AdminError> {
     report_on(variables(), get)
 }
 
-/// [`report`] over `registry`: each variable's row comes from its own
-/// declaration, so a variable added to the registry is listed as it reads.
+/// [`report`] over `registry`: the daemon's whole configuration is read
+/// first, as the daemon reads it (so the first error is the daemon's),
+/// then each variable's row comes from its own declaration, so a variable
+/// added to the registry is listed, and checked, as it reads.
 fn report_on<'a>(
     registry: impl Iterator<Item = &'a SettingInfo>,
     get: Lookup<'_>,
 ) -> Result<Report, AdminError> {
-    let config = AdminConfig::from_lookup(get)?;
+    let config = DaemonConfig::from_lookup(get)?.delivery;
     let mut details = details(&config, get);
     let entries = registry
         .map(|info| entry(info, get, details.remove(info.name)))
-        .collect();
+        .collect::<Result<_, _>>()?;
     let findings = findings(&config);
     Ok(Report {
         entries,
@@ -133,26 +137,12 @@ fn report_on<'a>(
     })
 }
 
-/// One variable's row: its value as its declaration reads and shows it. A
-/// value of one of the daemon's own variables that its declaration refuses
-/// is said so (the delivery settings were read already, or `config` would
-/// have stopped).
-fn entry(info: &SettingInfo, get: Lookup<'_>, detail: Option<String>) -> Entry {
-    let daemon_only = || {
-        own_variables()
-            .any(|own| own.name == info.name)
-            .then(|| "read by the daemon only".to_owned())
-    };
-    let (value, detail) = match info.shown(get) {
-        Ok(value) => (value, detail.or_else(daemon_only)),
-        Err(err) => (
-            "(refused)".to_owned(),
-            Some(format!("the daemon would not start: {}", err.reason)),
-        ),
-    };
-    Entry {
+/// One variable's row: its value as its declaration reads and shows it;
+/// the declaration's refusal is the error.
+fn entry(info: &SettingInfo, get: Lookup<'_>, detail: Option<String>) -> Result<Entry, AdminError> {
+    Ok(Entry {
         variable: info.name,
-        value,
+        value: info.shown(get)?,
         source: if info.is_set(get) {
             Source::Environment
         } else {
@@ -161,7 +151,7 @@ fn entry(info: &SettingInfo, get: Lookup<'_>, detail: Option<String>) -> Entry {
         default: info.default,
         allowed: info.allowed(),
         detail,
-    }
+    })
 }
 
 /// What some variables work out to in the validated settings, by variable:
@@ -530,15 +520,14 @@ mod tests {
         assert_eq!(example.source, Source::Environment);
         assert_eq!(example.default, "250");
         assert_eq!(example.allowed.as_deref(), Some("between 10 and 1000 ms"));
-        // Refused by its declaration: said so, the value withheld.
-        let r = report_on(registry(), &table(&[("EXAMPLE_WAIT_MS", "5")])).expect("valid");
-        let example = r.entries.last().expect("listed");
-        assert_eq!(example.value, "(refused)");
-        let detail = example.detail.as_deref().unwrap_or_default();
-        assert!(
-            detail.contains("must be between 10 and 1000 ms"),
-            "{detail}"
-        );
+        // Refused by its declaration: `config` fails, as the daemon would.
+        match report_on(registry(), &table(&[("EXAMPLE_WAIT_MS", "5")])) {
+            Err(AdminError::Setting { variable, reason }) => {
+                assert_eq!(variable, "EXAMPLE_WAIT_MS");
+                assert_eq!(reason, "must be between 10 and 1000 ms (set to \"5\")");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
@@ -649,6 +638,12 @@ mod tests {
             ("GORGE_WEBHOOK_NAMESPACE", ""),
             ("GORGE_WEBHOOK_OUTBOUND_ALLOW", "nope"),
             ("GORGE_PHORGE_LOCAL_CONFIG", "local.json"),
+            // The daemon's own: refused by `config` as by the daemon.
+            ("GORGE_LOG_LEVEL", "warning"),
+            ("GORGE_LOG_FORMAT", "xml"),
+            ("GORGE_LISTEN_ADDR", "nonsense"),
+            ("GORGE_WEBHOOK_SHUTDOWN_GRACE_SEC", "abc"),
+            ("GORGE_WEBHOOK_EVENT_STREAMS", "0"),
         ] {
             match report_for(&[(name, value)]) {
                 Err(AdminError::Setting { variable, .. }) => assert_eq!(variable, name),

@@ -19,7 +19,7 @@ use webhook_store_mysql::{MysqlConfig, MysqlStore};
 use webhook_transport_hyper::HyperTransport;
 
 use crate::access::{check_delivery_access, DeliveryAccess};
-use crate::adoption::adopt_php_tasks;
+use crate::adoption::{adopt_php_tasks, archive_at_stop};
 use crate::api::{Api, Readiness, ServiceToken};
 use crate::config::DaemonConfig;
 use crate::handoff::HandOff;
@@ -129,7 +129,9 @@ pub fn log_windows(windows: &Windows) {
 
 /// Runs until SIGTERM, SIGINT or SIGQUIT, then stops claiming, waits (up
 /// to the grace period) for in-flight deliveries to finish and write their
-/// results, and closes the pools (each within `POOL_CLOSE_BOUND`).
+/// results, archives the finished tasks it leases when adopting them
+/// (within `ARCHIVE_AT_STOP_BOUND`, beside the diagnostics connections'
+/// drain), and closes the pools (each within `POOL_CLOSE_BOUND`).
 /// Returns whatever is still stuck: `main` does not wait for it.
 pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), StartError> {
     let signals = ShutdownSignals::install();
@@ -262,6 +264,7 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
         })
     };
 
+    let adoption_at_stop = task_adoption.clone();
     let mut adoption = tokio::spawn({
         let store = Arc::clone(&store);
         async move {
@@ -323,7 +326,15 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
     }
     // Only now: watchers see the results of the deliveries drained above.
     events.close();
-    let _ = server.await;
+    // The finished tasks are archived while the diagnostics connections
+    // finish: after the deliveries' results, within their bound. Not when
+    // the daemon stops for want of grants: the account cannot.
+    let archive = async {
+        if let (Some(adoption), true) = (&adoption_at_stop, outcome.is_ok()) {
+            archive_at_stop(&store, adoption).await;
+        }
+    };
+    let (_, ()) = tokio::join!(server, archive);
     let (delivery, api) = tokio::join!(
         store.disconnect_within(POOL_CLOSE_BOUND),
         api_store.disconnect_within(POOL_CLOSE_BOUND)

@@ -10,13 +10,12 @@
 //! `--help`, `webhook-admin config` and the docs check read it.
 //!
 //! Parsing takes a lookup function, never the process environment itself,
-//! so tests feed it tables.
+//! so tests feed it tables; [`env_lookup`] is the environment as the daemon
+//! and `webhook-admin` both read it.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
-use tracing_subscriber::EnvFilter;
-use webhook_core::setting::withheld;
 use webhook_core::setting::{
     text, Bounds, Lookup, Setting, SettingError, SettingInfo, Shown, Unit,
 };
@@ -50,22 +49,32 @@ pub const SHUTDOWN_GRACE: Setting<Duration> = Setting::number(
     "how long SIGTERM waits for in-flight deliveries",
     Bounds::between(1, 3_600, Unit::Secs),
 );
-/// `GORGE_LOG_LEVEL`, as a validated tracing filter.
+/// The levels [`LOG_LEVEL`] takes, most severe first, as tracing (and
+/// `RUST_LOG`) spells them; read in any case.
+pub const LOG_LEVELS: [&str; 5] = ["error", "warn", "info", "debug", "trace"];
+/// `GORGE_LOG_LEVEL`: one of [`LOG_LEVELS`], or comma-separated directives
+/// each a level or `target=level` (`webhook_core::dispatcher=debug,info`).
+/// Anything else is refused: a word tracing would take as a target
+/// (`warning`, `loud`) would otherwise silence every line, errors
+/// included.
 pub const LOG_LEVEL: Setting<String> = Setting::new(
     "GORGE_LOG_LEVEL",
     "info",
-    "error|warn|info|debug|trace, or a tracing filter",
+    "error|warn|info|debug|trace (any case), or comma-separated target=level \
+     directives such as webhook_core::dispatcher=debug,info",
     parse_log_filter,
 );
 /// `GORGE_LOG_FORMAT`
-pub const LOG_FORMAT: Setting<LogFormat> =
-    Setting::new("GORGE_LOG_FORMAT", "text", "text|json", |raw| {
-        match raw.trim() {
-            "text" | "" => Ok(LogFormat::Text),
-            "json" => Ok(LogFormat::Json),
-            other => Err(format!("is not text or json ({})", withheld(other))),
-        }
-    });
+pub const LOG_FORMAT: Setting<LogFormat> = Setting::new(
+    "GORGE_LOG_FORMAT",
+    "text",
+    "text|json (any case)",
+    |raw| match raw.trim().to_ascii_lowercase().as_str() {
+        "text" | "" => Ok(LogFormat::Text),
+        "json" => Ok(LogFormat::Json),
+        _ => Err("is not text or json".to_owned()),
+    },
+);
 /// `GORGE_WEBHOOK_EVENT_STREAMS`
 pub const EVENT_STREAMS: Setting<usize> = Setting::number(
     "GORGE_WEBHOOK_EVENT_STREAMS",
@@ -92,6 +101,14 @@ pub const REGISTRY: &[&[SettingInfo]] = &[
     transport::VARIABLES,
     OWN_LAST,
 ];
+
+/// The process environment as every `GORGE_*` variable is read, by the
+/// daemon and by `webhook-admin` alike: a value that is not UTF-8 is read
+/// lossily, so it is refused naming its variable rather than taken as
+/// unset.
+pub fn env_lookup(name: &str) -> Option<String> {
+    std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
+}
 
 /// Every variable the daemon reads, in `--help` order.
 pub fn variables() -> impl Iterator<Item = &'static SettingInfo> {
@@ -198,25 +215,61 @@ impl DaemonConfig {
     }
 }
 
-/// A tracing filter with each comma-separated directive trimmed and empty
-/// ones dropped. tracing-subscriber 0.3 panics on a directive that starts
-/// with whitespace and holds a non-ASCII character (it walks the trimmed
-/// text and slices the untrimmed one), so it never sees such a directive.
-fn trim_directives(filter: &str) -> String {
-    filter
-        .split(',')
-        .map(str::trim)
-        .filter(|directive| !directive.is_empty())
-        .collect::<Vec<_>>()
-        .join(",")
+/// [`LOG_LEVEL`]'s text as the filter the log is written with: each
+/// comma-separated directive trimmed, empty ones dropped, each level in
+/// lower case; no directive at all is the default, `info`. A target is a
+/// module path (letters, digits, `_`, `::`), which is all the daemon's
+/// lines carry; tracing's span and field filters are not taken.
+fn parse_log_filter(raw: &str) -> Result<String, String> {
+    let mut directives = Vec::new();
+    for directive in raw.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let (target, level) = match directive.split_once('=') {
+            Some((target, level)) => (Some(target.trim()), level.trim()),
+            None => (None, directive),
+        };
+        let level = log_level(level)?;
+        directives.push(match target {
+            None => level.to_owned(),
+            Some(target) if is_log_target(target) => format!("{target}={level}"),
+            Some(_) => {
+                return Err(
+                    "holds a directive whose target is not a module path such as \
+                     webhook_core::dispatcher"
+                        .to_owned(),
+                )
+            }
+        });
+    }
+    if directives.is_empty() {
+        return Ok(LOG_LEVEL.default.to_owned());
+    }
+    Ok(directives.join(","))
 }
 
-fn parse_log_filter(raw: &str) -> Result<String, String> {
-    let filter = trim_directives(raw);
-    // The parser's own message quotes the directive, so it is left out.
-    EnvFilter::try_new(&filter)
-        .map_err(|_| format!("is not a level or tracing filter ({})", withheld(raw)))?;
-    Ok(filter)
+/// One of [`LOG_LEVELS`], in any case.
+fn log_level(text: &str) -> Result<&'static str, String> {
+    let lower = text.to_ascii_lowercase();
+    if let Some(level) = LOG_LEVELS.iter().find(|level| **level == lower) {
+        return Ok(level);
+    }
+    let hint = if lower == "warning" {
+        "; for warnings write warn"
+    } else {
+        ""
+    };
+    Err(format!(
+        "is not a log level: error, warn, info, debug or trace (any case), or \
+         comma-separated target=level directives such as \
+         webhook_core::dispatcher=debug,info{hint}"
+    ))
+}
+
+/// A module path: `webhook_core`, `webhook_core::dispatcher`.
+fn is_log_target(text: &str) -> bool {
+    !text.is_empty()
+        && text.split("::").all(|part| {
+            !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
 }
 
 /// All interfaces as `:8160`, the way it is written; any other address
@@ -233,20 +286,13 @@ fn show_listen(addr: &SocketAddr) -> String {
 fn parse_listen(text: &str) -> Result<SocketAddr, String> {
     let text = text.trim();
     if let Some(port) = text.strip_prefix(':') {
-        let port: u16 = port.parse().map_err(|_| {
-            format!(
-                "the port is not a number from 0 to 65535 ({})",
-                withheld(text)
-            )
-        })?;
+        let port: u16 = port
+            .parse()
+            .map_err(|_| "the port is not a number from 0 to 65535".to_owned())?;
         return Ok(SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port));
     }
-    text.parse().map_err(|_| {
-        format!(
-            "is not an address like :8160, 127.0.0.1:8160 or [::1]:8160 ({})",
-            withheld(text)
-        )
-    })
+    text.parse()
+        .map_err(|_| "is not an address like :8160, 127.0.0.1:8160 or [::1]:8160".to_owned())
 }
 
 /// The `--help` text.
@@ -388,48 +434,148 @@ mod tests {
         }
     }
 
-    /// A password pasted into the wrong variable must not be printed: no
-    /// refused value is echoed, whatever the variable, whether it failed to
-    /// parse or parsed to a number out of range.
+    /// A refused value is shown, so the operator sees what was read;
+    /// a secret's never is, whatever it was refused for.
     #[test]
-    fn refused_values_are_never_echoed() {
-        let secrets = [
+    fn refused_values_are_shown_except_a_secrets() {
+        let values = [
             "hunter2:s3cr\u{e9}t/`x y=",
             "987654321987",
             "9876543219876543219876",
         ];
         let mut refused = 0;
-        for secret in secrets {
+        for value in values {
             for v in variables() {
                 for extra in [None, Some(("GORGE_WEBHOOK_MYSQL_TLS", "true"))] {
-                    let mut pairs = vec![(v.name, secret)];
+                    let mut pairs = vec![(v.name, value)];
                     pairs.extend(extra);
-                    if let Err(err) = parse(&pairs) {
-                        refused += 1;
-                        let text = format!("{err} {err:?}");
-                        for needle in [secret, "hunter2", "98765"] {
-                            assert!(!text.contains(needle), "{}={secret}: {text}", v.name);
-                        }
+                    let Err(err) = parse(&pairs) else { continue };
+                    // Refused by its declaration, not by a rule between
+                    // variables (a CA file without TLS).
+                    if err.variable != v.name || v.shown(&table(&pairs)).is_ok() {
+                        continue;
                     }
+                    refused += 1;
+                    let text = format!("{err} {err:?}");
+                    assert!(!v.secret, "a secret was refused: {text}");
+                    assert!(
+                        text.contains(&format!("{value:?}")),
+                        "{}={value}: {text}",
+                        v.name
+                    );
                 }
             }
         }
         // Most variables refuse such values: the check saw real messages.
         assert!(refused > 40, "{refused}");
+        // Where a secret is refused, it is by its length only.
+        let err = SERVICE_TOKEN.info().given("hunter2");
+        assert_eq!(err, "7 characters, not shown");
     }
 
     #[test]
-    fn log_directives_are_trimmed() {
+    fn the_log_level_is_one_of_the_stated_levels_or_target_level_directives() {
         for (given, kept) in [
-            ("info, webhook_core=debug", "info,webhook_core=debug"),
-            (" \u{e9}=debug", "\u{e9}=debug"),
+            ("info", "info"),
+            ("WARN", "warn"),
+            (" Debug ", "debug"),
+            ("error", "error"),
+            ("trace", "trace"),
+            ("", "info"),
+            (" , ", "info"),
             ("\u{3000}a=debug,", "a=debug"),
-            // Untrimmed, these panic inside tracing-subscriber 0.3.
-            ("info, \u{e9}[x]", "info,\u{e9}[x]"),
+            ("info, webhook_core=debug", "info,webhook_core=debug"),
+            (
+                "webhook_core::dispatcher = DEBUG,warn",
+                "webhook_core::dispatcher=debug,warn",
+            ),
         ] {
             let config = parse(&[("GORGE_LOG_LEVEL", given)]).expect(given);
-            assert_eq!(config.log_filter, kept);
+            assert_eq!(config.log_filter, kept, "{given:?}");
         }
+        for refused in [
+            "warning",
+            "loud",
+            "verbose",
+            "off",
+            "info,warning",
+            "webhook_core=warning",
+            "webhook_core",
+            "loud==",
+            "=debug",
+            "web-hook=debug",
+            "webhook_core:::x=debug",
+            "[{a=/x/}]",
+            "webhook_core[span]=debug",
+            " \u{e9}=debug",
+            "info, \u{e9}[x]",
+        ] {
+            let err = parse(&[("GORGE_LOG_LEVEL", refused)]).expect_err(refused);
+            assert_eq!(err.variable, "GORGE_LOG_LEVEL", "{refused:?}");
+            assert!(
+                err.to_string().contains(&format!("(set to {refused:?})")),
+                "{err}"
+            );
+        }
+        let err = parse(&[("GORGE_LOG_LEVEL", "warning")]).expect_err("warning");
+        assert_eq!(
+            err.to_string(),
+            "GORGE_LOG_LEVEL: is not a log level: error, warn, info, debug or trace (any \
+             case), or comma-separated target=level directives such as \
+             webhook_core::dispatcher=debug,info; for warnings write warn (set to \"warning\")"
+        );
+    }
+
+    /// What the setting accepts, the logger takes as the same filter.
+    #[test]
+    fn every_accepted_log_level_is_a_filter_the_log_is_written_with() {
+        for given in ["info", "TRACE", "info, webhook_core::dispatcher=debug", ""] {
+            let filter = parse(&[("GORGE_LOG_LEVEL", given)])
+                .expect(given)
+                .log_filter;
+            let built = tracing_subscriber::EnvFilter::try_new(&filter).expect(&filter);
+            let directives = |text: &str| {
+                let mut all: Vec<String> = text.split(',').map(str::to_owned).collect();
+                all.sort_unstable();
+                all
+            };
+            assert_eq!(
+                directives(&built.to_string()),
+                directives(&filter),
+                "{given:?}"
+            );
+        }
+    }
+
+    /// One parser per variable, and the daemon runs each: a text a
+    /// declaration refuses stops the daemon, naming that variable, so
+    /// `webhook-admin config`, which runs the same declarations, fails on
+    /// exactly what the daemon refuses.
+    #[test]
+    fn the_daemon_refuses_whatever_a_variables_own_declaration_refuses() {
+        let texts = [
+            "",
+            " ",
+            "0",
+            "-1",
+            "x",
+            "99999999999",
+            "warning",
+            ":0",
+            "a,b",
+        ];
+        let mut refused = 0;
+        for v in variables() {
+            for text in texts {
+                let get = table(&[(v.name, text)]);
+                if let Err(own) = v.shown(&get) {
+                    refused += 1;
+                    let err = DaemonConfig::from_lookup(&get).expect_err(v.name);
+                    assert_eq!(err, own, "{}={text:?}", v.name);
+                }
+            }
+        }
+        assert!(refused > 60, "{refused}");
     }
 
     #[test]
@@ -472,17 +618,17 @@ mod tests {
             (
                 "GORGE_WEBHOOK_SHUTDOWN_GRACE_SEC",
                 "3601",
-                "GORGE_WEBHOOK_SHUTDOWN_GRACE_SEC: must be between 1 and 3600 s",
+                "GORGE_WEBHOOK_SHUTDOWN_GRACE_SEC: must be between 1 and 3600 s (set to \"3601\")",
             ),
             (
                 "GORGE_WEBHOOK_EVENT_STREAMS",
                 "2000",
-                "GORGE_WEBHOOK_EVENT_STREAMS: must be between 1 and 1024",
+                "GORGE_WEBHOOK_EVENT_STREAMS: must be between 1 and 1024 (set to \"2000\")",
             ),
             (
                 "GORGE_WEBHOOK_MAX_CONCURRENT",
                 "0",
-                "GORGE_WEBHOOK_MAX_CONCURRENT: must be between 1 and 1024",
+                "GORGE_WEBHOOK_MAX_CONCURRENT: must be between 1 and 1024 (set to \"0\")",
             ),
         ] {
             let err = parse(&[(name, value)]).expect_err(name);

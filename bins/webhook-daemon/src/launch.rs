@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tracing_subscriber::EnvFilter;
 
-use crate::config::{DaemonConfig, LogFormat};
+use crate::config::{env_lookup, DaemonConfig, LogFormat};
 use crate::logging::{print_err, LogOutput, Stream};
 use crate::{app, demo};
 
@@ -119,12 +119,6 @@ fn run_demo_to_end(listen: Option<SocketAddr>) -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// Environment values that are not UTF-8 are passed on lossily, so a bad
-/// number still fails with the variable's name.
-pub fn env_lookup(name: &str) -> Option<String> {
-    std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
 }
 
 fn init_logging(config: &DaemonConfig) -> LogOutput {

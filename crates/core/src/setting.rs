@@ -3,8 +3,9 @@
 //! help line, whether it is a secret, and how its text is read — by a
 //! parser, or as a whole number within [`Bounds`] declared with it — and
 //! shown; and the one error a bad value gives, [`SettingError`], whose
-//! message starts with the variable and never echoes the value
-//! ([`withheld`]).
+//! message starts with the variable and shows the text it refused as its
+//! declaration allows ([`Setting::given`]: quoted, or a secret's by its
+//! length only).
 //!
 //! A value is checked where its declaration reads it
 //! ([`Setting::read`], [`Setting::parse_text`]); [`Setting::check`] holds
@@ -34,7 +35,8 @@ pub type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
 pub struct SettingError {
     /// The variable.
     pub variable: &'static str,
-    /// What is wrong, with what is allowed; never the value itself.
+    /// What is wrong, with what is allowed, and the text refused as its
+    /// declaration shows it ([`Setting::given`]).
     pub reason: String,
 }
 
@@ -48,16 +50,29 @@ impl SettingError {
     }
 }
 
-/// How an error about a setting describes the value it was given: by its
-/// length only. A password pasted into the wrong variable would otherwise
-/// be printed at startup, into logs and the service manager's journal, so
-/// no setting's text (nor a number parsed from it) is ever echoed.
-pub fn withheld(raw: &str) -> String {
-    match raw.chars().count() {
-        0 => "the value is empty".to_owned(),
-        1 => "1 character, not shown".to_owned(),
-        n => format!("{n} characters, not shown"),
+/// A refused text longer than this is shown cut, with its length.
+const GIVEN_SHOWN_MAX: usize = 64;
+
+/// How an error about a variable shows a text it was given: a secret's by
+/// its length only (it would otherwise land in the log and the service
+/// manager's journal), any other quoted as Rust quotes a string (control
+/// characters escaped, so the text cannot break or fake a log line), cut
+/// after [`GIVEN_SHOWN_MAX`] characters. The operator sees what was read,
+/// and so what to fix: a typo, a quote a unit file kept, a stray blank.
+fn given(raw: &str, secret: bool) -> String {
+    let count = raw.chars().count();
+    if secret {
+        return match count {
+            0 => "an empty value".to_owned(),
+            1 => "1 character, not shown".to_owned(),
+            n => format!("{n} characters, not shown"),
+        };
     }
+    if count <= GIVEN_SHOWN_MAX {
+        return format!("{raw:?}");
+    }
+    let head: String = raw.chars().take(GIVEN_SHOWN_MAX).collect();
+    format!("{head:?}… ({count} characters)")
 }
 
 /// How a variable's text becomes its value, and the value is shown.
@@ -218,10 +233,21 @@ impl<T> Setting<T> {
         }
     }
 
-    /// `text` as if the variable were set to it.
+    /// `text` as if the variable were set to it. A refusal is the one
+    /// error a text gives: the parser's reason, then the text as
+    /// [`given`](Self::given) shows it.
     pub fn parse_text(&self, text: &str) -> Result<T, SettingError> {
-        self.value_of(text, true)
-            .map_err(|reason| SettingError::new(self.name, reason))
+        self.value_of(text, true).map_err(|reason| {
+            SettingError::new(self.name, format!("{reason} (set to {})", self.given(text)))
+        })
+    }
+
+    /// `text`, or a part of it, as an error about this variable shows it:
+    /// quoted, or, for a secret, only its length. Parsers never show their
+    /// text: [`parse_text`](Self::parse_text) adds it; a check made after
+    /// parsing (a list's item) shows what it refuses through this.
+    pub fn given(&self, text: &str) -> String {
+        given(text, self.secret)
     }
 
     /// Holds `value`, built in code rather than read, to the declared
@@ -371,6 +397,12 @@ impl SettingInfo {
         self.declaration.shown(get)
     }
 
+    /// `text`, or a part of it, as an error about this variable shows it
+    /// (see [`Setting::given`]).
+    pub fn given(&self, text: &str) -> String {
+        given(text, self.secret)
+    }
+
     /// What the variable accepts, when that is not any whole number or
     /// left to its parser: `between 1 and 1024`.
     pub fn allowed(&self) -> Option<String> {
@@ -381,20 +413,20 @@ impl SettingInfo {
 }
 
 /// Parses a whole number, as every numeric variable is read: surrounding
-/// blanks are ignored, anything else is refused without being shown.
+/// blanks are ignored, anything else is refused.
 pub fn whole_number<T: std::str::FromStr>(raw: &str) -> Result<T, String> {
     raw.trim()
         .parse()
-        .map_err(|_| format!("is not a whole number ({})", withheld(raw)))
+        .map_err(|_| "is not a whole number".to_owned())
 }
 
 /// A switch: `1`/`true`/`yes`/`on` or `0`/`false`/`no`/`off` (empty =
-/// off); anything else is refused without being shown.
+/// off); anything else is refused.
 pub fn switch(raw: &str) -> Result<bool, String> {
     match raw.trim() {
         "" | "0" | "false" | "no" | "off" => Ok(false),
         "1" | "true" | "yes" | "on" => Ok(true),
-        other => Err(format!("is not true or false ({})", withheld(other))),
+        _ => Err("is not true or false (1, true, yes, on or 0, false, no, off)".to_owned()),
     }
 }
 
@@ -448,23 +480,71 @@ mod tests {
         assert!(TOKEN.info().secret && !PORT.info().secret);
     }
 
+    /// A secret, a PIN, whose declaration can refuse a text.
+    const PIN: Setting<u16> = Setting::number(
+        "EXAMPLE_PIN",
+        "0",
+        "a pin",
+        Bounds::at_least(0, Unit::Count),
+    )
+    .secret();
+
     #[test]
-    fn errors_name_the_variable_and_withhold_the_value() {
+    fn errors_name_the_variable_and_show_the_text_refused() {
         let err = PORT
             .read(&|_| Some("hunter2".to_owned()))
             .expect_err("refused");
         assert_eq!(err.variable, "EXAMPLE_PORT");
         assert_eq!(
             err.to_string(),
-            "EXAMPLE_PORT: is not a whole number (7 characters, not shown)"
+            "EXAMPLE_PORT: is not a whole number (set to \"hunter2\")"
         );
+        // Control characters cannot break the line; a long text is cut.
+        let err = PORT.parse_text("80\n\u{1b}[2J").expect_err("refused");
+        assert_eq!(
+            err.to_string(),
+            "EXAMPLE_PORT: is not a whole number (set to \"80\\n\\u{1b}[2J\")"
+        );
+        let long = "9".repeat(100);
+        let err = PORT.parse_text(&long).expect_err("refused");
+        assert!(
+            err.to_string().ends_with(&format!(
+                "(set to \"{}\"… (100 characters))",
+                "9".repeat(64)
+            )),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_secrets_refused_text_is_shown_by_its_length_only() {
+        for (text, shown) in [
+            ("hunter2", "7 characters, not shown"),
+            ("x", "1 character, not shown"),
+            ("", "an empty value"),
+        ] {
+            let err = PIN.parse_text(text).expect_err(text);
+            assert_eq!(
+                err.to_string(),
+                format!("EXAMPLE_PIN: is not a whole number (set to {shown})")
+            );
+        }
+        assert_eq!(PIN.given("1234"), "4 characters, not shown");
+        assert_eq!(PIN.info().given("1234"), "4 characters, not shown");
+        assert_eq!(PORT.info().given("12 34"), "\"12 34\"");
     }
 
     #[test]
     fn a_number_out_of_its_bounds_is_refused_naming_the_variable_and_the_bound() {
         for (raw, message) in [
-            ("0", "EXAMPLE_PORT: must be between 1 and 65535"),
-            ("65536", "EXAMPLE_PORT: must be between 1 and 65535"),
+            (
+                "0",
+                "EXAMPLE_PORT: must be between 1 and 65535 (set to \"0\")",
+            ),
+            (
+                "65536",
+                "EXAMPLE_PORT: must be between 1 and 65535 (set to \"65536\")",
+            ),
         ] {
             let err = PORT.parse_text(raw).expect_err(raw);
             assert_eq!(err.to_string(), message);
@@ -472,7 +552,7 @@ mod tests {
         let err = WAIT.parse_text("9").expect_err("below");
         assert_eq!(
             err.to_string(),
-            "EXAMPLE_WAIT_MS: must be between 10 and 60000 ms"
+            "EXAMPLE_WAIT_MS: must be between 10 and 60000 ms (set to \"9\")"
         );
         assert_eq!(
             WAIT.parse_text("60000"),

@@ -384,7 +384,11 @@ mod tests {
         ] {
             let err = read(bad).expect_err("refused");
             assert_eq!(err.variable, "GORGE_WEBHOOK_STANDARD_SIGNATURES");
-            assert!(err.reason.ends_with("entry 1 is none of them"), "{err}");
+            assert!(
+                err.reason
+                    .ends_with(&format!("entry 1 is none of them (set to {bad:?})")),
+                "{err}"
+            );
         }
         assert_eq!(SigningSettings::default().key_grace_secs, 86_400);
     }
@@ -421,7 +425,10 @@ mod tests {
         let err = STANDARD_SIGNATURES
             .parse_text(&format!("{HOOK},{HOOK},nope"))
             .expect_err("refused");
-        assert!(err.reason.ends_with("entry 3 is none of them"), "{err}");
+        assert!(
+            err.reason.contains("entry 3 is none of them (set to"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -9,7 +9,6 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use webhook_core::setting::withheld;
 use webhook_core::setting::{
     switch, text, Bounds, Lookup, Setting, SettingError, SettingInfo, Unit, Zero,
 };
@@ -303,8 +302,8 @@ impl MysqlConfig {
             SettingError::new(
                 TLS_CA.name,
                 format!(
-                    "the file it names cannot be read: {err} ({})",
-                    withheld(&path.to_string_lossy())
+                    "the file it names cannot be read: {err} (set to {})",
+                    TLS_CA.given(&path.to_string_lossy())
                 ),
             )
         })
@@ -611,7 +610,7 @@ mod tests {
             ),
         ] {
             let err = MysqlConfig::from_lookup(&table(&[(name, value)])).expect_err(name);
-            assert_eq!(err.to_string(), message);
+            assert_eq!(err.to_string(), format!("{message} (set to {value:?})"));
         }
         // A hand-built value meets the same bound, named the same way.
         let err = MysqlConfig {

@@ -95,11 +95,11 @@ fn parse_path(raw: &str) -> Result<Option<LocalConfig>, String> {
     }
     let path = PathBuf::from(raw);
     if !path.is_absolute() {
-        return Err(format!(
-            "is not an absolute path ({}); name Phorge's conf/local/local.json, \
-             e.g. /srv/phorge/conf/local/local.json",
-            webhook_core::setting::withheld(raw)
-        ));
+        return Err(
+            "is not an absolute path; name Phorge's conf/local/local.json, \
+             e.g. /srv/phorge/conf/local/local.json"
+                .to_owned(),
+        );
     }
     Ok(Some(LocalConfig { path }))
 }

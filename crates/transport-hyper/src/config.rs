@@ -315,27 +315,37 @@ impl TransportConfig {
         }
         let mut signature_headers: Vec<HeaderName> = Vec::new();
         for name in &self.signature_headers {
-            let header = header_name(SIGNATURE_HEADERS.name, name)?;
+            let header = header_name(&SIGNATURE_HEADERS.info(), name)?;
             if signature_headers.contains(&header) {
                 return Err(SettingError::new(
                     SIGNATURE_HEADERS.name,
-                    format!("{name:?} is listed twice"),
+                    format!("{} is listed twice", SIGNATURE_HEADERS.given(name)),
                 ));
             }
             signature_headers.push(header);
         }
-        let user_agent = HeaderValue::from_str(&self.user_agent)
-            .map_err(|_| SettingError::new(USER_AGENT.name, "not a valid header value"))?;
+        let user_agent = HeaderValue::from_str(&self.user_agent).map_err(|_| {
+            SettingError::new(
+                USER_AGENT.name,
+                format!(
+                    "{} is not a valid header value",
+                    USER_AGENT.given(&self.user_agent)
+                ),
+            )
+        })?;
         let previous_signature_headers = previous_signature_headers(&signature_headers)?;
         let request_id_header = match &self.request_id_header {
             Some(name) => {
-                let header = header_name(REQUEST_ID_HEADER.name, name)?;
+                let header = header_name(&REQUEST_ID_HEADER.info(), name)?;
                 if signature_headers.contains(&header)
                     || previous_signature_headers.contains(&header)
                 {
                     return Err(SettingError::new(
                         REQUEST_ID_HEADER.name,
-                        format!("{name:?} is also a signature header (or its -Previous twin)"),
+                        format!(
+                            "{} is also a signature header (or its -Previous twin)",
+                            REQUEST_ID_HEADER.given(name)
+                        ),
                     ));
                 }
                 Some(header)
@@ -404,6 +414,8 @@ pub(crate) struct Validated {
 /// Headers the transport sets itself; a signature or request-id header by
 /// one of these names would corrupt the request.
 const RESERVED_HEADERS: &[HeaderName] = &[
+    http::header::ACCEPT,
+    http::header::ACCEPT_ENCODING,
     http::header::CONTENT_TYPE,
     http::header::CONTENT_LENGTH,
     http::header::HOST,
@@ -448,22 +460,20 @@ fn previous_signature_headers(signature: &[HeaderName]) -> Result<Vec<HeaderName
         .collect()
 }
 
-fn header_name(variable: &'static str, name: &str) -> Result<HeaderName, SettingError> {
+/// `name` as a header the variable `setting` may name.
+fn header_name(setting: &SettingInfo, name: &str) -> Result<HeaderName, SettingError> {
     let header = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
         SettingError::new(
-            variable,
-            format!(
-                "is not a valid header name ({})",
-                webhook_core::setting::withheld(name)
-            ),
+            setting.name,
+            format!("{} is not a valid header name", setting.given(name)),
         )
     })?;
     if RESERVED_HEADERS.contains(&header) || STANDARD_HEADERS.contains(&header.as_str()) {
         return Err(SettingError::new(
-            variable,
+            setting.name,
             format!(
-                "names a header the transport sets itself ({})",
-                webhook_core::setting::withheld(name)
+                "{} names a header the transport sets itself",
+                setting.given(name)
             ),
         ));
     }
@@ -506,12 +516,7 @@ pub fn parse_cidr_list(text: &str) -> Result<Vec<IpNet>, String> {
             item.parse::<IpNet>()
                 .or_else(|_| item.parse::<std::net::IpAddr>().map(IpNet::from))
                 .map(|net| net.trunc())
-                .map_err(|_| {
-                    format!(
-                        "holds an item that is not a CIDR network ({})",
-                        webhook_core::setting::withheld(&item)
-                    )
-                })
+                .map_err(|_| "holds an item that is not a CIDR network or address".to_owned())
         })
         .collect()
 }
@@ -521,12 +526,8 @@ fn read_pem_file(path: &str) -> Result<Option<PemFile>, String> {
     if path.is_empty() {
         return Ok(None);
     }
-    let pem = std::fs::read(path).map_err(|err| {
-        format!(
-            "the file it names cannot be read: {err} ({})",
-            webhook_core::setting::withheld(path)
-        )
-    })?;
+    let pem =
+        std::fs::read(path).map_err(|err| format!("the file it names cannot be read: {err}"))?;
     Ok(Some(PemFile {
         path: PathBuf::from(path),
         pem,
@@ -653,6 +654,7 @@ mod tests {
             // Refused by the declaration as it reads the text, before any
             // check of the settings together.
             let declared = VARIABLES.iter().find(|v| v.name == name).expect("declared");
+            let message = format!("{message} (set to {value:?})");
             let err = declared.shown(&env(&[(name, value)])).expect_err("refused");
             assert_eq!(err.to_string(), message);
             let err = TransportConfig::from_env_with(env(&[(name, value)])).expect_err(name);
@@ -707,6 +709,13 @@ mod tests {
                     ..TransportConfig::default()
                 },
                 SIGNATURE_HEADERS.name,
+            ),
+            (
+                TransportConfig {
+                    request_id_header: Some("Accept-Encoding".into()),
+                    ..TransportConfig::default()
+                },
+                REQUEST_ID_HEADER.name,
             ),
             (
                 TransportConfig {

@@ -5,10 +5,12 @@
 //!   the ring provider and compiled-in webpki roots (plus configured extra
 //!   roots); HTTP/1.1, or HTTP/2 when ALPN picks it; keep-alive connections
 //!   per host, dropped after an idle timeout. No OpenSSL, no aws-lc.
-//! - **Request (SPEC §6).** `POST`, the payload bytes unchanged,
+//! - **Request.** `POST`, the payload bytes unchanged,
 //!   `Content-Type: application/json`, every configured signature header,
-//!   `User-Agent`, `Accept: */*`, optionally a request-id header. No
-//!   compression. On HTTP/1.1 header names are written in Title-Case
+//!   `User-Agent`, `Accept: */*`, `Accept-Encoding: gzip` (as Phorge's cURL
+//!   asks; the response body is only read to be discarded, so nothing is
+//!   ever decoded), optionally a request-id header. The request body is
+//!   not compressed. On HTTP/1.1 header names are written in Title-Case
 //!   (`Content-Type`, `X-Phabricator-Webhook-Signature`), as cURL writes
 //!   PHP's; HTTP/2 names are lower-case by protocol.
 //! - **Credentials in the URI** (`https://user:pass@host/`) go out as
@@ -27,7 +29,9 @@
 //! - **Deadline.** `OutboundRequest::timeout` bounds the whole exchange,
 //!   redirects and the bounded body read included.
 //! - **Redirects**, as PHP's cURL follows them: 301/302/303 become a POST
-//!   with an empty body (`Content-Length: 0`) and the same headers, 307/308
+//!   with an empty body and the same headers (on HTTP/1.1 without a
+//!   `Content-Length`, as cURL sends it; HTTP/2 states `content-length:
+//!   0`), 307/308
 //!   repeat the POST with its body, up to `max_redirects`; a relative `Location` is resolved against the URI
 //!   that answered. `max_redirects = 0` means "never follow": the 3xx is the
 //!   final status (cURL with `CURLOPT_MAXREDIRS = 0` would report error 47).

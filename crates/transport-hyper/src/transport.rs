@@ -1,5 +1,5 @@
 //! [`HyperTransport`]: the `webhook_core::Transport` that speaks HTTP to
-//! receivers. It owns the pooled client, builds the request of SPEC §6
+//! receivers. It owns the pooled client, builds the request Phorge's worker sends
 //! (with the Basic authentication [`crate::auth`] decides on), follows
 //! redirects the way PHP's cURL does, bounds everything by the delivery
 //! deadline, and reads (a bounded part of) the response body only to
@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use bytes::Bytes;
 use http::header::{
-    HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, LOCATION, USER_AGENT,
+    HeaderValue, ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CONTENT_TYPE, LOCATION, USER_AGENT,
 };
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
@@ -221,6 +221,9 @@ impl HyperTransport {
         builder = builder
             .header(USER_AGENT, self.headers.user_agent.clone())
             .header(ACCEPT, HeaderValue::from_static("*/*"))
+            // What Phorge's cURL asks for. A compressed answer costs
+            // nothing: the body is read only to be discarded.
+            .header(ACCEPT_ENCODING, HeaderValue::from_static("gzip"))
             // cURL keeps custom headers on every hop, so `Content-Type` and
             // the signature stay after a 301/302/303 too.
             .header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -244,9 +247,9 @@ impl HyperTransport {
         }
         match hop.method {
             HopMethod::PostPayload => builder.body(Full::new(body.clone()).boxed()),
-            HopMethod::PostEmpty => builder
-                .header(CONTENT_LENGTH, HeaderValue::from_static("0"))
-                .body(Empty::new().boxed()),
+            // An empty body goes out on HTTP/1.1 without a `Content-Length`,
+            // as cURL sends it (hyper writes one only for a body it sends).
+            HopMethod::PostEmpty => builder.body(Empty::new().boxed()),
         }
     }
 

@@ -122,3 +122,36 @@ async fn secrets_are_reported_as_set_but_never_shown() {
         out.stdout
     );
 }
+
+/// `config` runs every variable's own parser, the daemon's own variables
+/// included, and fails (exit 2, naming the variable and showing the value)
+/// on whatever the daemon would refuse.
+#[tokio::test]
+async fn the_daemons_own_variables_are_checked_as_the_daemon_checks_them() {
+    for (name, value, says) in [
+        ("GORGE_LOG_LEVEL", "warning", "is not a log level"),
+        ("GORGE_LOG_FORMAT", "xml", "is not text or json"),
+        ("GORGE_LISTEN_ADDR", "nonsense", "is not an address"),
+        (
+            "GORGE_WEBHOOK_SHUTDOWN_GRACE_SEC",
+            "abc",
+            "is not a whole number",
+        ),
+        (
+            "GORGE_WEBHOOK_EVENT_STREAMS",
+            "0",
+            "must be between 1 and 1024",
+        ),
+    ] {
+        let out = run(&env(&[(name, value)]), &["config"]).await;
+        assert_eq!(out.status, 2, "{name}={value}: {out:?}");
+        let expected = format!("webhook-admin: {name}: {says}");
+        assert!(
+            out.stderr.starts_with(&expected)
+                && out.stderr.contains(&format!("(set to {value:?})")),
+            "{name}={value}: {}",
+            out.stderr
+        );
+        assert!(out.stdout.is_empty(), "{}", out.stdout);
+    }
+}

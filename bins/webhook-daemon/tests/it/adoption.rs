@@ -3,8 +3,9 @@
 //! the test through Phorge's own lease protocol: the daemon leases what
 //! `phd` could run, archives it once its request ends, leaves a task a
 //! taskmaster holds (and its request) alone, fails rows as silent while
-//! Phorge is, a stop or a second instance loses and doubles nothing, and
-//! an account without the worker grants stops the daemon, naming them.
+//! Phorge is, a stop or a second instance loses and doubles nothing, a
+//! stop archives what ended first, and an account without the worker grants
+//! stops the daemon, naming them.
 
 use std::time::Duration;
 
@@ -292,6 +293,46 @@ async fn a_daemon_killed_mid_delivery_keeps_phd_out_and_a_restart_finishes() {
             assert_eq!(side.archived_count().await, 1);
             second.terminate();
             second.wait_exit(DEADLINE).await;
+        })
+        .await;
+    })
+    .await;
+}
+
+/// The schedule archives finished tasks every 5 s; a daemon stopped in
+/// between used to leave its last delivery's task in `worker_activetask`
+/// under its lease, for a taskmaster to run once the lease lapsed. Stopped
+/// with a call in flight (its schedule stops with the signal), it writes
+/// the call's result and then archives the task before it exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_archives_the_finished_tasks_it_leases_before_it_exits() {
+    with_db(|db| async move {
+        let db = &db;
+        with_phorge_side(&db.namespace, |side| async move {
+            let receiver = Receiver::start().await;
+            hook_to(db, &receiver).await;
+            receiver.always(
+                "/adoption",
+                Reply::status(200).after(Duration::from_millis(1_500)),
+            );
+            let (id, task) = request_with_task(db, &side, NEVER).await;
+            let mut daemon = Daemon::start("adopt-stop", &env(&db.namespace)).await;
+            receiver.wait_for(1, DEADLINE).await;
+            daemon.terminate();
+            let status = daemon.wait_exit(DEADLINE).await;
+            assert_eq!(status.code(), Some(0), "{}", daemon.log());
+            assert_eq!(db.row(id).await.status, RequestStatus::Sent);
+            assert!(
+                all_archived(&side, &[task], 0).await,
+                "the task is not archived as succeeded\n{}",
+                daemon.log()
+            );
+            assert!(side.active_task(task).await.is_none(), "left active");
+            let log = daemon.stderr();
+            assert!(
+                log.contains(r#"event="php_tasks_archived_at_stop" succeeded=1 failed=0"#),
+                "{log}"
+            );
         })
         .await;
     })

@@ -512,6 +512,26 @@ async fn a_bad_setting_exits_2_naming_the_variable() {
     }
 }
 
+/// A log level outside the stated set used to start a daemon that wrote
+/// nothing at all, errors included: tracing took `warning` for a target.
+/// Now it exits 2 naming the variable and showing what it was given.
+#[tokio::test]
+async fn a_log_level_outside_the_stated_set_exits_2_naming_it() {
+    for value in ["warning", "loud", "verbose", "webhook_core=warning"] {
+        let env = pairs(&[("GORGE_LOG_LEVEL", value)]);
+        let mut daemon = Daemon::spawn(&format!("GORGE_LOG_LEVEL={value}"), &[], &env);
+        let status = daemon.wait_exit(DEADLINE).await;
+        assert_eq!(status.code(), Some(2), "{value}\n{}", daemon.log());
+        let expected = "webhook-daemon: bad setting GORGE_LOG_LEVEL: is not a log level";
+        assert!(
+            daemon.stderr().contains(expected)
+                && daemon.stderr().contains(&format!("(set to {value:?})")),
+            "{value}\n{}",
+            daemon.log()
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_value_out_of_its_bounds_exits_2_naming_the_variable_and_the_bound() {
     // One variable declared by each crate.

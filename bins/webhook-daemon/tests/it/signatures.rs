@@ -2,7 +2,8 @@
 //! a request it delivered is verified by the Standard Webhooks project's
 //! own verifier given `whsec_<the hook's key>` and nothing else, and after
 //! `hmacKey` changes in Phorge's table a receiver holding either key
-//! verifies, until the grace ends.
+//! verifies, until the grace ends; and the other headers a receiver sees
+//! are Phorge's cURL's, its `User-Agent` too when set so.
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use standardwebhooks::Webhook;
@@ -146,6 +147,55 @@ async fn after_phorge_regenerates_a_key_both_keys_verify_during_the_grace() {
             second.header("x-phabricator-webhook-signature-previous"),
             Some(sign(KEY.as_bytes(), &second.body).as_str())
         );
+    })
+    .await;
+}
+
+/// What a receiver sees besides the signature: Phorge's cURL asks for
+/// `Accept: */*` and `Accept-Encoding: gzip`, and so does the daemon; its
+/// `User-Agent` is its own unless `GORGE_WEBHOOK_USER_AGENT` gives
+/// Phorge's, which it then sends as given.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_sees_phorges_accept_headers_and_the_user_agent_set() {
+    with_db(|db| async move {
+        let receiver = Receiver::start().await;
+        add_hook(&db, HOOK, receiver.url("/own"), KEY).await;
+        add_hook(&db, OTHER_HOOK, receiver.url("/phorge"), KEY).await;
+        db.insert_request(&NewRequest::queued(HOOK, PROPERTIES))
+            .await;
+        let mut daemon = Daemon::start("headers", &delivery_env(&db.namespace)).await;
+        let got = receiver.wait_for(1, DEADLINE).await;
+        let own = &got[0];
+        assert_eq!(own.header("accept"), Some("*/*"), "{:?}", own.headers);
+        assert_eq!(
+            own.header("accept-encoding"),
+            Some("gzip"),
+            "{:?}",
+            own.headers
+        );
+        let agent = own.header("user-agent").unwrap_or_default();
+        assert!(agent.starts_with("gorge-webhook/"), "{agent}");
+        // A clean stop: the row's result is written, so it is not sent again.
+        daemon.terminate();
+        daemon.wait_exit(DEADLINE).await;
+
+        db.insert_request(&NewRequest::queued(OTHER_HOOK, PROPERTIES))
+            .await;
+        let env = with_setting(
+            delivery_env(&db.namespace),
+            "GORGE_WEBHOOK_USER_AGENT",
+            "Arcanist/1.0 cURL/7.88.1",
+        );
+        let daemon = Daemon::start("headers-phorge", &env).await;
+        let got = receiver.wait_for(2, DEADLINE).await;
+        let phorge = got.iter().find(|r| r.path == "/phorge").expect("sent");
+        assert_eq!(
+            phorge.header("user-agent"),
+            Some("Arcanist/1.0 cURL/7.88.1"),
+            "{}",
+            daemon.log()
+        );
+        assert_eq!(phorge.header("accept-encoding"), Some("gzip"));
     })
     .await;
 }

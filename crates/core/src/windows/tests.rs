@@ -222,7 +222,7 @@ fn a_bound_is_refused_where_the_variable_is_read_naming_it_and_the_bound() {
     ] {
         let get = |asked: &str| (asked == name).then(|| value.to_owned());
         let err = Settings::from_lookup(&get).expect_err(name);
-        assert_eq!(err.to_string(), message);
+        assert_eq!(err.to_string(), format!("{message} (set to {value:?})"));
     }
 }
 

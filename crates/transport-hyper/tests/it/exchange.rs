@@ -70,7 +70,11 @@ async fn request_is_a_signed_json_post_of_the_exact_bytes() {
         Some(&b"PHID-HWBR-abcdefghijklmnopqrst"[..])
     );
     assert!(seen.headers.get("content-encoding").is_none());
-    assert!(seen.headers.get("accept-encoding").is_none());
+    assert_eq!(
+        seen.headers.get("accept-encoding").map(|v| v.as_bytes()),
+        Some(&b"gzip"[..]),
+        "as Phorge's cURL asks"
+    );
     for name in [
         "x-phabricator-webhook-signature",
         "x-phorge-webhook-signature",
@@ -82,6 +86,28 @@ async fn request_is_a_signed_json_post_of_the_exact_bytes() {
         assert_eq!(signature, signature.to_ascii_lowercase(), "lower-case hex");
         assert!(verify(KEY, &seen.body, signature), "{name} verifies");
     }
+}
+
+/// Asked for gzip, a receiver may compress its answer: the status is the
+/// result and the body, read only to be discarded, is never decoded (here
+/// it is not even valid gzip), and the connection is reused.
+#[tokio::test]
+async fn a_compressed_answer_is_read_and_discarded_undecoded() {
+    let server = http_server(handler(|_| async {
+        let mut response = respond(200, "\x1f\u{8b} not really gzip");
+        response.headers_mut().insert(
+            http::header::CONTENT_ENCODING,
+            http::HeaderValue::from_static("gzip"),
+        );
+        response
+    }))
+    .await;
+    let transport = transport(local_config());
+    for _ in 0..3 {
+        let result = deliver(&transport, outbound(&server.url("/"), GUARD)).await;
+        assert_eq!(result, DeliveryResult::Response { status: 200 });
+    }
+    assert_eq!(server.accepts(), 1, "one connection, reused");
 }
 
 #[tokio::test]

@@ -1,6 +1,7 @@
 //! The request as it is on the wire, read from a raw socket because hyper
-//! servers normalise header names: names as cURL writes PHP's, `Accept`,
-//! the empty POST after a 302, and the `Authorization` line.
+//! servers normalise header names: names as cURL writes PHP's, `Accept` and
+//! `Accept-Encoding`, the empty POST after a 302 (no `Content-Length`, as
+//! cURL sends it), and the `Authorization` line.
 
 use webhook_core::{sign, DeliveryResult};
 use webhook_transport_hyper::TransportConfig;
@@ -39,6 +40,7 @@ async fn header_names_go_out_in_title_case_with_accept() {
         names,
         [
             "Accept",
+            "Accept-Encoding",
             "Content-Length",
             "Content-Type",
             "Host",
@@ -48,8 +50,16 @@ async fn header_names_go_out_in_title_case_with_accept() {
         ]
     );
     let signature = sign(KEY, PAYLOAD);
+    // cURL's order: `Accept`, then `Accept-Encoding`.
+    let at = |name: &str| head.iter().position(|line| line.starts_with(name));
+    assert_eq!(
+        at("Accept-Encoding:"),
+        at("Accept:").map(|accept| accept + 1),
+        "{head:?}"
+    );
     for line in [
         "Accept: */*".to_owned(),
+        "Accept-Encoding: gzip".to_owned(),
         "Content-Type: application/json".to_owned(),
         format!("Content-Length: {}", PAYLOAD.len()),
         format!("Host: {}", wire.server.addr),
@@ -76,8 +86,13 @@ async fn a_302_is_followed_by_an_empty_post_with_the_same_headers() {
     let first = wire.head(0);
     let second = wire.head(1);
     assert_eq!(second[0], "POST /final HTTP/1.1");
+    // cURL sends the empty POST without a `Content-Length` (nor a
+    // `Transfer-Encoding`): no body, as HTTP/1.1 reads a request without
+    // either.
     assert!(
-        second.iter().any(|line| line == "Content-Length: 0"),
+        !second
+            .iter()
+            .any(|line| line.starts_with("Content-Length") || line.starts_with("Transfer-Encoding")),
         "{second:?}"
     );
     assert!(wire.body(1).is_empty());
@@ -90,6 +105,7 @@ async fn a_302_is_followed_by_an_empty_post_with_the_same_headers() {
         .filter(|line| !line.starts_with("Content-Length:"))
         .collect();
     assert_eq!(kept, again, "the same headers, in the same order");
+    assert!(second.contains(&"Accept-Encoding: gzip".to_owned()));
     assert!(second.contains(&"Content-Type: application/json".to_owned()));
     assert!(second.contains(&format!(
         "X-Phabricator-Webhook-Signature: {}",
