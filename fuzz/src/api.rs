@@ -4,7 +4,7 @@
 //! failures, answering a few requests with arbitrary methods, paths,
 //! queries and headers.
 //!
-//! Nothing panics; the status is one SPEC §8 documents and the one a
+//! Nothing panics; the status is one protocol §8 documents and the one a
 //! separate model of the routes, the token rule (header first, then the
 //! first `token` query pair) and the store's failures predicts; a JSON body
 //! is exactly `{data}`, `{error:{code,message}}` or a probe's `{status…}`;
@@ -23,7 +23,7 @@ use webhook_daemon::api::{Api, Readiness, ServiceToken};
 
 use crate::gen;
 
-/// The routes, as SPEC §8 lists them (plus `/metrics`).
+/// The routes, as protocol §8 lists them (plus `/metrics`).
 const ROUTES: &[&str] = &[
     "/",
     "/healthz",
@@ -339,7 +339,7 @@ fn assert_envelope(body: &Value) {
     }
 }
 
-/// What the API should answer, from SPEC §8 written out separately.
+/// What the API should answer, from protocol §8 written out separately.
 struct Model<'a> {
     setup: &'a Setup,
     stats_failures: u32,
@@ -435,7 +435,7 @@ impl Model<'_> {
         }
     }
 
-    /// SPEC §8: `X-Service-Token` when present (its first value), else the
+    /// protocol §8: `X-Service-Token` when present (its first value), else the
     /// first `token` pair of the query, URL-decoded; an empty configured
     /// token admits everyone.
     fn admitted(&self, request: &Request) -> bool {

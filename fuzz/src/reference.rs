@@ -1,5 +1,5 @@
 //! An independent reference for the bytes the daemon must produce, written
-//! from SPEC §3 and §7 and sharing no code with `webhook_core::phpjson`:
+//! from protocol §3 and §7 and sharing no code with `webhook_core::phpjson`:
 //! what PHP's `json_decode($text, true)` makes of a `properties` text, the
 //! signed body `PhutilJSON` prints from it, and the shape-keeping compact
 //! form the daemon writes back. The fuzz checks compare the core's bytes
@@ -129,7 +129,7 @@ impl Json {
 }
 
 /// The column the daemon writes back: PHP's `json_encode` spelling (`\/`,
-/// `\uXXXX`), compact, with every shape kept as written (SPEC §3: a list
+/// `\uXXXX`), compact, with every shape kept as written (protocol §3: a list
 /// stays a list, an object an object, even an empty or `"0"`-keyed one).
 /// `value` must be deduplicated.
 pub fn column(value: &Json) -> String {
@@ -356,7 +356,7 @@ fn newest_first(properties: &Json) -> Result<Vec<&Json>, WrongShape> {
     Ok(stored)
 }
 
-/// The signed body for a row (SPEC §7): `object{type, phid}`,
+/// The signed body for a row (protocol §7): `object{type, phid}`,
 /// `triggers[{phid}]`, `action{test, silent, secure, epoch}`,
 /// `transactions[{phid}]`, pretty-printed, with the trailing newline.
 /// `properties` must be a deduplicated object (or an empty list, which PHP

@@ -375,7 +375,7 @@ fn compose_starts_phorge_once_the_daemon_is_started_not_healthy() {
     assert_eq!(
         yaml_value(&dependency, "condition"),
         Some("service_started"),
-        "phorge must wait for the daemon to be started, not healthy (SPEC §10)"
+        "phorge must wait for the daemon to be started, not healthy (protocol §10)"
     );
     for service in &services {
         if let Some(block) = yaml_block(

@@ -1,4 +1,4 @@
-//! The read-only diagnostics API (SPEC §8) as a pure request → response
+//! The read-only diagnostics API (protocol §8) as a pure request → response
 //! function over the store's `QueueCounts`: routes, token check, envelopes
 //! and error codes. The socket side lives in `server`. The one route that
 //! does not end, `/api/webhook/events`, is answered here too

@@ -1,6 +1,6 @@
 //! Wiring: the MySQL store, the hyper transport and the core dispatcher,
 //! the diagnostics listener, the report of dropped log lines, the signals,
-//! and the shutdown sequence (SPEC §10). Holds no delivery logic of its
+//! and the shutdown sequence (protocol §10). Holds no delivery logic of its
 //! own.
 
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! What one processing step writes back (SPEC §5), as pure functions from a
+//! What one processing step writes back (protocol §5), as pure functions from a
 //! delivery result or a hook error to Phorge's value domain.
 
 use std::fmt;
@@ -62,7 +62,7 @@ impl TransportFailure {
 /// cURL's timeout number (CURLE_OPERATION_TIMEDOUT), stored as `errorCode`.
 pub const CURL_TIMEOUT_CODE: i64 = 28;
 
-/// Why a hook's URI may not be called (SPEC §5 step 5).
+/// Why a hook's URI may not be called (protocol §5 step 5).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UriRefusal {
     /// Not an absolute `http`/`https` URI with a host.

@@ -137,7 +137,7 @@ mod tests {
         Payload::build(row, &props)
     }
 
-    /// SPEC §7, first vector.
+    /// protocol §7, first vector.
     #[test]
     fn spec_vector_is_byte_exact() {
         let row = row(
@@ -151,7 +151,7 @@ mod tests {
         assert_eq!(payload.sign(KEY), vectors::SIGNATURE);
     }
 
-    /// SPEC §7, escaping vector.
+    /// protocol §7, escaping vector.
     #[test]
     fn escaping_vector_is_byte_exact() {
         let row = row(
@@ -168,7 +168,7 @@ mod tests {
         assert_eq!(payload.sign(KEY), vectors::ESCAPING_SIGNATURE);
     }
 
-    /// SPEC §7's vector is a live edit's shape: PHID-keyed, oldest first;
+    /// protocol §7's vector is a live edit's shape: PHID-keyed, oldest first;
     /// the body lists the transactions newest first.
     #[test]
     fn live_edit_transactions_go_newest_first() {

@@ -1,4 +1,4 @@
-//! The database ports, in the terms of SPEC §4: `Store`, what the
+//! The database ports, in the terms of protocol §4: `Store`, what the
 //! dispatcher reads and writes to deliver (candidates, the claim, the
 //! write-back, the hook, the breaker's count, claims in flight, the
 //! per-hook lock), and `QueueCounts`, the counts the diagnostics API
@@ -64,7 +64,7 @@ fn innermost(err: &BoxError) -> &(dyn std::error::Error + 'static) {
     deepest
 }
 
-/// The candidate query's parameters (SPEC §4).
+/// The candidate query's parameters (protocol §4).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CandidateQuery {
     /// Lease and retry cutoffs from one clock reading.
@@ -133,7 +133,7 @@ pub trait HookLock: Send + Sync + fmt::Debug {
 #[async_trait]
 pub trait Store: Send + Sync {
     /// Queued rows that are fresh or past their lease, and not waiting out a
-    /// retry backoff, lowest id first (SPEC §4's candidate query).
+    /// retry backoff, lowest id first (protocol §4's candidate query).
     async fn candidates(&self, query: &CandidateQuery) -> Result<Vec<RequestRow>, StoreError>;
 
     /// The compare-and-set claim: `dateModified = GREATEST(dateModified + 1,

@@ -1,6 +1,6 @@
 //! The `Transport` trait: resolving a hook's URI through the outbound check
 //! and POSTing one signed payload. Implementations own HTTP; the core only
-//! sees results in SPEC §5's terms.
+//! sees results in protocol §5's terms.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -77,7 +77,7 @@ mod tests {
     }
 }
 
-/// The outcome of checking a hook's URI before claiming (SPEC §5 step 5).
+/// The outcome of checking a hook's URI before claiming (protocol §5 step 5).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Resolution {
     /// Safe to call.

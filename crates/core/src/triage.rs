@@ -1,4 +1,4 @@
-//! SPEC §5's checks on a candidate row before its URI is resolved, in
+//! protocol §5's checks on a candidate row before its URI is resolved, in
 //! order, written once: a row the store could only read lossily, then
 //! unparseable `properties`, then the hook (missing, `disabled`). The
 //! dispatcher acts on the answer; `webhook-admin explain` reports it.
@@ -24,7 +24,7 @@ pub enum HookLookup {
     Unavailable,
 }
 
-/// The answer for one row, in SPEC §5's order: the first check that
+/// The answer for one row, in protocol §5's order: the first check that
 /// applies.
 #[derive(Debug)]
 pub enum Triage<'r> {
@@ -101,7 +101,7 @@ impl<'r> Triage<'r> {
     }
 }
 
-/// SPEC §5's checks on `row`, in order; `look_up_hook` is called only once
+/// protocol §5's checks on `row`, in order; `look_up_hook` is called only once
 /// the row and its properties passed.
 pub async fn triage<'r, F>(row: &'r RequestRow, look_up_hook: impl FnOnce() -> F) -> Triage<'r>
 where

@@ -1,4 +1,4 @@
-//! The payload test vectors of the hand-off contract (SPEC §7), shared by
+//! The payload test vectors of the hand-off contract (protocol §7), shared by
 //! every test that checks bytes and usable by receivers that want to check
 //! their own signature code against Phorge's bytes.
 

@@ -95,7 +95,7 @@ pub const VARIABLES: &[SettingInfo] = &[
     BATCH_SIZE.info(),
 ];
 
-/// The raw settings, as configured (SPEC §9 defaults).
+/// The raw settings, as configured (protocol §9 defaults).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     /// Idle poll spacing.
@@ -128,7 +128,7 @@ impl Default for Settings {
 
 impl Settings {
     /// Reads every setting by its variable through `get` (the environment,
-    /// for the binaries), with SPEC §9's defaults. A value that is not a
+    /// for the binaries), with protocol §9's defaults. A value that is not a
     /// whole number, or outside its declared bounds, is an error naming
     /// the variable.
     pub fn from_lookup(get: Lookup<'_>) -> Result<Self, SettingError> {
@@ -204,7 +204,7 @@ impl fmt::Display for WindowWarning {
     }
 }
 
-/// Both candidate cutoffs, from one reading of the clock (SPEC §4).
+/// Both candidate cutoffs, from one reading of the clock (protocol §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cutoffs {
     /// The clock reading both cutoffs come from.

@@ -187,7 +187,7 @@ pub struct MysqlConfig {
 }
 
 impl Default for MysqlConfig {
-    /// SPEC §9's defaults: `phorge@127.0.0.1:3306`, no password, namespace
+    /// protocol §9's defaults: `phorge@127.0.0.1:3306`, no password, namespace
     /// `phorge`, no TLS.
     fn default() -> Self {
         Self {
@@ -243,7 +243,7 @@ impl MysqlConfig {
     }
 
     /// Reads the `GORGE_WEBHOOK_MYSQL_*` and `GORGE_WEBHOOK_NAMESPACE`
-    /// variables through `get` (SPEC §9 defaults) and validates them; an
+    /// variables through `get` (protocol §9 defaults) and validates them; an
     /// error names the variable.
     pub fn from_lookup(get: Lookup<'_>) -> Result<Self, SettingError> {
         let config = Self {

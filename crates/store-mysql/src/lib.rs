@@ -1,7 +1,7 @@
 //! The `webhook_core::Store` on MySQL/MariaDB, through `mysql_async` over
 //! rustls (ring). This is the only crate that speaks SQL.
 //!
-//! It runs exactly the statements of SPEC §4 against Phorge's own
+//! It runs exactly the statements of protocol §4 against Phorge's own
 //! `{namespace}_herald` tables and never creates, alters or indexes
 //! anything there: the table is the protocol, and Phorge owns its schema.
 //!

@@ -1,4 +1,4 @@
-//! The exact statement texts the store prepares (SPEC §4 and §8). Public so
+//! The exact statement texts the store prepares (protocol §4 and §8). Public so
 //! tests and the admin tool can `EXPLAIN` precisely what runs; nothing else
 //! in the crate writes SQL against Phorge's tables.
 //!
@@ -32,7 +32,7 @@ pub const CANDIDATE_SELECT_LIST: &str = "id, phid, webhookPHID, objectPHID, stat
 
 #[cfg(feature = "statements")]
 /// The candidate query for a given number of excluded hooks, exactly as
-/// SPEC §4 writes it. Parameters: the inline limit of
+/// protocol §4 writes it. Parameters: the inline limit of
 /// [`CANDIDATE_SELECT_LIST`], `lease_cutoff`, `retry_cutoff`, then one
 /// hook PHID per exclusion, then the limit.
 ///

@@ -1,6 +1,6 @@
 //! Test databases on the local MariaDB: each test gets a uniquely named
 //! namespace (`wh_t_<pid>_<counter>_<random>`) whose `<ns>_herald` database
-//! holds Phorge's two tables as SPEC §2 describes them, and the database is
+//! holds Phorge's two tables as protocol §2 describes them, and the database is
 //! dropped afterwards, on failure too. Rows are written and read with raw
 //! SQL, as Phorge would, independently of the store under test.
 //!

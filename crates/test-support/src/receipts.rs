@@ -75,7 +75,7 @@ impl Receipts {
 }
 
 /// The object's PHID: the payload's first `"phid"` is `object.phid`
-/// (SPEC §7 fixes the key order).
+/// (protocol §7 fixes the key order).
 pub fn object_phid(body: &[u8]) -> Option<String> {
     let text = std::str::from_utf8(body).ok()?;
     let start = text.find("\"phid\": \"")? + "\"phid\": \"".len();

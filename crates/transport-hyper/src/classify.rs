@@ -1,4 +1,4 @@
-//! Maps a failed exchange onto SPEC §5's outcome domain, in cURL's terms
+//! Maps a failed exchange onto protocol §5's outcome domain, in cURL's terms
 //! (PHP stores cURL's error number as `errorCode`).
 //!
 //! hyper reports failures as nested errors; this module walks the whole

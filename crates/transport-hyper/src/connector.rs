@@ -55,7 +55,7 @@ pub(crate) enum HopError {
 }
 
 /// Looks `host` up and applies the outbound check to every address: one
-/// denied address refuses the host (SPEC §5 step 5).
+/// denied address refuses the host (protocol §5 step 5).
 pub(crate) async fn resolve_checked(
     lookup: &dyn NameLookup,
     policy: &OutboundPolicy,

@@ -1,4 +1,4 @@
-//! Host name lookup with the one distinction SPEC §5 step 5 needs: a name
+//! Host name lookup with the one distinction protocol §5 step 5 needs: a name
 //! that does not exist (a permanent `uri` hook error) versus a resolver that
 //! could not answer right now (a failed attempt, `http`/6).
 //!

@@ -1,4 +1,4 @@
-//! The outbound address check (SPEC §6): Phorge's deny list, the operator's
+//! The outbound address check (protocol §6): Phorge's deny list, the operator's
 //! allow list that overrides it, and the verdict for one address.
 //!
 //! Pure and synchronous: it judges addresses, it never resolves or connects.

@@ -1,5 +1,5 @@
 //! Hook and redirect URIs: what counts as callable (an absolute `http` or
-//! `https` URI with a host, SPEC §5 step 5) and how a `Location` header is
+//! `https` URI with a host, protocol §5 step 5) and how a `Location` header is
 //! resolved against the URI that answered (RFC 3986 §5.2, as cURL does).
 //!
 //! Pure string work; it never resolves names. A URI's user-info is split

@@ -1,4 +1,4 @@
-//! The reference encoder is itself checked against SPEC §7's vectors, so a
+//! The reference encoder is itself checked against protocol §7's vectors, so a
 //! payload mismatch points at the daemon, not at the reference.
 
 use webhook_core::vectors;

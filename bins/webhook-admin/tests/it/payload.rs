@@ -1,6 +1,6 @@
 //! `payload` prints exactly `Payload::build`'s bytes and nothing else where
 //! the objects' tables cannot be read (as here; `objects.rs` has them); the
-//! SPEC §7 vectors come out byte for byte, and `explain` signs them with the
+//! protocol §7 vectors come out byte for byte, and `explain` signs them with the
 //! hook's key as the daemon would.
 
 use webhook_core::memory_store::NewRequest;

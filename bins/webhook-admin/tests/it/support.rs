@@ -14,7 +14,7 @@ use webhook_test_support::TestDb;
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_webhook-admin");
 
-/// The SPEC §7 test-vector key.
+/// The protocol §7 test-vector key.
 pub const KEY: &str = "abcdefghijklmnopqrstuvwxyz234567";
 
 /// A fixed "now" for `explain --at`, so verdicts do not depend on the clock.

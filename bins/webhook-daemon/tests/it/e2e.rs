@@ -1,7 +1,7 @@
 //! End to end: the real daemon process against the real MariaDB holding
 //! Phorge's tables and the recording receiver, with short windows
 //! (effective lease 4 s, effective retry spacing 4 s). Covers delivery of
-//! SPEC §7's test vector byte for byte, retry spacing, SIGTERM during a
+//! protocol §7's test vector byte for byte, retry spacing, SIGTERM during a
 //! delivery, readiness before Phorge created the database, and the
 //! process's exit codes and `--help` / `--version`.
 
@@ -174,7 +174,7 @@ async fn a_queued_row_is_delivered_once_byte_for_byte() {
         );
         assert!(
             request.body.as_ref() == VECTOR_BODY.as_bytes(),
-            "body differs from SPEC §7's vector\nexpected ({} bytes):\n{VECTOR_BODY}\nactual ({} bytes):\n{}",
+            "body differs from protocol §7's vector\nexpected ({} bytes):\n{VECTOR_BODY}\nactual ({} bytes):\n{}",
             VECTOR_BODY.len(),
             request.body.len(),
             String::from_utf8_lossy(&request.body)
@@ -608,7 +608,7 @@ async fn help_lists_every_variable_and_version_prints_the_version() {
     assert!(help.wait_exit(DEADLINE).await.success(), "{}", help.log());
     let text = help.stdout();
     let names = variables_in_sources();
-    // SPEC §9's names, so a broken scan cannot pass vacuously.
+    // protocol §9's names, so a broken scan cannot pass vacuously.
     for spec in [
         "GORGE_LISTEN_ADDR",
         "GORGE_SERVICE_TOKEN",

@@ -276,7 +276,7 @@ pub async fn metrics(daemon: &Daemon) -> String {
     response.text()
 }
 
-/// Every row holds values from Phorge's domain (SPEC §2, §3, §5):
+/// Every row holds values from Phorge's domain (protocol §2, §3, §5):
 /// `status` and `lastRequestResult` from their sets, `properties` a JSON
 /// object whose `errorType`/`errorCode` agree with the row's state.
 pub fn assert_value_domain(rows: &[Stored]) {

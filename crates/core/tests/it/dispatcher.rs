@@ -1,4 +1,4 @@
-//! The dispatcher against SPEC §5, one behaviour per test, on a manual
+//! The dispatcher against protocol §5, one behaviour per test, on a manual
 //! clock: nothing here sleeps for real.
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! The request as SPEC §6 describes it, final statuses, keep-alive reuse
+//! The request as protocol §6 describes it, final statuses, keep-alive reuse
 //! and the bounded response body read.
 
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,4 +1,4 @@
-//! Receivers that fail or stall: every transport failure of SPEC §5's
+//! Receivers that fail or stall: every transport failure of protocol §5's
 //! table, and the deadline that bounds them all.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
