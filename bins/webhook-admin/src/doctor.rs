@@ -44,7 +44,7 @@ struct Check {
     name: &'static str,
     verdict: Verdict,
     finding: String,
-    advice: Option<&'static str>,
+    advice: Option<String>,
 }
 
 /// Runs every check; exit 1 when any failed, 3 when the database is away.
@@ -77,13 +77,13 @@ pub async fn run(
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
                 .join("; "),
-            advice: Some("apply Phorge's key_status(status, id) patch (docs/operations.md)"),
+            advice: Some("apply Phorge's key_status(status, id) patch (docs/operations.md)".into()),
         },
         Err(err) => Check {
             name: "schema",
             verdict: Verdict::Fail,
             finding: err.to_string(),
-            advice: Some("point GORGE_WEBHOOK_NAMESPACE at Phorge's storage namespace"),
+            advice: Some("point GORGE_WEBHOOK_NAMESPACE at Phorge's storage namespace".into()),
         },
     });
     checks.push(privileges_check(reader).await);
@@ -103,14 +103,20 @@ pub async fn run(
         Some(config) => Some((config, config.silent_mode_now().await)),
         None => None,
     };
-    checks.push(silent_mode(file, reader.silent_mode().await));
+    checks.push(silent_mode(
+        file,
+        reader.silent_mode().await,
+        &reader.location(),
+    ));
     checks.push(match reader.php_delivery_tasks().await {
         Ok(tasks) => php_delivery_check(tasks),
         Err(err) => Check {
             name: "php-delivery",
             verdict: Verdict::Warn,
-            finding: format!("cannot read {{namespace}}_worker.worker_activetask: {err}"),
-            advice: Some("grant SELECT on it so the daemon can warn when PHP still delivers"),
+            finding: format!("cannot read {}: {err}", reader.task_queue_table()),
+            advice: Some(
+                "grant SELECT on it so the daemon can warn when PHP still delivers".into(),
+            ),
         },
     });
     checks.push(objects_check(reader).await);
@@ -146,7 +152,8 @@ fn clock_check(skew_secs: f64, round_trip: Duration) -> Check {
         finding,
         advice: Some(
             "synchronise this host's clock (NTP) with the database server's: log times, TLS \
-             certificate checks and Phorge's own hosts go by their clocks",
+             certificate checks and Phorge's own hosts go by their clocks"
+                .into(),
         ),
     }
 }
@@ -176,7 +183,7 @@ fn php_delivery_check(tasks: PhpDeliveryTasks) -> Check {
                  (adopted within a second), {leased} held on PHP's side (left to PHP, \
                  their requests wait)"
             ),
-            Some("run doctor again: under task adoption these pass within a second, or within a lease PHP took"),
+            Some("run doctor again: under task adoption these pass within a second, or within a lease PHP took".into()),
         )
     } else {
         (
@@ -188,7 +195,8 @@ fn php_delivery_check(tasks: PhpDeliveryTasks) -> Check {
             Some(
                 "set gorge.webhook.uri in Phorge so it hands delivery over, set \
                  GORGE_WEBHOOK_ADOPT_PHP_TASKS=1 on upstream Phorge, or stop the daemon \
-                 (docs/operations.md)",
+                 (docs/operations.md)"
+                    .into(),
             ),
         )
     };
@@ -221,10 +229,11 @@ async fn privileges_check(reader: &MysqlReader) -> Check {
                 "the account lacks {}: the daemon stops at start (exit 1) naming them",
                 missing.join(", ")
             ),
-            advice: Some(
-                "GRANT SELECT, UPDATE ON `{namespace}_herald`.* TO the daemon's account \
-                 (docs/operations.md, the database account)",
-            ),
+            advice: Some(format!(
+                "GRANT SELECT, UPDATE ON `{}`.* TO the daemon's account \
+                     (docs/operations.md, the database account)",
+                reader.database()
+            )),
         },
         Err(err) => Check {
             name: "privileges",
@@ -275,10 +284,11 @@ async fn objects_check(reader: &MysqlReader) -> Check {
              instead of failed",
             unreadable.join(", ")
         ),
-        advice: Some(
+        advice: Some(format!(
             "grant the daemon's account SELECT on Phorge's application databases \
-             ({namespace}_maniphest, …; docs/operations.md, the object check)",
-        ),
+             ({}_maniphest, …; docs/operations.md, the object check)",
+            reader.namespace()
+        )),
     }
 }
 
@@ -287,6 +297,7 @@ async fn objects_check(reader: &MysqlReader) -> Check {
 fn silent_mode(
     file: Option<(&LocalConfig, Result<bool, LocalConfigError>)>,
     database: Result<bool, ConfigUnreadable>,
+    database_table: &str,
 ) -> Check {
     let sight = Sight {
         local_config: file
@@ -300,7 +311,7 @@ fn silent_mode(
     let file_error = file.and_then(|(_, read)| read.err());
     let database_error = database
         .err()
-        .map(|err| format!("cannot read {{namespace}}_config.config_entry: {err}"));
+        .map(|err| format!("cannot read {database_table}: {err}"));
     let check = |verdict, finding: String, advice| Check {
         name: "silent-mode",
         verdict,
@@ -322,7 +333,9 @@ fn silent_mode(
                     "phabricator.silent is ON in {}: the daemon holds delivery (claims nothing)",
                     places.join(" and ")
                 ),
-                Some("expected while Phorge is silent; rows stay queued for Phorge's worker"),
+                Some(
+                    "expected while Phorge is silent; rows stay queued for Phorge's worker".into(),
+                ),
             )
         }
         Visibility::Off => {
@@ -348,7 +361,8 @@ fn silent_mode(
                     .to_owned(),
                 Some(
                     "set GORGE_PHORGE_LOCAL_CONFIG to Phorge's conf/local/local.json, for the \
-                     daemon and for this tool",
+                     daemon and for this tool"
+                        .into(),
                 ),
             ),
             Some(err) => check(
@@ -357,7 +371,7 @@ fn silent_mode(
                     "{err}; only the database entry is seen (off), and Phorge's tools never \
                      write it"
                 ),
-                Some("make GORGE_PHORGE_LOCAL_CONFIG name a readable conf/local/local.json"),
+                Some("make GORGE_PHORGE_LOCAL_CONFIG name a readable conf/local/local.json".into()),
             ),
         },
         Visibility::Invisible | Visibility::Unchecked => {
@@ -371,11 +385,11 @@ fn silent_mode(
                     "unknown: neither source of phabricator.silent can be read ({file}; {})",
                     database_error.unwrap_or_default()
                 ),
-                Some(
-                    "set GORGE_PHORGE_LOCAL_CONFIG to Phorge's conf/local/local.json (or grant \
-                     SELECT on {namespace}_config.config_entry); until then stop the daemon \
-                     whenever Phorge is silent",
-                ),
+                Some(format!(
+                    "set GORGE_PHORGE_LOCAL_CONFIG to Phorge's conf/local/local.json (or \
+                         grant SELECT on {database_table}); until then stop the daemon \
+                         whenever Phorge is silent"
+                )),
             )
         }
     }
@@ -404,7 +418,7 @@ fn report(checks: &[Check], json_out: bool) -> Result<(), AdminError> {
             check.name,
             check.finding
         ));
-        if let Some(advice) = check.advice {
+        if let Some(advice) = &check.advice {
             text.push_str(&format!("{:<4}  {:<12}  -> {advice}\n", "", ""));
         }
     }

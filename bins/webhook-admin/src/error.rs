@@ -2,7 +2,6 @@
 //! can cause or meet maps to a documented status, so scripts can tell a
 //! missing row (1) from a typo (2) from a database that is down (3).
 
-use std::error::Error as _;
 use std::net::SocketAddr;
 
 use webhook_core::setting::SettingError;
@@ -65,7 +64,10 @@ pub enum AdminError {
     #[error("{0}")]
     NoPayload(String),
     /// The database could not answer.
-    #[error("database {database} at {address}: {}", chain(source))]
+    #[error(
+        "database {database} at {address}: {}",
+        webhook_core::error_chain(source)
+    )]
     Database {
         /// `{namespace}_herald`.
         database: String,
@@ -114,34 +116,6 @@ impl AdminError {
             Self::Stream { .. } => exit::STREAM,
         }
     }
-}
-
-/// An error and its sources, `: `-joined, so the driver's reason (refused,
-/// access denied) reaches the operator. A message that already quotes its
-/// source's (driver errors wrap each other that way) is left out in favour
-/// of the source, so no reason is printed twice.
-fn chain(err: &StoreError) -> String {
-    // A refusal quotes the server's words, its last source, already.
-    if let StoreError::Denied(_) = err {
-        return err.to_string();
-    }
-    let mut messages = vec![err.to_string()];
-    let mut source = err.source();
-    while let Some(cause) = source {
-        messages.push(cause.to_string());
-        source = cause.source();
-    }
-    let kept: Vec<&str> = messages
-        .iter()
-        .enumerate()
-        .filter(|(i, message)| {
-            messages
-                .get(i + 1)
-                .is_none_or(|next| !message.contains(next.as_str()))
-        })
-        .map(|(_, message)| message.as_str())
-        .collect();
-    kept.join(": ")
 }
 
 #[cfg(test)]
@@ -202,17 +176,9 @@ mod tests {
             "Connection refused (os error 111)",
         ))));
         assert_eq!(
-            chain(&err),
-            "database unavailable: Connection refused (os error 111)"
+            webhook_core::error_chain(&err),
+            "database unavailable: Input/output error: Connection refused (os error 111)"
         );
-    }
-
-    #[test]
-    fn a_refusal_is_printed_once() {
-        let server = "ERROR 1142 (42000): SELECT command denied to user 'wh'@'localhost' for \
-                      table `x_herald`.`herald_webhook`";
-        let err = StoreError::Denied(Box::new(Wrapper(std::io::Error::other(server))));
-        assert_eq!(chain(&err), format!("database access denied: {server}"));
     }
 
     #[test]

@@ -587,8 +587,8 @@ mod tests {
                 "GORGE_WEBHOOK_RETRY_BACKOFF_SEC"
             ]
         );
-        assert!(warnings(&r)[0].message.contains("using 17s"));
-        assert!(warnings(&r)[1].message.contains("every 17s"));
+        assert!(warnings(&r)[0].message.contains("using 17 s"));
+        assert!(warnings(&r)[1].message.contains("every 17 s"));
     }
 
     #[test]

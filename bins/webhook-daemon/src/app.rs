@@ -370,7 +370,7 @@ async fn check_schema_when_ready(store: Arc<MysqlStore>) {
         match store.ready().await {
             Ok(()) => break,
             Err(reason) => {
-                info!(event = "database_not_ready", reason = %reason, "delivery starts when it is");
+                info!(event = "database_not_ready", reason = %reason, "waiting for the database: delivery starts once it is ready");
                 tokio::time::sleep(SCHEMA_RETRY).await;
             }
         }

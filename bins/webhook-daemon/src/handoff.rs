@@ -88,8 +88,8 @@ impl HandOff {
                 Err(err) => {
                     if self.status_before(PhpWatch::Invisible) != PhpWatch::Invisible {
                         warn!(event = "php_delivery_invisible", error = %err,
-                              "cannot read Phorge's task queue ({{namespace}}_worker.worker_activetask), \
-                               so cannot tell whether PHP still delivers webhooks too");
+                              "cannot read Phorge's task queue {}, so cannot tell whether PHP \
+                               still delivers webhooks too", store.task_queue_table());
                     }
                     tokio::time::sleep(PHP_CHECK_INTERVAL).await;
                     continue;

@@ -65,16 +65,7 @@ pub struct ConfigUnreadable(pub String);
 
 impl From<StoreError> for ConfigUnreadable {
     fn from(err: StoreError) -> Self {
-        // The driver repeats itself down the chain; its last link is the
-        // server's own words ("Table … doesn't exist").
-        let mut deepest = std::error::Error::source(&err);
-        while let Some(next) = deepest.and_then(std::error::Error::source) {
-            deepest = Some(next);
-        }
-        match deepest {
-            Some(cause) => Self(format!("{err}: {cause}")),
-            None => Self(err.to_string()),
-        }
+        Self(crate::error_chain(&err))
     }
 }
 
@@ -84,6 +75,11 @@ pub trait PhorgeConfig: Send + Sync {
     /// Whether `phabricator.silent` is on here, read as PHP reads it
     /// ([`php_truthy`]); a source without the key says off.
     async fn silent_mode(&self) -> Result<bool, ConfigUnreadable>;
+
+    /// Where this source is, as an operator finds it: a file's path, a
+    /// table's `database.table` name. The log names it when it cannot be
+    /// read.
+    fn location(&self) -> String;
 }
 
 /// The readings and why each unreadable source was so.
@@ -163,20 +159,31 @@ fn observe(
     (next, notices)
 }
 
+/// Where each source is ([`PhorgeConfig::location`]), for the log.
+struct Locations {
+    local_config: Option<String>,
+    database: String,
+}
+
 impl Notice {
-    fn log(&self) {
+    fn log(&self, at: &Locations) {
         match self {
             Self::Unreadable { source, error, now } => {
-                let what = match source {
-                    Source::LocalConfig => {
-                        "cannot read Phorge's local config (conf/local/local.json), where \
-                         bin/config set keeps phabricator.silent"
-                    }
-                    Source::Database => {
-                        "cannot read Phorge's database configuration \
-                         ({namespace}_config.config_entry)"
-                    }
+                let what = match (source, &at.local_config) {
+                    (Source::LocalConfig, Some(path)) => format!(
+                        "cannot read Phorge's local config {path}, where bin/config set keeps \
+                         phabricator.silent"
+                    ),
+                    (Source::LocalConfig, None) => "cannot read Phorge's local config".to_owned(),
+                    (Source::Database, _) => format!(
+                        "cannot read Phorge's database configuration {}",
+                        at.database
+                    ),
                 };
+                let local_config = at
+                    .local_config
+                    .as_deref()
+                    .unwrap_or("Phorge's conf/local/local.json");
                 let so = match now {
                     Visibility::On => "delivery stays held: the other source says silent",
                     Visibility::Off => "Phorge's local config is still read",
@@ -184,11 +191,12 @@ impl Notice {
                         "only the database entry, which Phorge's tools never write, is seen; \
                          delivering"
                     }
-                    Visibility::Invisible | Visibility::Unchecked => {
+                    Visibility::Invisible | Visibility::Unchecked => &format!(
                         "silent mode cannot be seen at all; delivering anyway. Let this daemon \
-                         read Phorge's conf/local/local.json (or grant SELECT on \
-                         {namespace}_config.config_entry), or stop it whenever Phorge is silent"
-                    }
+                         read {local_config} (or grant SELECT on {}), or stop it whenever \
+                         Phorge is silent",
+                        at.database
+                    ),
                 };
                 warn!(event = "silent_mode_invisible", source = source.label(), error = %error,
                       "{what}: {so}");
@@ -301,8 +309,14 @@ impl SilentMode {
             *state = next;
             notices
         };
-        for notice in &notices {
-            notice.log();
+        if !notices.is_empty() {
+            let at = Locations {
+                local_config: self.local_config.as_ref().map(|source| source.location()),
+                database: self.database.location(),
+            };
+            for notice in &notices {
+                notice.log(&at);
+            }
         }
         self.is_held()
     }

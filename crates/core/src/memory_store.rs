@@ -541,6 +541,10 @@ impl PhorgeConfig for MemoryStore {
             .silent
             .ok_or_else(|| ConfigUnreadable("configuration table not readable".into()))
     }
+
+    fn location(&self) -> String {
+        "the memory store's configuration".to_owned()
+    }
 }
 
 #[async_trait]

@@ -59,6 +59,24 @@ impl TransportFailure {
     }
 }
 
+/// In words for a log, with cURL's number as the row stores it:
+/// `connection refused or unreachable (7)`.
+impl fmt::Display for TransportFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let words = match self {
+            Self::Resolve => "host name not resolved",
+            Self::Connect => "connection refused or unreachable",
+            Self::Protocol => "reply was not HTTP",
+            Self::Tls => "TLS handshake or certificate failed",
+            Self::TooManyRedirects => "too many redirects",
+            Self::EmptyReply => "connection closed before any reply",
+            Self::Send => "sending the request failed",
+            Self::Receive => "receiving the reply failed",
+        };
+        write!(f, "{words} ({})", self.curl_code())
+    }
+}
+
 /// cURL's timeout number (CURLE_OPERATION_TIMEDOUT), stored as `errorCode`.
 pub const CURL_TIMEOUT_CODE: i64 = 28;
 
@@ -130,6 +148,34 @@ impl LocalFailure {
             Self::Descriptors => "descriptors",
             Self::Memory => "memory",
         }
+    }
+}
+
+/// In words for a log: the status alone for a response (`500`), the
+/// failure with cURL's number otherwise (`timed out (28)`).
+impl fmt::Display for DeliveryResult {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Response { status } => write!(f, "{status}"),
+            Self::Throttled {
+                status,
+                retry_after,
+            } => write!(f, "{status} (Retry-After {} s)", retry_after.as_secs()),
+            Self::Timeout => write!(f, "timed out ({CURL_TIMEOUT_CODE})"),
+            Self::Failed(failure) => failure.fmt(f),
+            Self::Refused(why) => write!(f, "refused: {why}"),
+            Self::Local(failure) => failure.fmt(f),
+        }
+    }
+}
+
+/// In words for a log: what this host ran out of.
+impl fmt::Display for LocalFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Descriptors => "this host is out of file descriptors",
+            Self::Memory => "this host is out of socket memory",
+        })
     }
 }
 
@@ -318,6 +364,44 @@ mod tests {
     fn error_of(write: &ResultWrite) -> (Value, Value) {
         let v: Value = serde_json::from_str(&write.properties).expect("json");
         (v["errorType"].clone(), v["errorCode"].clone())
+    }
+
+    #[test]
+    fn results_read_as_words_with_the_number_the_row_stores() {
+        let shown = |result: DeliveryResult| result.to_string();
+        assert_eq!(shown(DeliveryResult::Response { status: 500 }), "500");
+        assert_eq!(
+            shown(DeliveryResult::Failed(TransportFailure::Connect)),
+            "connection refused or unreachable (7)"
+        );
+        assert_eq!(shown(DeliveryResult::Timeout), "timed out (28)");
+        assert_eq!(
+            shown(DeliveryResult::Throttled {
+                status: 429,
+                retry_after: Duration::from_secs(30)
+            }),
+            "429 (Retry-After 30 s)"
+        );
+        assert_eq!(
+            shown(DeliveryResult::Refused(UriRefusal::UnknownHost)),
+            "refused: host does not exist"
+        );
+        for failure in [
+            TransportFailure::Resolve,
+            TransportFailure::Protocol,
+            TransportFailure::Tls,
+            TransportFailure::TooManyRedirects,
+            TransportFailure::EmptyReply,
+            TransportFailure::Send,
+            TransportFailure::Receive,
+        ] {
+            let text = failure.to_string();
+            assert!(
+                text.ends_with(&format!(" ({})", failure.curl_code())),
+                "{text}"
+            );
+            assert!(!text.contains(&format!("{failure:?}")), "{text}");
+        }
     }
 
     #[test]

@@ -20,8 +20,12 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// A store operation that did not complete.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// The server could not be reached (or the connection broke).
-    #[error("database unavailable")]
+    /// The server could not be reached (or the connection broke). Shown
+    /// with the source's text, a store's own error that says why (`ERROR
+    /// 1040 (08004): Too many connections`, `connection error: Connection
+    /// refused`) and carries no credentials: "database unavailable" alone
+    /// told an operator nothing.
+    #[error("database unavailable: {0}")]
     Unavailable(#[source] BoxError),
     /// The server answers but the database does not exist yet (Phorge has
     /// not run its storage upgrade).

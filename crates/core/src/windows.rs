@@ -189,14 +189,14 @@ impl fmt::Display for WindowWarning {
                 effective,
             } => write!(
                 f,
-                "{} = {configured}s is shorter than a delivery can take; using {effective}s \
-                 ({} + 2s) so a claim outlives its delivery",
+                "{} = {configured} s is shorter than a delivery can take; using {effective} s \
+                 ({} + 2 s) so a claim outlives its delivery",
                 CLAIM_LEASE.name, DELIVERY_TIMEOUT.name
             ),
             Self::BackoffBelowLease { backoff, lease } => write!(
                 f,
-                "{} = {backoff}s has no effect below the claim lease: failed rows are retried \
-                 every {lease}s (the effective lease), because a failed attempt's write-back \
+                "{} = {backoff} s has no effect below the claim lease: failed rows are retried \
+                 every {lease} s (the effective lease), because a failed attempt's write-back \
                  refreshes dateModified as well as lastRequestEpoch",
                 RETRY_BACKOFF.name
             ),

@@ -1,9 +1,12 @@
 //! The crate's typed error ([`MysqlError`]), the readiness verdict
 //! ([`NotReady`]), and the one place driver errors are classified into
-//! `webhook_core::StoreError` kinds. A `Display` shows the server's own
-//! words where it refused something (the login, a privilege), with the
-//! client's host taken out ([`server_words`]); other driver text stays in
-//! `source()` chains, never in a `Display` an HTTP body could echo.
+//! `webhook_core::StoreError` kinds. A failed connect or statement says
+//! why in its `Display` — the server's own number and words with the
+//! client's host taken out ([`server_words`]), or the socket's or driver's
+//! reason, never a connection URL ([`failure_reason`]) — and so does not
+//! also hand the driver's error on as its `source()`: a log line says each
+//! cause once, and the driver's text, which names the client's host, stays
+//! out of it. `/readyz` shows only [`NotReady`]'s words.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,17 +57,19 @@ pub enum MysqlError {
     /// The database cannot serve yet (see [`NotReady`]).
     #[error(transparent)]
     NotReady(#[from] NotReady),
-    /// Opening a connection failed (TCP, TLS, handshake or login).
-    #[error("cannot connect to the database server")]
-    Connect(#[source] DriverFailure),
+    /// Opening a connection failed (TCP, TLS, handshake or login). Shows
+    /// why as a statement's failure does: the server's `ERROR 1040 (08004):
+    /// Too many connections` is what an operator acts on.
+    #[error("cannot connect to the database server: {}", failure_reason(.0))]
+    Connect(DriverFailure),
     /// No connection within the connect timeout (server silent, or every
     /// pool slot busy).
-    #[error("no database connection within {0:?}")]
+    #[error("no database connection within {}", seconds(*.0))]
     ConnectTimeout(Duration),
     /// A database operation did not finish in time (a half-open socket, a
     /// frozen server): the connection is abandoned and the pool replaced
     /// (`crate::session`).
-    #[error("{operation} did not finish within {after:?}")]
+    #[error("{operation} did not finish within {}", seconds(*after))]
     Timeout {
         /// What timed out.
         operation: &'static str,
@@ -75,7 +80,7 @@ pub enum MysqlError {
     /// code and message (or the driver's or socket's reason), which a
     /// failing write-back's log line needs; never a connection URL.
     #[error("database statement failed: {}", failure_reason(.0))]
-    Statement(#[source] DriverFailure),
+    Statement(DriverFailure),
     /// The server refused the account a privilege, or its login: what it
     /// said, without the client's host ([`server_words`]). It has no
     /// source, so every report of a refusal — the log's lines, `/readyz` —
@@ -165,6 +170,11 @@ pub enum NotReady {
     /// Connected, but the probe itself failed.
     #[error("database server did not answer the readiness probe")]
     ProbeFailed(#[source] BoxError),
+}
+
+/// A bound as a reader writes it: `5 s`, `0.25 s`.
+fn seconds(bound: Duration) -> String {
+    format!("{} s", bound.as_secs_f64())
 }
 
 /// At most this many bytes of a server's or driver's message are shown: a
@@ -479,6 +489,41 @@ mod tests {
         ));
     }
 
+    /// What the poll-failure line says: each cause once, the server's
+    /// number and words where it answered, bounds in seconds.
+    #[test]
+    fn unavailable_says_why_once() {
+        let db = "x_herald";
+        let said = |e: MysqlError| webhook_core::error_chain(&e.into_store_error(db));
+        let full = DriverFailure::Server(ServerError {
+            code: 1040,
+            message: "Too many connections".into(),
+            state: "08004".into(),
+        });
+        assert_eq!(
+            said(MysqlError::Connect(full)),
+            "database unavailable: cannot connect to the database server: ERROR 1040 (08004): \
+             Too many connections"
+        );
+        assert_eq!(
+            said(MysqlError::ConnectTimeout(Duration::from_millis(2500))),
+            "database unavailable: no database connection within 2.5 s"
+        );
+        let refused = said(MysqlError::Connect(io()));
+        assert!(
+            refused.starts_with(
+                "database unavailable: cannot connect to the database server: \
+                                 connection error: "
+            ),
+            "{refused}"
+        );
+        assert_eq!(
+            refused.matches("connection refused").count(),
+            1,
+            "{refused}"
+        );
+    }
+
     #[test]
     fn readiness_reasons() {
         let db = "x_herald";
@@ -602,13 +647,18 @@ mod tests {
     }
 
     #[test]
-    fn display_keeps_driver_text_out() {
+    fn display_says_the_reason_without_the_hosts_or_the_driver_error() {
         let err = MysqlError::Connect(DriverFailure::Server(ServerError {
             code: 1045,
             message: "Access denied for user 'wh'@'10.1.2.3' (using password: YES)".into(),
             state: "28000".into(),
         }));
-        assert_eq!(err.to_string(), "cannot connect to the database server");
+        assert_eq!(
+            err.to_string(),
+            "cannot connect to the database server: ERROR 1045 (28000): Access denied for user \
+             'wh' (using password: YES)"
+        );
+        assert!(std::error::Error::source(&err).is_none());
         let not_ready = err.into_not_ready("x_herald");
         assert_eq!(
             not_ready.to_string(),

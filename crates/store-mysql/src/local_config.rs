@@ -181,6 +181,10 @@ impl PhorgeConfig for LocalConfig {
             .await
             .map_err(|err| ConfigUnreadable(err.to_string()))
     }
+
+    fn location(&self) -> String {
+        self.path.display().to_string()
+    }
 }
 
 #[cfg(test)]

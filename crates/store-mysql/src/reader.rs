@@ -85,6 +85,11 @@ impl MysqlReader {
         &self.namespace
     }
 
+    /// Phorge's task queue, `database.table`, as the log names it.
+    pub fn task_queue_table(&self) -> String {
+        sql::task_queue_table(&self.namespace)
+    }
+
     /// The `GET_LOCK` name guarding deliveries to `hook_phid`.
     pub fn hook_lock_name(&self, hook_phid: &str) -> String {
         webhook_core::hook_lock_name(&self.namespace, hook_phid)
@@ -275,5 +280,9 @@ impl PhorgeObjects for MysqlReader {
 impl PhorgeConfig for MysqlReader {
     async fn silent_mode(&self) -> Result<bool, ConfigUnreadable> {
         handoff::silent_mode(&self.connector, &self.namespace).await
+    }
+
+    fn location(&self) -> String {
+        sql::config_entry_table(&self.namespace)
     }
 }

@@ -318,6 +318,18 @@ pub const IS_USED_LOCK: &str = "SELECT IS_USED_LOCK(?)";
 /// run on the holding connection before each call. Parameter: the name.
 pub const LOCK_STILL_HELD: &str = "SELECT IS_USED_LOCK(?) <=> CONNECTION_ID()";
 
+/// Where Phorge keeps its database-stored configuration, `database.table`
+/// for `namespace`.
+pub fn config_entry_table(namespace: &str) -> String {
+    format!("{namespace}_config.config_entry")
+}
+
+/// Phorge's task queue (`worker_activetask`), `database.table` for
+/// `namespace`.
+pub fn task_queue_table(namespace: &str) -> String {
+    format!("{namespace}_worker.worker_activetask")
+}
+
 /// Phorge's global silent mode from its database-stored configuration,
 /// for `namespace` (validated: no quoting characters). No row = off.
 pub fn silent_mode(namespace: &str) -> String {
@@ -544,7 +556,7 @@ pub fn delivery_grant_probes(namespace: &str) -> Vec<GrantProbe> {
 /// conditions that match no task.
 pub fn adoption_grant_probes(namespace: &str) -> Vec<GrantProbe> {
     let active = format!("`{namespace}_worker`.worker_activetask");
-    let active_table = format!("{namespace}_worker.worker_activetask");
+    let active_table = task_queue_table(namespace);
     // The archive statement itself, over an id Phorge never gives (its
     // counters start at 1): the columns it reads and writes are checked.
     let archive = inline(

@@ -115,6 +115,11 @@ impl MysqlStore {
         self.reader.namespace()
     }
 
+    /// Phorge's task queue, `database.table`, as the log names it.
+    pub fn task_queue_table(&self) -> String {
+        self.reader.task_queue_table()
+    }
+
     /// The `GET_LOCK` name guarding deliveries to `hook_phid`.
     pub fn hook_lock_name(&self, hook_phid: &str) -> String {
         self.reader.hook_lock_name(hook_phid)
@@ -336,5 +341,9 @@ impl PhorgeObjects for MysqlStore {
 impl PhorgeConfig for MysqlStore {
     async fn silent_mode(&self) -> Result<bool, ConfigUnreadable> {
         self.reader.silent_mode().await
+    }
+
+    fn location(&self) -> String {
+        self.reader.location()
     }
 }

@@ -15,6 +15,10 @@
 //!   that no error ever reports).
 //! * [`FaultProxy::latency`]: every chunk waits this long before it is
 //!   passed on (in both directions).
+//! * [`FaultProxy::full`]: every proxied connection is closed, and new ones
+//!   are answered as a MySQL server whose `max_connections` is reached
+//!   answers them: error 1040, "Too many connections", in place of the
+//!   handshake.
 //!
 //! A frozen connection is never thawed: like a real half-open socket, it
 //! only ends when the proxy is cut or dropped. Test code: it panics when it
@@ -37,7 +41,13 @@ enum Mode {
     Forward,
     Cut,
     Blackhole,
+    Full,
 }
+
+/// What a MySQL server whose connections are all taken sends a new one
+/// instead of its handshake: an error packet (sequence 0) with error 1040
+/// and no SQL state, as the client's capabilities are not known yet.
+const TOO_MANY_CONNECTIONS: &[u8] = b"\x17\x00\x00\x00\xff\x10\x04Too many connections";
 
 /// One accepted connection: its tasks, and whether it is frozen.
 struct Link {
@@ -134,6 +144,13 @@ impl FaultProxy {
         }
     }
 
+    /// Closes every connection and answers new ones with error 1040, as a
+    /// server whose `max_connections` is reached.
+    pub fn full(&self) {
+        self.cut();
+        self.shared.state().mode = Mode::Full;
+    }
+
     /// Freezes every connection and holds new ones open without
     /// forwarding anything.
     pub fn blackhole(&self) {
@@ -159,7 +176,8 @@ impl FaultProxy {
         self.shared.counts.proxied.load(Ordering::Relaxed)
     }
 
-    /// Connections closed on arrival while cut.
+    /// Connections closed on arrival while cut, or answered "too many
+    /// connections" while full.
     pub fn turned_away(&self) -> u64 {
         self.shared.counts.turned_away.load(Ordering::Relaxed)
     }
@@ -201,6 +219,18 @@ impl Shared {
             Mode::Cut => {
                 self.counts.turned_away.fetch_add(1, Ordering::Relaxed);
                 drop(client);
+            }
+            Mode::Full => {
+                self.counts.turned_away.fetch_add(1, Ordering::Relaxed);
+                let task = tokio::spawn(async move {
+                    let mut client = client;
+                    let _ = client.write_all(TOO_MANY_CONNECTIONS).await;
+                    let _ = client.shutdown().await;
+                });
+                state.links.push(Link {
+                    tasks: vec![task.abort_handle()],
+                    frozen: Arc::new(AtomicBool::new(false)),
+                });
             }
             Mode::Blackhole => {
                 self.counts.held.fetch_add(1, Ordering::Relaxed);

@@ -287,7 +287,7 @@ impl HyperTransport {
                         Err(err) => {
                             let result = classify(&err, Stage::Body);
                             debug!(event = "response_body_failed", request = %request.request_phid,
-                                   status = status.as_u16(), result = ?result, error = %webhook_core::error_chain(&err));
+                                   status = status.as_u16(), result = %result, error = %webhook_core::error_chain(&err));
                             result
                         }
                     };
@@ -359,7 +359,7 @@ impl HyperTransport {
                         )
                     );
                     debug!(event = "request_failed", request = %request.request_phid,
-                           result = ?result, reused_connection = stale, error = %webhook_core::error_chain(&err));
+                           result = %result, reused_connection = stale, error = %webhook_core::error_chain(&err));
                     if retryable && stale && !retried {
                         retried = true;
                         continue;
@@ -452,7 +452,7 @@ pub(crate) async fn within_deadline(
     }
     match tokio::time::timeout(LAST_CHANCE, &mut exchange).await {
         Ok(result) => {
-            debug!(event = "response_after_deadline_kept", result = ?result);
+            debug!(event = "response_after_deadline_kept", result = %result);
             result
         }
         Err(_) => DeliveryResult::Timeout,

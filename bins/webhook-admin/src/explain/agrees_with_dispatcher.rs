@@ -120,6 +120,10 @@ impl PhorgeConfig for LocalJson {
     async fn silent_mode(&self) -> Result<bool, ConfigUnreadable> {
         Ok(self.0)
     }
+
+    fn location(&self) -> String {
+        "local.json".to_owned()
+    }
 }
 
 /// What happened to a row, or what `explain` says will.

@@ -70,8 +70,8 @@ async fn misleading_settings_are_warned_about_by_variable() {
             .collect()
     };
     // Lease raised to the 20 s timeout + 2; backoff 10 s below it.
-    assert!(about("GORGE_WEBHOOK_CLAIM_LEASE_SEC")[0].contains("using 22s"));
-    assert!(about("GORGE_WEBHOOK_RETRY_BACKOFF_SEC")[0].contains("every 22s"));
+    assert!(about("GORGE_WEBHOOK_CLAIM_LEASE_SEC")[0].contains("using 22 s"));
+    assert!(about("GORGE_WEBHOOK_RETRY_BACKOFF_SEC")[0].contains("every 22 s"));
     let allow = about("GORGE_WEBHOOK_OUTBOUND_ALLOW");
     assert_eq!(allow.len(), 2, "{allow:?}");
     assert!(allow[0].contains("127.0.0.1/32 opens") && allow[0].contains("127.0.0.0/8"));

@@ -108,14 +108,15 @@ async fn doctor_says_what_it_cannot_see() {
         let line = silent_mode_line(&run);
         assert!(line.starts_with("warn silent-mode unknown:"), "{line}");
         assert!(
-            line.contains("cannot read {namespace}_config.config_entry"),
+            line.contains(&format!("cannot read {}_config.config_entry", db.namespace)),
             "{line}"
         );
         assert!(line.contains("GORGE_PHORGE_LOCAL_CONFIG"), "{line}");
         assert!(!line.contains("off"), "{line}");
-        assert!(run
-            .stdout
-            .contains("cannot read {namespace}_worker.worker_activetask"));
+        assert!(run.stdout.contains(&format!(
+            "cannot read {}_worker.worker_activetask",
+            db.namespace
+        )));
 
         // A configured file that is not there is no better.
         let local = LocalJson::absent();

@@ -258,12 +258,12 @@ async fn hostile_rows_and_receivers_end_in_phorges_domain_while_a_healthy_hook_f
             case("100 MB body", huge.url("/"), NEVER, Expect::Sent),
         ];
         for (fragment, name) in [
-            ("result=Timeout", "hanging receiver"),
-            ("result=Failed(Receive)", "connection reset"),
-            ("result=Failed(EmptyReply)", "closed without a reply"),
-            ("result=Failed(Protocol)", "not HTTP"),
-            ("status: 999", "status 999"),
-            ("result=Failed(Connect)", "connection refused"),
+            ("result=timed out (28)", "hanging receiver"),
+            ("result=receiving the reply failed (56)", "connection reset"),
+            ("result=connection closed before any reply (52)", "closed without a reply"),
+            ("result=reply was not HTTP (8)", "not HTTP"),
+            ("result=999", "status 999"),
+            ("result=connection refused or unreachable (7)", "connection refused"),
             ("address 127.0.0.2", "redirect to a denied address"),
             ("address 10.0.0.1", "private address"),
             ("address ::1", "IPv6 loopback"),

@@ -17,6 +17,7 @@ mod hostile;
 mod image;
 mod listener;
 mod live;
+mod log_reading;
 mod logging;
 mod objects;
 mod outage;

@@ -161,7 +161,7 @@ fn log_attempt(row: &RequestRow, result: &DeliveryResult, outcome: AttemptOutcom
         }
         (result, outcome) => {
             info!(target: LOG_TARGET, event = "attempt_failed", request = %row.phid,
-                  hook = %row.webhook_phid, result = ?result,
+                  hook = %row.webhook_phid, result = %result,
                   will_retry = outcome == AttemptOutcome::WillRetry)
         }
     }

@@ -28,6 +28,10 @@ impl PhorgeConfig for Scripted {
         let mut answers = self.0.lock().unwrap_or_else(|e| e.into_inner());
         answers.remove(0)
     }
+
+    fn location(&self) -> String {
+        "/srv/phorge/conf/local/local.json".to_owned()
+    }
 }
 
 fn unreadable(why: &str) -> Result<bool, ConfigUnreadable> {

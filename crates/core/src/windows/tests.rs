@@ -96,7 +96,7 @@ fn backoff_below_lease_is_reported_with_the_real_spacing() {
     );
     assert!(warnings[0]
         .to_string()
-        .contains("GORGE_WEBHOOK_RETRY_BACKOFF_SEC = 10s has no effect"));
+        .contains("GORGE_WEBHOOK_RETRY_BACKOFF_SEC = 10 s has no effect"));
 }
 
 #[test]
