@@ -2,9 +2,10 @@
 //! database answers, the grants it needs are checked as delivery's are
 //! (`crate::access`; a missing one stops the daemon, named), then the
 //! core's schedule ([`webhook_core::adoption::run_rounds`]) runs on the
-//! store's task queue, its failures said in the log at most once a minute;
-//! at a stop, one last archive of the finished tasks ([`archive_at_stop`]),
-//! within a bound.
+//! store's task queue, its failures said in the log at most once a minute,
+//! beside the keeping of the hooks' locks ([`keep_hook_locks`]); at a
+//! stop, one last archive of the finished tasks and the hand-back of the
+//! rest ([`hand_back_at_stop`]), within a bound.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,12 +13,18 @@ use std::time::Duration;
 use tracing::{info, warn};
 use webhook_core::adoption::{run_rounds, TaskAdoption, TASK_LEASE};
 use webhook_core::Clock;
-use webhook_store_mysql::MysqlStore;
+use webhook_store_mysql::{KeptLocks, MysqlStore};
 
 use crate::access::missing_once_answered;
 
 /// A failed round is logged at most this often.
 const FAILURE_LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// How often the kept hook locks follow Phorge's hooks: a hook created or
+/// enabled is locked within this (until then a taskmaster that leases one
+/// of its tasks first may deliver it), a lock lost with its session is
+/// taken again within this.
+pub const KEEP_LOCKS_EVERY: Duration = Duration::from_secs(1);
 
 /// How long a stopping daemon may spend on its last archive. It runs beside
 /// the diagnostics connections' own 5 s to finish, so the stop takes no
@@ -50,7 +57,7 @@ pub async fn adopt_php_tasks(
         "leasing Phorge's HeraldWebhookWorker tasks so phd does not run them"
     );
     let mut last_failure_logged: Option<tokio::time::Instant> = None;
-    let never = run_rounds(&adoption, store.as_ref(), clock.as_ref(), |err| {
+    let rounds = run_rounds(&adoption, store.as_ref(), clock.as_ref(), |err| {
         let now = tokio::time::Instant::now();
         if last_failure_logged.is_none_or(|at| now - at >= FAILURE_LOG_EVERY) {
             last_failure_logged = Some(now);
@@ -58,19 +65,82 @@ pub async fn adopt_php_tasks(
                   "adoption round failed; leases last {} s, so rounds may fail that long \
                    before phd could take a task", TASK_LEASE.as_secs());
         }
-    })
-    .await;
-    match never {}
+    });
+    tokio::select! {
+        never = rounds => match never {},
+        never = keep_hook_locks(&store) => match never {},
+    }
 }
 
-/// Archives, once, the daemon-leased tasks whose request ended: a stopping
-/// daemon's last step, after its deliveries wrote their results. The
-/// schedule archives only every 5 s, and a finished task left under its
-/// lease stays in Phorge's queue until another instance archives it or the
-/// lease lapses and a taskmaster runs it, on a request no longer queued.
-/// Bounded by [`ARCHIVE_AT_STOP_BOUND`]; what it did, or why not, is said in
-/// the log.
-pub async fn archive_at_stop(store: &MysqlStore, adoption: &TaskAdoption) {
+/// Keeps the lock of every hook that is not disabled, every
+/// [`KEEP_LOCKS_EVERY`]: Phorge's worker takes a hook's lock without
+/// waiting before it calls and yields its task when the lock is held, so
+/// a taskmaster that leases a webhook task before the daemon does hands
+/// it over (a yield, one line in phd's log) instead of delivering it. A
+/// change in what is held is said once.
+async fn keep_hook_locks(store: &MysqlStore) -> std::convert::Infallible {
+    let mut said: Option<KeptLocks> = None;
+    let mut last_failure_logged: Option<tokio::time::Instant> = None;
+    loop {
+        match store.keep_hook_locks().await {
+            Ok(kept) if said != Some(kept) => {
+                said = Some(kept);
+                info!(
+                    event = "hook_locks_kept",
+                    held = kept.held,
+                    held_elsewhere = kept.elsewhere,
+                    "holding the locks of the hooks Phorge's worker would call, so a phd \
+                       taskmaster yields their tasks to this daemon; a lock held elsewhere \
+                       (another instance, or a taskmaster mid-call) is taken once it is free"
+                );
+            }
+            Ok(_) => {}
+            Err(err) => {
+                let now = tokio::time::Instant::now();
+                if last_failure_logged.is_none_or(|at| now - at >= FAILURE_LOG_EVERY) {
+                    last_failure_logged = Some(now);
+                    warn!(event = "hook_locks_keep_failed", error = %err,
+                          "the hooks' locks cannot be taken now; until they are, a phd \
+                           taskmaster that leases a webhook task first may deliver it");
+                }
+            }
+        }
+        tokio::time::sleep(KEEP_LOCKS_EVERY).await;
+    }
+}
+
+/// A stopping daemon's last steps with Phorge's task queue, after its
+/// deliveries wrote their results: archives, once, the daemon-leased tasks
+/// whose request ended (the schedule archives only every 5 s, and a
+/// finished task left under its lease would wait for its lease to lapse
+/// and then be run by a taskmaster on a request no longer queued); frees
+/// the hooks' locks; then hands back this instance's other tasks, so a
+/// taskmaster, or another instance, runs them at once rather than after
+/// their lease lapsed. The locks go first: a taskmaster that leased a
+/// handed-back task while they were held would yield it for 15 s. Each
+/// step bounded by [`ARCHIVE_AT_STOP_BOUND`]; what they did, or why not,
+/// is said in the log.
+pub async fn hand_back_at_stop(store: &MysqlStore, adoption: &TaskAdoption) {
+    archive_at_stop(store, adoption).await;
+    store.free_hook_locks().await;
+    match tokio::time::timeout(ARCHIVE_AT_STOP_BOUND, adoption.hand_back(store)).await {
+        Ok(Ok(released)) => info!(
+            event = "php_tasks_handed_back",
+            released, "unfinished tasks are free for phd or another instance now"
+        ),
+        Ok(Err(err)) => warn!(event = "php_task_hand_back_failed", error = %err,
+                              "unfinished tasks stay leased until another instance takes them \
+                               or their lease lapses"),
+        Err(_) => warn!(
+            event = "php_task_hand_back_failed",
+            bound_secs = ARCHIVE_AT_STOP_BOUND.as_secs(),
+            "the database did not answer in time; unfinished tasks stay leased until another \
+             instance takes them or their lease lapses"
+        ),
+    }
+}
+
+async fn archive_at_stop(store: &MysqlStore, adoption: &TaskAdoption) {
     match tokio::time::timeout(ARCHIVE_AT_STOP_BOUND, adoption.archive_ended(store)).await {
         Ok(Ok(round)) => info!(
             event = "php_tasks_archived_at_stop",

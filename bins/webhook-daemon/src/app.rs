@@ -19,7 +19,7 @@ use webhook_store_mysql::{MysqlConfig, MysqlStore};
 use webhook_transport_hyper::HyperTransport;
 
 use crate::access::{check_delivery_access, DeliveryAccess};
-use crate::adoption::{adopt_php_tasks, archive_at_stop};
+use crate::adoption::{adopt_php_tasks, hand_back_at_stop};
 use crate::api::{Api, Readiness, ServiceToken};
 use crate::config::DaemonConfig;
 use crate::handoff::HandOff;
@@ -312,9 +312,8 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
     checking.abort();
     php_watch.abort();
     measuring.abort();
-    // Adopted leases are kept, not handed back: any other instance, or
-    // this one restarted, extends them and delivers their rows; with no
-    // daemon left they lapse and phd takes the tasks over.
+    // The kept hook locks stay held until the deliveries drained; then
+    // they are freed and the unfinished tasks handed back (below).
     adoption.abort();
     match tokio::time::timeout(config.shutdown_grace, delivering).await {
         Ok(_) => info!(event = "deliveries_drained"),
@@ -326,12 +325,13 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
     }
     // Only now: watchers see the results of the deliveries drained above.
     events.close();
-    // The finished tasks are archived while the diagnostics connections
-    // finish: after the deliveries' results, within their bound. Not when
-    // the daemon stops for want of grants: the account cannot.
+    // The finished tasks are archived and the others handed back while
+    // the diagnostics connections finish: after the deliveries' results,
+    // within their bound. Not when the daemon stops for want of grants:
+    // the account cannot.
     let archive = async {
         if let (Some(adoption), true) = (&adoption_at_stop, outcome.is_ok()) {
-            archive_at_stop(&store, adoption).await;
+            hand_back_at_stop(&store, adoption).await;
         }
     };
     let (_, ()) = tokio::join!(server, archive);

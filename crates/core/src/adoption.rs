@@ -239,6 +239,15 @@ impl TaskAdoption {
         })
     }
 
+    /// Hands back every task this instance leases (a stopping daemon's
+    /// last step, after its deliveries and [`Self::archive_ended`]): a
+    /// taskmaster may run them at once instead of after their lease
+    /// lapsed. Another instance adopts them as it adopts any free task.
+    /// How many were handed back.
+    pub async fn hand_back(&self, queue: &dyn TaskQueue) -> Result<u64, StoreError> {
+        queue.release_leases(&self.prefix).await
+    }
+
     /// Archives the daemon-leased tasks whose request ended, each with
     /// the result Phorge's worker would record.
     pub async fn archive_ended(&self, queue: &dyn TaskQueue) -> Result<AdoptionRound, StoreError> {

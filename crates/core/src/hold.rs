@@ -159,10 +159,13 @@ fn observe(
     (next, notices)
 }
 
-/// Where each source is ([`PhorgeConfig::location`]), for the log.
+/// What the log lines name: where each source is
+/// ([`PhorgeConfig::location`]), and what delivery does while Phorge is
+/// silent.
 struct Locations {
     local_config: Option<String>,
     database: String,
+    rows_fail: bool,
 }
 
 impl Notice {
@@ -209,6 +212,17 @@ impl Notice {
             Self::On {
                 local_config,
                 database,
+            } if at.rows_fail => warn!(
+                event = "silent_mode_on",
+                local_config,
+                database,
+                "Phorge is in global silent mode (phabricator.silent): each queued row is failed \
+                 hook/silent as Phorge's worker fails it, and its task archived, since this \
+                 daemon runs Phorge's webhook tasks"
+            ),
+            Self::On {
+                local_config,
+                database,
             } => warn!(
                 event = "silent_mode_on",
                 local_config,
@@ -229,6 +243,9 @@ pub struct SilentMode {
     database: Arc<dyn PhorgeConfig>,
     local_config: Option<Arc<dyn PhorgeConfig>>,
     held: AtomicBool,
+    /// Whether delivery fails rows while silent instead of holding them
+    /// (said by the dispatcher, for the log's wording).
+    rows_fail: AtomicBool,
     state: Mutex<State>,
     checked_at: Mutex<Option<Duration>>,
 }
@@ -248,6 +265,7 @@ impl SilentMode {
             database,
             local_config: None,
             held: AtomicBool::new(false),
+            rows_fail: AtomicBool::new(false),
             state: Mutex::new(State {
                 sight: Sight {
                     local_config: Reading::NotSet,
@@ -269,6 +287,12 @@ impl SilentMode {
 
     fn lock_state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Delivery fails each row while Phorge is silent rather than holding
+    /// it (a daemon that runs Phorge's webhook tasks): the log says so.
+    pub(crate) fn rows_fail_while_silent(&self) {
+        self.rows_fail.store(true, Ordering::Relaxed);
     }
 
     /// The cached verdict: true while delivery must be held.
@@ -313,6 +337,7 @@ impl SilentMode {
             let at = Locations {
                 local_config: self.local_config.as_ref().map(|source| source.location()),
                 database: self.database.location(),
+                rows_fail: self.rows_fail.load(Ordering::Relaxed),
             };
             for notice in &notices {
                 notice.log(&at);

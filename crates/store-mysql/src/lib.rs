@@ -101,7 +101,7 @@ pub use driver_buffers::bound_driver_buffers;
 pub use error::{MysqlError, NotReady};
 pub use handoff::PhpDeliveryTasks;
 pub use local_config::{LocalConfig, LocalConfigError};
-pub use lock::MysqlHookLock;
+pub use lock::{KeptLocks, MysqlHookLock};
 pub use object_tables::{object_tables, ObjectTables, OBJECT_TABLES};
 pub use queued_floor::LOOK_EVERY;
 /// The scan floor's windows, for tests that build rows around them.

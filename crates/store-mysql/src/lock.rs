@@ -23,12 +23,23 @@
 //! * one name is held at most once in this process: a second take of a
 //!   name the session holds is refused locally (the server would count it
 //!   as a nested lock and grant it).
+//!
+//! Under task adoption the locks are also **kept** ([`LockSessions::keep`]):
+//! the lock of every hook that is not disabled is taken and held between
+//! deliveries, so a `phd` taskmaster that leases a webhook task first
+//! finds the hook locked and yields it (Phorge's worker takes the same
+//! lock, without waiting, before it calls), and the daemon adopts the
+//! yielded task. A delivery borrows a kept lock ([`LockSessions::try_lock`]
+//! lends it) and its release hands it back instead of freeing it; a lock
+//! whose session broke is never handed back, and taken again by the next
+//! [`LockSessions::keep`].
 
 mod actor;
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot};
@@ -96,6 +107,77 @@ fn gone(database: &str) -> StoreError {
     MysqlError::LockSessionStopped.into_store_error(database)
 }
 
+/// A kept lock's place: held here between deliveries, or lent to one.
+enum Slot {
+    Here(MysqlHookLock),
+    Lent,
+}
+
+/// The locks kept between deliveries, by name.
+#[derive(Default)]
+struct Kept {
+    /// Whether released locks are kept; off (the default), a release
+    /// frees the lock.
+    on: AtomicBool,
+    slots: Mutex<HashMap<String, Slot>>,
+}
+
+impl Kept {
+    fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<String, Slot>> {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The kept lock of `name`, lent: `None` when none is kept here (or
+    /// the one kept was lost with its session).
+    fn lend(&self, name: &str) -> Option<MysqlHookLock> {
+        let mut slots = self.slots();
+        let slot = slots.get_mut(name)?;
+        match std::mem::replace(slot, Slot::Lent) {
+            Slot::Here(lock) if lock.epoch_is_live() => Some(lock),
+            Slot::Here(lost) => {
+                slots.remove(name);
+                drop(slots);
+                drop(lost.unkept());
+                None
+            }
+            Slot::Lent => None,
+        }
+    }
+
+    /// Takes `lock` back from a delivery; `Err` with it when it is not to
+    /// be kept (keeping is off, its hook is no longer kept, or its session
+    /// broke), for the caller to free.
+    fn take_back(&self, mut lock: MysqlHookLock) -> Result<(), MysqlHookLock> {
+        if !self.on.load(Ordering::Acquire) || !lock.epoch_is_live() {
+            return Err(lock);
+        }
+        // A kept lock holds no reference to the keeper that holds it.
+        lock.kept = None;
+        let mut slots = self.slots();
+        match slots.get_mut(&lock.name) {
+            Some(slot @ Slot::Lent) => {
+                *slot = Slot::Here(lock);
+                Ok(())
+            }
+            None => {
+                slots.insert(lock.name.clone(), Slot::Here(lock));
+                Ok(())
+            }
+            Some(Slot::Here(_)) => Err(lock),
+        }
+    }
+}
+
+/// What one [`LockSessions::keep`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KeptLocks {
+    /// Hooks whose lock this process holds now (kept or lent).
+    pub held: usize,
+    /// Hooks whose lock another session holds (another daemon instance,
+    /// or a taskmaster in the middle of a call): taken when it is freed.
+    pub elsewhere: usize,
+}
+
 /// The lock sessions of one store, started on first use (inside the
 /// runtime), each opening its database session only when first needed.
 #[derive(Clone)]
@@ -103,6 +185,7 @@ pub(crate) struct LockSessions {
     connector: Connector,
     count: usize,
     sessions: Arc<OnceLock<Vec<SessionHandle>>>,
+    kept: Arc<Kept>,
 }
 
 impl LockSessions {
@@ -112,6 +195,7 @@ impl LockSessions {
             connector,
             count: count.max(1),
             sessions: Arc::new(OnceLock::new()),
+            kept: Arc::new(Kept::default()),
         }
     }
 
@@ -136,9 +220,68 @@ impl LockSessions {
         })
     }
 
-    /// `GET_LOCK(name, 0)` on the least busy lock session: the lock when
-    /// taken, `None` when another session (here or elsewhere) holds it.
+    /// The lock of `name`: the kept one, lent, when this process keeps
+    /// it; otherwise `GET_LOCK(name, 0)` on the least busy lock session.
+    /// `None` when another session (here or elsewhere) holds it.
     pub(crate) async fn try_lock(&self, name: String) -> Result<Option<MysqlHookLock>, StoreError> {
+        if let Some(mut lent) = self.kept.lend(&name) {
+            lent.kept = Some(Arc::clone(&self.kept));
+            return Ok(Some(lent));
+        }
+        self.take(name).await
+    }
+
+    /// Keeps the locks of `names` and no others from now on (see the
+    /// module's header): takes each one not held here yet, and frees the
+    /// kept locks of names no longer listed. A lock another session holds
+    /// is counted, and taken by a later call once it is free.
+    pub(crate) async fn keep(&self, names: &[String]) -> Result<KeptLocks, StoreError> {
+        self.kept.on.store(true, Ordering::Release);
+        let wanted: std::collections::HashSet<&str> = names.iter().map(String::as_str).collect();
+        let (unwanted, missing) = {
+            let mut slots = self.kept.slots();
+            let mut unwanted = Vec::new();
+            slots.retain(|name, slot| {
+                let keep = wanted.contains(name.as_str())
+                    && match slot {
+                        Slot::Here(lock) => lock.epoch_is_live(),
+                        Slot::Lent => true,
+                    };
+                if !keep {
+                    if let Slot::Here(lock) = std::mem::replace(slot, Slot::Lent) {
+                        unwanted.push(lock);
+                    }
+                }
+                keep
+            });
+            let missing: Vec<String> = names
+                .iter()
+                .filter(|name| !slots.contains_key(name.as_str()))
+                .cloned()
+                .collect();
+            (unwanted, missing)
+        };
+        for lock in unwanted {
+            Box::new(lock.unkept()).release().await?;
+        }
+        let mut found = KeptLocks {
+            held: names.len() - missing.len(),
+            elsewhere: 0,
+        };
+        for name in missing {
+            match self.take(name).await? {
+                Some(lock) => match self.kept.take_back(lock) {
+                    Ok(()) => found.held += 1,
+                    Err(lock) => Box::new(lock.unkept()).release().await?,
+                },
+                None => found.elsewhere += 1,
+            }
+        }
+        Ok(found)
+    }
+
+    /// `GET_LOCK(name, 0)` on the least busy lock session.
+    async fn take(&self, name: String) -> Result<Option<MysqlHookLock>, StoreError> {
         let database = &self.connector.database;
         let Some(session) = self.least_busy() else {
             return Err(gone(database));
@@ -159,6 +302,7 @@ impl LockSessions {
                 epoch,
                 database: database.clone(),
                 session: Some(session.clone()),
+                kept: Some(Arc::clone(&self.kept)),
             }
         }))
     }
@@ -202,6 +346,8 @@ pub struct MysqlHookLock {
     database: String,
     /// `None` once released.
     session: Option<SessionHandle>,
+    /// Where a release hands the lock back to, when locks are kept.
+    kept: Option<Arc<Kept>>,
 }
 
 impl fmt::Debug for MysqlHookLock {
@@ -216,6 +362,25 @@ impl fmt::Debug for MysqlHookLock {
 }
 
 impl MysqlHookLock {
+    /// This lock, to be freed by its release or drop even while locks are
+    /// kept.
+    fn unkept(mut self) -> Self {
+        self.kept = None;
+        self
+    }
+
+    /// Hands this lock back to the kept locks, when they keep it; `Err`
+    /// with it otherwise, to be freed.
+    fn hand_back(mut self) -> Result<(), Self> {
+        match self.kept.take() {
+            Some(kept) => kept.take_back(self).map_err(|mut lock| {
+                lock.kept = None;
+                lock
+            }),
+            None => Err(self),
+        }
+    }
+
     /// The `GET_LOCK` name (Phorge's, see `webhook_core::hook_lock_name`).
     pub fn name(&self) -> &str {
         &self.name
@@ -238,13 +403,17 @@ impl MysqlHookLock {
 
 #[async_trait]
 impl HookLock for MysqlHookLock {
-    async fn release(mut self: Box<Self>) -> Result<(), StoreError> {
-        let Some(session) = self.session.take() else {
+    async fn release(self: Box<Self>) -> Result<(), StoreError> {
+        let mut this = match (*self).hand_back() {
+            Ok(()) => return Ok(()),
+            Err(lock) => lock,
+        };
+        let Some(session) = this.session.take() else {
             return Ok(());
         };
-        let (name, epoch) = (std::mem::take(&mut self.name), self.epoch);
+        let (name, epoch) = (std::mem::take(&mut this.name), this.epoch);
         session
-            .ask(&self.database, |reply| Command::Release {
+            .ask(&this.database, |reply| Command::Release {
                 name,
                 epoch,
                 reply: Some(reply),
@@ -275,6 +444,19 @@ impl HookLock for MysqlHookLock {
 
 impl Drop for MysqlHookLock {
     fn drop(&mut self) {
+        if let (Some(kept), true) = (self.kept.take(), self.session.is_some()) {
+            let lock = Self {
+                name: std::mem::take(&mut self.name),
+                connection_id: self.connection_id,
+                epoch: self.epoch,
+                database: std::mem::take(&mut self.database),
+                session: self.session.take(),
+                kept: Some(kept),
+            };
+            // Not kept: dropped again, now without a keeper, and freed.
+            let _ = lock.hand_back();
+            return;
+        }
         if let Some(session) = self.session.take() {
             // If the task is gone, so is its session, and with it the lock.
             let _ = session.send(Command::Release {

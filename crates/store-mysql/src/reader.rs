@@ -29,6 +29,7 @@ use crate::handoff::{self, PhpDeliveryTasks};
 use crate::object_tables::ObjectTables;
 use crate::objects::{self, UnreadableTables};
 use crate::reads::{self, HookSummary};
+use crate::rows;
 use crate::schema::{self, SchemaWarning};
 use crate::server_time::{self, ServerTimeReading};
 use crate::sql;
@@ -163,6 +164,17 @@ impl MysqlReader {
     /// Queue counts, as `Store::stats` reads them.
     pub async fn stats(&self) -> Result<QueueStats, StoreError> {
         reads::stats(&self.connector).await
+    }
+
+    /// The PHIDs of the hooks that are not disabled, lowest id first.
+    pub async fn callable_hook_phids(&self) -> Result<Vec<String>, StoreError> {
+        let rows = self.connector.all_rows(sql::CALLABLE_HOOKS, ()).await?;
+        rows.into_iter()
+            .map(|mut row| {
+                let id = rows::unsigned(&mut row, 0, "id", 0)?;
+                rows::text(&mut row, 1, "phid", id)
+            })
+            .collect()
     }
 
     /// Number of hooks, as `Store::hook_count` reads it.

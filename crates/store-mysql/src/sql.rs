@@ -209,6 +209,11 @@ pub const STATS: &str = "SELECT \
 /// Every hook, disabled ones included.
 pub const HOOK_COUNT: &str = "SELECT COUNT(*) FROM herald_webhook";
 
+/// The hooks whose locks task adoption keeps: every hook Phorge's worker
+/// would call (a disabled hook's requests it fails before its lock).
+pub const CALLABLE_HOOKS: &str =
+    "SELECT id, phid FROM herald_webhook WHERE status <> 'disabled' ORDER BY id ASC";
+
 /// Takes the per-hook lock without waiting: 1 taken, 0 held elsewhere,
 /// NULL on a server error. Parameter: the lock name.
 pub const GET_LOCK: &str = "SELECT GET_LOCK(?, 0)";
@@ -402,6 +407,17 @@ pub fn tasks_adopt(namespace: &str, count: usize) -> String {
          SET leaseOwner = ?, leaseExpires = UNIX_TIMESTAMP() + ? \
          WHERE id IN ({}) AND taskClass = '{WEBHOOK_TASK_CLASS}' AND {TASK_ADOPTABLE}",
         marks(count)
+    )
+}
+
+/// Hands back one instance's leases: no owner (what a taskmaster's lease
+/// query takes first), expiring now. Parameter: the owner pattern
+/// (`prefix%`; an instance's prefix holds no `LIKE` wildcard).
+pub fn tasks_release(namespace: &str) -> String {
+    format!(
+        "UPDATE `{namespace}_worker`.worker_activetask \
+         SET leaseOwner = NULL, leaseExpires = UNIX_TIMESTAMP() \
+         WHERE leaseOwner LIKE ? AND taskClass = '{WEBHOOK_TASK_CLASS}'"
     )
 }
 

@@ -29,7 +29,7 @@ use crate::config::MysqlConfig;
 use crate::connector::Connector;
 use crate::error::{MysqlError, NotReady};
 use crate::handoff::PhpDeliveryTasks;
-use crate::lock::{LockSessions, MysqlHookLock};
+use crate::lock::{KeptLocks, LockSessions, MysqlHookLock};
 use crate::queued_floor::QueuedFloor;
 use crate::reader::MysqlReader;
 use crate::schema::SchemaWarning;
@@ -216,6 +216,27 @@ impl MysqlStore {
             )),
             (Err(err), _) | (_, Err(err)) => refused_or_unknown(err),
         }
+    }
+
+    /// Keeps the lock of every hook that is not disabled from now on, and
+    /// no others (task adoption: see `crate::lock`); call it again to
+    /// follow Phorge's hooks and to take back a lock lost with its
+    /// session or held elsewhere until now.
+    pub async fn keep_hook_locks(&self) -> Result<KeptLocks, StoreError> {
+        let names: Vec<String> = self
+            .reader
+            .callable_hook_phids()
+            .await?
+            .iter()
+            .map(|phid| self.hook_lock_name(phid))
+            .collect();
+        self.locks.keep(&names).await
+    }
+
+    /// Frees every hook lock at once, kept or lent (a stopping daemon,
+    /// before it hands its tasks back): the lock sessions are closed.
+    pub async fn free_hook_locks(&self) {
+        self.locks.close().await;
     }
 
     /// Hook locks this store holds now, over all its lock sessions.

@@ -73,6 +73,12 @@ impl TaskQueue for MysqlStore {
         changed(self.connector(), &statement, params).await
     }
 
+    async fn release_leases(&self, owner_prefix: &str) -> Result<u64, StoreError> {
+        let pattern = format!("{owner_prefix}%");
+        let statement = sql::tasks_release(self.namespace());
+        changed(self.connector(), &statement, vec![Value::from(pattern)]).await
+    }
+
     async fn renew_daemon_leases(
         &self,
         lease: Duration,

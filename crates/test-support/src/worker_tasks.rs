@@ -5,7 +5,7 @@
 //! test can ask "could `phd` run this now?" and act as `phd` would.
 
 use mysql_async::prelude::Queryable;
-use mysql_async::Row;
+use mysql_async::{Conn, Row};
 
 use crate::mariadb::{server_conn, PhorgeSide};
 
@@ -245,6 +245,14 @@ impl PhorgeSide {
     /// `SELECT` saw. Any task class, as the taskmaster takes any.
     pub async fn taskmaster_lease(&self, owner: &str) -> Option<u64> {
         let mut conn = server_conn().await;
+        let leased = self.taskmaster_lease_on(&mut conn, owner).await;
+        conn.disconnect().await.expect("disconnect");
+        leased
+    }
+
+    /// [`Self::taskmaster_lease`] on a connection the caller keeps, as a
+    /// taskmaster keeps its own between tasks.
+    pub async fn taskmaster_lease_on(&self, conn: &mut Conn, owner: &str) -> Option<u64> {
         let table = format!("`{}`.worker_activetask", self.worker);
         let mut leased = None;
         let unleased: Option<u64> = conn
@@ -290,7 +298,130 @@ impl PhorgeSide {
                 }
             }
         }
-        conn.disconnect().await.expect("disconnect");
         leased
+    }
+}
+
+/// What a taskmaster did with one webhook task, as Phorge's
+/// `HeraldWebhookWorker` would.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerRun {
+    /// The request was no longer queued (or gone): the worker declines
+    /// the call and the task is archived.
+    Declined,
+    /// The hook's lock was held elsewhere: the task yields for 15 s
+    /// (owner `(yield)`), a line in phd's log.
+    Yielded,
+    /// The worker took the hook's lock: it would call the hook. Here it
+    /// writes the request `sent` as the call's result and archives the
+    /// task, so the request is counted as delivered by PHP.
+    Delivered,
+}
+
+/// A busy `phd` taskmaster, on a connection of its own: it leases webhook
+/// tasks by Phorge's lease query and runs each the way
+/// `HeraldWebhookWorker` does up to its call: the request must be
+/// `queued`, then the hook's lock is taken without waiting, or the task
+/// yields.
+#[derive(Debug)]
+pub struct Taskmaster<'a> {
+    side: &'a PhorgeSide,
+    herald: String,
+    namespace: String,
+    owner: String,
+    conn: Conn,
+}
+
+impl<'a> Taskmaster<'a> {
+    /// A taskmaster for the Phorge whose storage namespace is `namespace`.
+    pub async fn new(side: &'a PhorgeSide, namespace: &str, owner: &str) -> Self {
+        Self {
+            side,
+            herald: format!("{namespace}_herald"),
+            namespace: namespace.to_owned(),
+            owner: owner.to_owned(),
+            conn: server_conn().await,
+        }
+    }
+
+    /// Leases the next task it may run and runs it; `None` when the lease
+    /// query found nothing.
+    pub async fn run_next(&mut self) -> Option<(u64, WorkerRun)> {
+        let id = self
+            .side
+            .taskmaster_lease_on(&mut self.conn, &self.owner)
+            .await?;
+        Some((id, self.run(id).await))
+    }
+
+    async fn run(&mut self, id: u64) -> WorkerRun {
+        let worker = &self.side.worker;
+        let request: Option<(String, String)> = self
+            .conn
+            .exec_first(
+                format!(
+                    "SELECT r.status, r.webhookPHID FROM `{worker}`.worker_activetask t \
+                     JOIN `{}`.herald_webhookrequest r ON r.phid = t.objectPHID WHERE t.id = ?",
+                    self.herald
+                ),
+                (id,),
+            )
+            .await
+            .expect("the task's request");
+        let Some(("queued", hook)) = request.as_ref().map(|(s, h)| (s.as_str(), h.clone())) else {
+            self.archive(id).await;
+            return WorkerRun::Declined;
+        };
+        let name = webhook_core::hook_lock_name(&self.namespace, &hook);
+        let locked: Option<i64> = self
+            .conn
+            .exec_first("SELECT GET_LOCK(?, 0)", (&name,))
+            .await
+            .expect("GET_LOCK")
+            .flatten();
+        if locked != Some(1) {
+            self.conn
+                .exec_drop(
+                    format!(
+                        "UPDATE `{worker}`.worker_activetask SET leaseOwner = '(yield)', \
+                         leaseExpires = UNIX_TIMESTAMP() + 15 WHERE id = ? AND leaseOwner = ?"
+                    ),
+                    (id, &self.owner),
+                )
+                .await
+                .expect("yield");
+            return WorkerRun::Yielded;
+        }
+        self.conn
+            .exec_drop(
+                format!(
+                    "UPDATE `{}`.herald_webhookrequest SET status = 'sent', \
+                     lastRequestResult = 'okay', lastRequestEpoch = UNIX_TIMESTAMP() \
+                     WHERE phid = (SELECT objectPHID FROM `{worker}`.worker_activetask \
+                     WHERE id = ?)",
+                    self.herald
+                ),
+                (id,),
+            )
+            .await
+            .expect("the call's result");
+        self.conn
+            .exec_drop("SELECT RELEASE_LOCK(?)", (&name,))
+            .await
+            .expect("RELEASE_LOCK");
+        self.archive(id).await;
+        WorkerRun::Delivered
+    }
+
+    /// Ends the task (its archive is not what the tests look at).
+    async fn archive(&mut self, id: u64) {
+        let worker = &self.side.worker;
+        self.conn
+            .exec_drop(
+                format!("DELETE FROM `{worker}`.worker_activetask WHERE id = ?"),
+                (id,),
+            )
+            .await
+            .expect("end the task");
     }
 }

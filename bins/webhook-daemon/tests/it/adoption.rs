@@ -255,6 +255,17 @@ async fn under_adoption_silent_mode_fails_rows_as_phorges_worker_and_archives_th
             assert_eq!(properties["errorType"], "hook");
             assert_eq!(properties["errorCode"], "silent");
             assert!(receiver.requests().is_empty());
+            // The log says what this mode does, not the hand-off's "rows
+            // stay queued".
+            let said: Vec<String> = daemon
+                .stderr()
+                .lines()
+                .filter(|l| l.contains(r#"event="silent_mode_on""#))
+                .map(str::to_owned)
+                .collect();
+            assert_eq!(said.len(), 1, "{said:?}");
+            assert!(said[0].contains("failed hook/silent"), "{said:?}");
+            assert!(!said[0].contains("stay queued"), "{said:?}");
             daemon.terminate();
             daemon.wait_exit(DEADLINE).await;
         })

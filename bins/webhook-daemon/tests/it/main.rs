@@ -7,6 +7,7 @@
 mod adoption;
 mod allocator;
 mod clock_skew;
+mod contention;
 mod contracts;
 mod daemon;
 mod e2e;

@@ -156,6 +156,12 @@ pub trait TaskQueue: Send + Sync {
     /// removed. How many it moved.
     async fn archive_tasks(&self, ids: &[u64], result: ArchiveResult) -> Result<u64, StoreError>;
 
+    /// Hands back every webhook task leased under an owner string that
+    /// starts with `owner_prefix` (one instance's): no owner, so a
+    /// taskmaster's lease query takes it at once, as Phorge's own
+    /// "break the lease" does. How many it handed back.
+    async fn release_leases(&self, owner_prefix: &str) -> Result<u64, StoreError>;
+
     /// The queue's clock, which Phorge's own timestamps run on.
     async fn queue_now(&self) -> Result<UnixTime, StoreError>;
 }

@@ -223,3 +223,27 @@ pub(super) async fn ended_requests_tasks_are_archived_once_as_phorges_worker_end
         .expect("archive");
     assert_eq!((again.archived_success, again.archived_failure), (0, 0));
 }
+
+pub(super) async fn a_stopping_instance_hands_back_only_its_own_leases(bed: &dyn TestBed) {
+    let stopping = instance(1);
+    let (_, first) = queued_with_task(bed).await;
+    let (_, second) = queued_with_task(bed).await;
+    let round = stopping.round(bed.tasks()).await.expect("round");
+    assert_eq!(round.adopted, 2, "{round:?}");
+    let (_, other) = queued_with_task(bed).await;
+    bed.set_task_lease(other, Some(ELSEWHERE), Some(300)).await;
+    let (_, php) = queued_with_task(bed).await;
+    bed.set_task_lease(php, Some(TASKMASTER), Some(3_000)).await;
+
+    let handed = stopping.hand_back(bed.tasks()).await.expect("hand back");
+    assert_eq!(handed, 2);
+    for task in [first, second] {
+        assert_eq!(owner(bed, task).await, None, "task {task}");
+    }
+    assert_eq!(owner(bed, other).await.as_deref(), Some(ELSEWHERE));
+    assert_eq!(owner(bed, php).await.as_deref(), Some(TASKMASTER));
+    // A taskmaster's lease query takes a handed-back task at once.
+    assert_eq!(bed.taskmaster_lease("7:7:php:1").await, Some(first));
+    assert_eq!(bed.taskmaster_lease("7:7:php:2").await, Some(second));
+    assert_eq!(stopping.hand_back(bed.tasks()).await.expect("again"), 0);
+}

@@ -146,6 +146,7 @@ cases!(
     adoption::due_leases_are_extended_and_lapsed_ones_taken_again,
     adoption::only_rows_whose_task_a_daemon_leases_are_candidates,
     adoption::ended_requests_tasks_are_archived_once_as_phorges_worker_ends_them,
+    adoption::a_stopping_instance_hands_back_only_its_own_leases,
 );
 
 const HOOK: &str = "PHID-HWBH-conformanceaaaaaaaaa";

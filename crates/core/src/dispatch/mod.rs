@@ -150,6 +150,9 @@ impl Dispatcher {
     /// tasks, so no PHP worker will. Needs [`Self::with_silent_mode`].
     pub fn failing_when_silent(mut self) -> Self {
         self.cx.fail_when_silent = true;
+        if let Some(silent_mode) = &self.cx.silent_mode {
+            silent_mode.rows_fail_while_silent();
+        }
         self
     }
 

@@ -222,6 +222,25 @@ impl TaskQueue for MemoryStore {
         Ok(renewed)
     }
 
+    async fn release_leases(&self, owner_prefix: &str) -> Result<u64, StoreError> {
+        self.tasks_call()?;
+        let now = self.clock.now();
+        let mut inner = self.lock();
+        let mut released = 0;
+        for task in inner.tasks.active.values_mut() {
+            let ours = task
+                .lease_owner
+                .as_deref()
+                .is_some_and(|owner| owner.starts_with(owner_prefix));
+            if task.is_webhook() && ours {
+                task.lease_owner = None;
+                task.lease_expires = Some(now);
+                released += 1;
+            }
+        }
+        Ok(released)
+    }
+
     async fn tasks_of_requests(
         &self,
         request_phids: &[&str],
