@@ -16,7 +16,7 @@ use webhook_core::hold::{ConfigUnreadable, PhorgeConfig};
 use webhook_core::hold::{Reading, Sight, Visibility};
 use webhook_daemon::server_clock::{skew_words, Measurement, SKEW_WARN_SECS};
 use webhook_store_mysql::local_config::{LocalConfig, LocalConfigError};
-use webhook_store_mysql::{MysqlReader, PhpDeliveryTasks, OBJECT_TABLES};
+use webhook_store_mysql::{MysqlReader, PhpDeliveryTasks, TaskRunners, OBJECT_TABLES};
 
 use crate::error::{exit, AdminError};
 use crate::inspect::Db;
@@ -119,6 +119,18 @@ pub async fn run(
             ),
         },
     });
+    checks.push(match reader.recent_task_runners(RECENT_TASKS).await {
+        Ok(runners) => task_runners_check(runners),
+        Err(err) => Check {
+            name: "php-runs",
+            verdict: Verdict::Warn,
+            finding: format!(
+                "cannot read {}_worker.worker_archivetask: {err}",
+                reader.namespace()
+            ),
+            advice: Some("grant SELECT on it to see who ran Phorge's recent webhook tasks".into()),
+        },
+    });
     checks.push(objects_check(reader).await);
     report(&checks, json_out)?;
     Ok(if checks.iter().any(|c| c.verdict == Verdict::Fail) {
@@ -155,6 +167,51 @@ fn clock_check(skew_secs: f64, round_trip: Duration) -> Check {
              certificate checks and Phorge's own hosts go by their clocks"
                 .into(),
         ),
+    }
+}
+
+/// How many of Phorge's archived webhook tasks the `php-runs` check reads.
+const RECENT_TASKS: u64 = 1_000;
+
+/// Who ran Phorge's recent webhook tasks: any run by a taskmaster is a
+/// request `phd` delivered (or declined), which task adoption is there to
+/// prevent; none archived at all is a Phorge that hands delivery over.
+fn task_runners_check(runners: TaskRunners) -> Check {
+    let TaskRunners { daemon, php } = runners;
+    let all = daemon + php;
+    let (verdict, finding, advice) = if all == 0 {
+        (
+            Verdict::Ok,
+            "no archived HeraldWebhookWorker tasks: phd has run none".to_owned(),
+            None,
+        )
+    } else if php == 0 {
+        (
+            Verdict::Ok,
+            format!("the daemon ran all of the last {all} archived HeraldWebhookWorker tasks"),
+            None,
+        )
+    } else {
+        (
+            Verdict::Warn,
+            format!(
+                "phd's taskmasters ran {php} of the last {all} archived HeraldWebhookWorker \
+                 tasks ({:.0}%), the daemon {daemon}",
+                php as f64 * 100.0 / all as f64
+            ),
+            Some(
+                "on upstream Phorge set GORGE_WEBHOOK_ADOPT_PHP_TASKS=1 so the daemon runs \
+                 them; with it on, these are tasks of a hook created within a second, or of \
+                 a time the daemon was down (docs/operations.md, Upstream Phorge)"
+                    .into(),
+            ),
+        )
+    };
+    Check {
+        name: "php-runs",
+        verdict,
+        finding,
+        advice,
     }
 }
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tracing::{info, warn};
-use webhook_core::adoption::{run_rounds, TaskAdoption, TASK_LEASE};
+use webhook_core::adoption::{run_rounds, LostTasks, TaskAdoption, TASK_LEASE};
 use webhook_core::Clock;
 use webhook_store_mysql::{KeptLocks, MysqlStore};
 
@@ -68,7 +68,54 @@ pub async fn adopt_php_tasks(
     });
     tokio::select! {
         never = rounds => match never {},
-        never = keep_hook_locks(&store) => match never {},
+        never = keep_hook_locks(&store, &adoption) => match never {},
+    }
+}
+
+/// Tasks lost to `phd` are said at most this often, with the counts since
+/// the last line.
+const LOST_LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// What was last said of the tasks lost to `phd`, and when.
+#[derive(Default)]
+struct LostSaid {
+    at: Option<tokio::time::Instant>,
+    lost: LostTasks,
+}
+
+impl LostSaid {
+    /// One line when tasks were lost since the last, at most every
+    /// [`LOST_LOG_EVERY`].
+    fn say(&mut self, now: LostTasks) {
+        let due = self.at.is_none_or(|at| at.elapsed() >= LOST_LOG_EVERY);
+        if now.total() == self.lost.total() || !due {
+            return;
+        }
+        let yielded = now.yielded - self.lost.yielded;
+        let left_to_php = now.left_to_php - self.lost.left_to_php;
+        if left_to_php > 0 {
+            warn!(
+                event = "php_tasks_lost",
+                yielded,
+                left_to_php,
+                "phd taskmasters leased webhook tasks before this daemon: the yielded ones \
+                   (hook locked) were adopted and delivered here, one line each in phd's log; \
+                   the requests left to PHP may be delivered by PHP"
+            );
+        } else {
+            info!(
+                event = "php_tasks_lost",
+                yielded,
+                left_to_php,
+                "phd taskmasters leased webhook tasks before this daemon and yielded them, \
+                   the hooks' locks being held (one line each in phd's log); this daemon \
+                   adopted and delivered them"
+            );
+        }
+        *self = Self {
+            at: Some(tokio::time::Instant::now()),
+            lost: now,
+        };
     }
 }
 
@@ -77,9 +124,11 @@ pub async fn adopt_php_tasks(
 /// waiting before it calls and yields its task when the lock is held, so
 /// a taskmaster that leases a webhook task before the daemon does hands
 /// it over (a yield, one line in phd's log) instead of delivering it. A
-/// change in what is held is said once.
-async fn keep_hook_locks(store: &MysqlStore) -> std::convert::Infallible {
+/// change in what is held is said once; tasks a taskmaster leased first
+/// are said at most once a minute ([`LostSaid`]).
+async fn keep_hook_locks(store: &MysqlStore, adoption: &TaskAdoption) -> std::convert::Infallible {
     let mut said: Option<KeptLocks> = None;
+    let mut lost = LostSaid::default();
     let mut last_failure_logged: Option<tokio::time::Instant> = None;
     loop {
         match store.keep_hook_locks().await {
@@ -105,6 +154,7 @@ async fn keep_hook_locks(store: &MysqlStore) -> std::convert::Infallible {
                 }
             }
         }
+        lost.say(adoption.totals().lost);
         tokio::time::sleep(KEEP_LOCKS_EVERY).await;
     }
 }

@@ -390,6 +390,17 @@ fn adoption_counters(
         "Candidate rows left alone because a PHP taskmaster holds their task, once per poll \
          that met one",
         &[(none(), totals.rows_waiting_for_php)],
+    )?;
+    counter(
+        encoder,
+        format,
+        "gorge_webhook_php_tasks_lost",
+        "Webhook tasks a phd taskmaster leased before this daemon, by outcome: yielded \
+         (the hook's lock was held; adopted since), left_to_php (its request left to PHP)",
+        &[
+            (vec![("outcome", "yielded")], totals.lost.yielded),
+            (vec![("outcome", "left_to_php")], totals.lost.left_to_php),
+        ],
     )
 }
 

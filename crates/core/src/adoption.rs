@@ -34,7 +34,7 @@
 //!   worker would end it: success for `sent` and for a silent-mode
 //!   failure, failure otherwise ([`archive_result`]).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -47,8 +47,8 @@ mod queue;
 mod schedule;
 
 pub use queue::{
-    ArchiveResult, EndedTask, RequestTask, TaskLease, TaskQueue, DAEMON_LEASE_PREFIX,
-    WEBHOOK_TASK_CLASS, YIELD_OWNER,
+    AdoptableTask, ArchiveResult, EndedTask, RequestTask, TaskLease, TaskQueue,
+    DAEMON_LEASE_PREFIX, WEBHOOK_TASK_CLASS, YIELD_OWNER,
 };
 pub use schedule::{run_rounds, ADOPTION_EVERY, ARCHIVE_EVERY, SWEEP_EVERY};
 
@@ -104,6 +104,28 @@ pub struct AdoptionTotals {
     /// Candidate rows left for a taskmaster that held their task, once per
     /// poll that met one.
     pub rows_waiting_for_php: u64,
+    /// Tasks a taskmaster leased before this instance did, by what came
+    /// of it ([`LostTasks`]).
+    pub lost: LostTasks,
+}
+
+/// Webhook tasks a `phd` taskmaster leased before the daemon did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LostTasks {
+    /// It found the hook's lock held (the daemon keeps it) and yielded;
+    /// this instance then adopted it. One line in phd's log each.
+    pub yielded: u64,
+    /// The gate met its request while a taskmaster held it, and left the
+    /// request to PHP: PHP may deliver it (a hook whose lock the daemon
+    /// did not hold yet), or yield it in a moment.
+    pub left_to_php: u64,
+}
+
+impl LostTasks {
+    /// Both together.
+    pub fn total(self) -> u64 {
+        self.yielded + self.left_to_php
+    }
 }
 
 #[derive(Debug, Default)]
@@ -112,6 +134,8 @@ struct Totals {
     archived_success: AtomicU64,
     archived_failure: AtomicU64,
     rows_waiting_for_php: AtomicU64,
+    yields_adopted: AtomicU64,
+    left_to_php: AtomicU64,
 }
 
 /// How a task stands for the gate.
@@ -119,10 +143,12 @@ struct Totals {
 enum Standing {
     /// A daemon instance leases it for at least [`LEASE_MARGIN_SECS`].
     Daemon,
-    /// No taskmaster runs it: it may be leased.
-    Free,
-    /// A taskmaster holds it, will run it when its yield is due, or a
-    /// daemon's lease on it is about to end.
+    /// No taskmaster runs it: it may be leased; `yielded` when a
+    /// taskmaster leased it first and yielded it.
+    Free { yielded: bool },
+    /// A daemon's lease on it is about to end: not relied on, not free.
+    Lapsing,
+    /// A taskmaster holds it.
     Php,
 }
 
@@ -135,7 +161,11 @@ impl Standing {
         {
             Self::Daemon
         } else if lease.adoptable() {
-            Self::Free
+            Self::Free {
+                yielded: lease.owner.as_deref() == Some(YIELD_OWNER),
+            }
+        } else if lease.is_daemons() {
+            Self::Lapsing
         } else {
             Self::Php
         }
@@ -155,6 +185,9 @@ pub struct TaskAdoption {
     /// Rows the gate left to PHP, with when: left out of polls for
     /// [`LEFT_TO_PHP_SECS`].
     left_to_php: Mutex<HashMap<u64, UnixTime>>,
+    /// Rows counted as lost to PHP, so each is counted once (the highest
+    /// [`LEFT_TO_PHP_MAX`] ids kept).
+    lost_to_php: Mutex<BTreeSet<u64>>,
 }
 
 impl TaskAdoption {
@@ -180,6 +213,7 @@ impl TaskAdoption {
             next_lease: AtomicU64::new(1),
             totals: Totals::default(),
             left_to_php: Mutex::new(HashMap::new()),
+            lost_to_php: Mutex::new(BTreeSet::new()),
         }
     }
 
@@ -197,13 +231,26 @@ impl TaskAdoption {
         left.keys().copied().collect()
     }
 
-    fn note_left_to_php(&self, ids: &[u64], now: UnixTime) {
+    /// Keeps `ids` out of polls for a while, and counts those of
+    /// `held_by_php` (a taskmaster holds their task) as lost to PHP, each
+    /// row once.
+    fn note_left_to_php(&self, ids: &[u64], held_by_php: &[u64], now: UnixTime) {
         let mut left = self.left_to_php.lock().unwrap_or_else(|e| e.into_inner());
         for id in ids {
             if left.len() >= LEFT_TO_PHP_MAX {
                 break;
             }
             left.insert(*id, now);
+        }
+        drop(left);
+        let mut lost = self.lost_to_php.lock().unwrap_or_else(|e| e.into_inner());
+        for id in held_by_php {
+            if lost.insert(*id) {
+                self.totals.left_to_php.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        while lost.len() > LEFT_TO_PHP_MAX {
+            lost.pop_first();
         }
     }
 
@@ -215,6 +262,10 @@ impl TaskAdoption {
             archived_success: read(&self.totals.archived_success),
             archived_failure: read(&self.totals.archived_failure),
             rows_waiting_for_php: read(&self.totals.rows_waiting_for_php),
+            lost: LostTasks {
+                yielded: read(&self.totals.yields_adopted),
+                left_to_php: read(&self.totals.left_to_php),
+            },
         }
     }
 
@@ -232,9 +283,11 @@ impl TaskAdoption {
     pub async fn round(&self, queue: &dyn TaskQueue) -> Result<AdoptionRound, StoreError> {
         let renewed = queue.renew_daemon_leases(TASK_LEASE, RENEW_WITHIN).await?;
         let found = queue.adoptable_tasks(ROUND_LIMIT).await?;
+        let found: Vec<(u64, bool)> = found.iter().map(|t| (t.id, t.yielded)).collect();
+        let adopted = self.adopt_counting_yields(queue, &found).await?;
         Ok(AdoptionRound {
             renewed,
-            adopted: self.adopt(queue, &found).await?,
+            adopted,
             ..AdoptionRound::default()
         })
     }
@@ -287,14 +340,16 @@ impl TaskAdoption {
             return Ok(rows);
         }
         let mut tasks = tasks_of(queue, &rows).await?;
-        let free: Vec<u64> = tasks
+        let free: Vec<(u64, bool)> = tasks
             .values()
             .flatten()
-            .filter(|(_, standing)| *standing == Standing::Free)
-            .map(|(id, _)| *id)
+            .filter_map(|(id, standing)| match standing {
+                Standing::Free { yielded } => Some((*id, *yielded)),
+                _ => None,
+            })
             .collect();
         if !free.is_empty() {
-            self.adopt(queue, &free).await?;
+            self.adopt_counting_yields(queue, &free).await?;
             tasks = tasks_of(queue, &rows).await?;
         }
         let queue_now = if rows.iter().any(|row| !tasks.contains_key(&row.phid)) {
@@ -303,6 +358,7 @@ impl TaskAdoption {
             0
         };
         let mut waiting_for_php = Vec::new();
+        let mut held_by_php = Vec::new();
         let allowed = rows
             .into_iter()
             .filter(|row| match tasks.get(&row.phid) {
@@ -312,16 +368,35 @@ impl TaskAdoption {
                     if !ours {
                         waiting_for_php.push(row.id);
                     }
+                    if standing.iter().any(|(_, s)| *s == Standing::Php) {
+                        held_by_php.push(row.id);
+                    }
                     ours
                 }
             })
             .collect();
-        self.note_left_to_php(&waiting_for_php, now);
+        self.note_left_to_php(&waiting_for_php, &held_by_php, now);
         self.totals.rows_waiting_for_php.fetch_add(
             u64::try_from(waiting_for_php.len()).unwrap_or(u64::MAX),
             Ordering::Relaxed,
         );
         Ok(allowed)
+    }
+
+    /// Leases the `(id, yielded)` tasks that are still free; the yields
+    /// in a lease of their own, so those won back are counted exactly.
+    async fn adopt_counting_yields(
+        &self,
+        queue: &dyn TaskQueue,
+        tasks: &[(u64, bool)],
+    ) -> Result<u64, StoreError> {
+        let (yields, others): (Vec<_>, Vec<_>) = tasks.iter().partition(|(_, yielded)| *yielded);
+        let ids = |tasks: Vec<&(u64, bool)>| tasks.iter().map(|(id, _)| *id).collect::<Vec<_>>();
+        let won_back = self.adopt(queue, &ids(yields)).await?;
+        self.totals
+            .yields_adopted
+            .fetch_add(won_back, Ordering::Relaxed);
+        Ok(won_back + self.adopt(queue, &ids(others)).await?)
     }
 
     /// Leases those of `ids` that are still free, under a new owner string.

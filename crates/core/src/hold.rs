@@ -171,39 +171,7 @@ struct Locations {
 impl Notice {
     fn log(&self, at: &Locations) {
         match self {
-            Self::Unreadable { source, error, now } => {
-                let what = match (source, &at.local_config) {
-                    (Source::LocalConfig, Some(path)) => format!(
-                        "cannot read Phorge's local config {path}, where bin/config set keeps \
-                         phabricator.silent"
-                    ),
-                    (Source::LocalConfig, None) => "cannot read Phorge's local config".to_owned(),
-                    (Source::Database, _) => format!(
-                        "cannot read Phorge's database configuration {}",
-                        at.database
-                    ),
-                };
-                let local_config = at
-                    .local_config
-                    .as_deref()
-                    .unwrap_or("Phorge's conf/local/local.json");
-                let so = match now {
-                    Visibility::On => "delivery stays held: the other source says silent",
-                    Visibility::Off => "Phorge's local config is still read",
-                    Visibility::DatabaseOnly => {
-                        "only the database entry, which Phorge's tools never write, is seen; \
-                         delivering"
-                    }
-                    Visibility::Invisible | Visibility::Unchecked => &format!(
-                        "silent mode cannot be seen at all; delivering anyway. Let this daemon \
-                         read {local_config} (or grant SELECT on {}), or stop it whenever \
-                         Phorge is silent",
-                        at.database
-                    ),
-                };
-                warn!(event = "silent_mode_invisible", source = source.label(), error = %error,
-                      "{what}: {so}");
-            }
+            Self::Unreadable { source, error, now } => log_unreadable(*source, error, *now, at),
             Self::Readable { source } => info!(
                 event = "silent_mode_visible",
                 source = source.label(),
@@ -236,6 +204,39 @@ impl Notice {
             ),
         }
     }
+}
+
+/// A source became unreadable: which, why, and what that leaves seen.
+fn log_unreadable(source: Source, error: &ConfigUnreadable, now: Visibility, at: &Locations) {
+    let what = match (source, &at.local_config) {
+        (Source::LocalConfig, Some(path)) => format!(
+            "cannot read Phorge's local config {path}, where bin/config set keeps \
+             phabricator.silent"
+        ),
+        (Source::LocalConfig, None) => "cannot read Phorge's local config".to_owned(),
+        (Source::Database, _) => format!(
+            "cannot read Phorge's database configuration {}",
+            at.database
+        ),
+    };
+    let local_config = at
+        .local_config
+        .as_deref()
+        .unwrap_or("Phorge's conf/local/local.json");
+    let so = match now {
+        Visibility::On => "delivery stays held: the other source says silent",
+        Visibility::Off => "Phorge's local config is still read",
+        Visibility::DatabaseOnly => {
+            "only the database entry, which Phorge's tools never write, is seen; delivering"
+        }
+        Visibility::Invisible | Visibility::Unchecked => &format!(
+            "silent mode cannot be seen at all; delivering anyway. Let this daemon read \
+             {local_config} (or grant SELECT on {}), or stop it whenever Phorge is silent",
+            at.database
+        ),
+    };
+    warn!(event = "silent_mode_invisible", source = source.label(), error = %error,
+          "{what}: {so}");
 }
 
 /// The cached silent-mode verdict; cheap to ask, refreshed on demand.

@@ -54,6 +54,34 @@ pub(crate) async fn php_delivery_tasks(
     })
 }
 
+/// Who ran Phorge's recent webhook tasks, from its task archive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TaskRunners {
+    /// Archived under a daemon's lease: the daemon delivered.
+    pub daemon: u64,
+    /// Archived under a taskmaster's: `phd` ran the task (delivered it, or
+    /// declined a request no longer queued).
+    pub php: u64,
+}
+
+/// [`TaskRunners`] of the last `limit` archived webhook tasks
+/// (`sql::recent_task_runners`).
+pub(crate) async fn recent_task_runners(
+    connector: &Connector,
+    namespace: &str,
+    limit: u64,
+) -> Result<TaskRunners, StoreError> {
+    let statement = sql::recent_task_runners(namespace);
+    let row = connector.first_row(statement.as_str(), (limit,)).await?;
+    let mut row = row.ok_or_else(|| connector.unexpected("recent task runners", "no row"))?;
+    let daemon = rows::unsigned(&mut row, 0, "daemon", 0)?;
+    let all = rows::unsigned(&mut row, 1, "all", 0)?;
+    Ok(TaskRunners {
+        daemon,
+        php: all.saturating_sub(daemon),
+    })
+}
+
 /// `PhorgeConfig::silent_mode` from `config_entry`
 /// (`sql::silent_mode`).
 pub(crate) async fn silent_mode(

@@ -99,7 +99,7 @@ pub use candidates::POLL_BYTES_MAX;
 pub use config::MysqlConfig;
 pub use driver_buffers::bound_driver_buffers;
 pub use error::{MysqlError, NotReady};
-pub use handoff::PhpDeliveryTasks;
+pub use handoff::{PhpDeliveryTasks, TaskRunners};
 pub use local_config::{LocalConfig, LocalConfigError};
 pub use lock::{KeptLocks, MysqlHookLock};
 pub use object_tables::{object_tables, ObjectTables, OBJECT_TABLES};

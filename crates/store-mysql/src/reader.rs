@@ -25,7 +25,7 @@ use crate::config::MysqlConfig;
 use crate::connector::Connector;
 use crate::error::{MysqlError, NotReady};
 use crate::grants;
-use crate::handoff::{self, PhpDeliveryTasks};
+use crate::handoff::{self, PhpDeliveryTasks, TaskRunners};
 use crate::object_tables::ObjectTables;
 use crate::objects::{self, UnreadableTables};
 use crate::reads::{self, HookSummary};
@@ -243,6 +243,12 @@ impl MysqlReader {
     /// twice.
     pub async fn php_delivery_tasks(&self) -> Result<PhpDeliveryTasks, StoreError> {
         handoff::php_delivery_tasks(&self.connector, &self.namespace).await
+    }
+
+    /// Who ran the last `limit` archived `HeraldWebhookWorker` tasks: a
+    /// daemon (task adoption) or `phd`'s taskmasters.
+    pub async fn recent_task_runners(&self, limit: u64) -> Result<TaskRunners, StoreError> {
+        handoff::recent_task_runners(&self.connector, &self.namespace, limit).await
     }
 
     /// The privileges delivery needs that the account lacks, each as

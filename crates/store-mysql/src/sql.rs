@@ -11,6 +11,7 @@
 //! statements in one round trip: it puts numbers as digits and text as hex
 //! literals in place of the `?`s, so no byte of a value is ever read as SQL.
 
+use webhook_core::adoption::YIELD_OWNER;
 /// The task class and the owner prefix the task statements name.
 pub use webhook_core::adoption::{DAEMON_LEASE_PREFIX, WEBHOOK_TASK_CLASS};
 
@@ -366,11 +367,23 @@ pub fn php_delivery_tasks(namespace: &str) -> String {
     )
 }
 
-/// Up to `?` adoptable webhook tasks, lowest id first. Parameters: the
+/// Of the last `?` archived webhook tasks, how many ended under a daemon's
+/// lease, and how many in all (the rest a taskmaster ran).
+pub fn recent_task_runners(namespace: &str) -> String {
+    format!(
+        "SELECT COALESCE(SUM(leaseOwner LIKE '{DAEMON_LEASE_PREFIX}%'), 0), COUNT(*) \
+         FROM (SELECT leaseOwner FROM `{namespace}_worker`.worker_archivetask \
+         WHERE taskClass = '{WEBHOOK_TASK_CLASS}' ORDER BY id DESC LIMIT ?) recent"
+    )
+}
+
+/// Up to `?` adoptable webhook tasks, lowest id first, each with whether
+/// it is a yield (1 or 0). Parameters: the
 /// limit.
 pub fn tasks_adoptable(namespace: &str) -> String {
     format!(
-        "SELECT id FROM `{namespace}_worker`.worker_activetask \
+        "SELECT id, leaseOwner <=> '{YIELD_OWNER}' AS yielded \
+         FROM `{namespace}_worker`.worker_activetask \
          WHERE taskClass = '{WEBHOOK_TASK_CLASS}' AND {TASK_ADOPTABLE} ORDER BY id LIMIT ?"
     )
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use mysql_async::Value;
 use webhook_core::adoption::{
-    ArchiveResult, EndedTask, RequestTask, TaskLease, TaskQueue, DAEMON_LEASE_PREFIX,
+    AdoptableTask, ArchiveResult, EndedTask, RequestTask, TaskLease, TaskQueue, DAEMON_LEASE_PREFIX,
 };
 use webhook_core::{StoreError, UnixTime};
 
@@ -47,13 +47,20 @@ impl TaskQueue for MysqlStore {
         .await
     }
 
-    async fn adoptable_tasks(&self, limit: u64) -> Result<Vec<u64>, StoreError> {
-        task_ids(
-            self.connector(),
-            &sql::tasks_adoptable(self.namespace()),
-            limit,
-        )
-        .await
+    async fn adoptable_tasks(&self, limit: u64) -> Result<Vec<AdoptableTask>, StoreError> {
+        let statement = sql::tasks_adoptable(self.namespace());
+        let found = self
+            .connector()
+            .all_rows(statement.as_str(), (limit,))
+            .await?;
+        found
+            .into_iter()
+            .map(|mut row| {
+                let id = rows::unsigned(&mut row, 0, "id", 0)?;
+                let yielded = rows::unsigned(&mut row, 1, "yielded", id)? == 1;
+                Ok(AdoptableTask { id, yielded })
+            })
+            .collect()
     }
 
     async fn lease_tasks(

@@ -238,6 +238,36 @@ impl PhorgeSide {
         count
     }
 
+    /// A webhook task in the archive as if run and ended under `owner`'s
+    /// lease (a taskmaster's or a daemon's), with a fresh id. The id.
+    pub async fn archive_webhook_task_as(&self, owner: &str) -> u64 {
+        let id = self
+            .queue_webhook_task("PHID-HWBR-archivedarchivedarch")
+            .await;
+        let mut conn = server_conn().await;
+        let w = &self.worker;
+        conn.exec_drop(
+            format!(
+                "INSERT INTO `{w}`.worker_archivetask (id, taskClass, leaseOwner, leaseExpires, \
+                 failureCount, dataID, result, duration, dateCreated, dateModified, priority, \
+                 objectPHID, archivedEpoch) SELECT id, taskClass, ?, leaseExpires, failureCount, \
+                 dataID, 0, 0, dateCreated, dateModified, priority, objectPHID, UNIX_TIMESTAMP() \
+                 FROM `{w}`.worker_activetask WHERE id = ?"
+            ),
+            (owner, id),
+        )
+        .await
+        .expect("archive the task");
+        conn.exec_drop(
+            format!("DELETE FROM `{w}`.worker_activetask WHERE id = ?"),
+            (id,),
+        )
+        .await
+        .expect("remove the archived task");
+        conn.disconnect().await.expect("disconnect");
+        id
+    }
+
     /// Leases one task as a Phorge taskmaster does, or `None` when its
     /// lease query finds nothing it may run: first a task with no owner
     /// (by priority, then id), then one whose lease lapsed (soonest

@@ -48,6 +48,24 @@ async fn doctor_reports_silent_mode_and_php_delivery() {
                 healthy.stdout
             );
             assert!(healthy.stdout.contains("ok    php-delivery"));
+            assert!(
+                healthy.stdout.contains("ok    php-runs      no archived"),
+                "{}",
+                healthy.stdout
+            );
+            side.archive_webhook_task_as("gorge-webhook:host:1:2:3")
+                .await;
+            side.archive_webhook_task_as("4242:1700000000:php-host:1")
+                .await;
+            let shared = doctor_with(db, &local, &["doctor"]).await;
+            assert_eq!(shared.status, 0, "a warning: {}", shared.all_output());
+            assert!(
+                shared
+                    .stdout
+                    .contains("warn  php-runs      phd's taskmasters ran 1 of the last 2"),
+                "{}",
+                shared.stdout
+            );
 
             side.set_silent(Some("true")).await;
             side.queue_php_task(true).await;

@@ -117,6 +117,17 @@ async fn a_taskmaster_that_never_sleeps_delivers_none_of_a_hundred_tasks() {
                 "the taskmaster delivered some itself: {runs:?}\n{}",
                 daemon.log()
             );
+            // Each yield is counted as a task won back from a taskmaster,
+            // and said in the log.
+            let yielded = format!(
+                "gorge_webhook_php_tasks_lost_total{{outcome=\"yielded\"}} {}\n",
+                runs.yielded
+            );
+            until(&daemon, "the yields counted and said", async || {
+                daemon.get("/metrics", &[]).await.text().contains(&yielded)
+                    && daemon.stderr().contains(r#"event="php_tasks_lost""#)
+            })
+            .await;
             let receipts = receiver.receipts();
             assert_eq!(receipts.len(), BURSTS * BURST, "{runs:?}");
             let twice: Vec<_> = receipts.iter().filter(|(_, r)| r.count != 1).collect();

@@ -63,6 +63,16 @@ impl TaskLease {
     }
 }
 
+/// A task no taskmaster runs, as the round finds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdoptableTask {
+    /// The task's id.
+    pub id: u64,
+    /// Whether a taskmaster leased it first and yielded it (owner
+    /// [`YIELD_OWNER`]): Phorge's worker found the hook's lock held.
+    pub yielded: bool,
+}
+
 /// A webhook task of a request, as the candidate gate reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestTask {
@@ -114,8 +124,9 @@ pub trait TaskQueue: Send + Sync {
     /// what Phorge queues, found without reading the leased ones.
     async fn unleased_tasks(&self, limit: u64) -> Result<Vec<u64>, StoreError>;
 
-    /// Up to `limit` adoptable webhook tasks, lowest id first.
-    async fn adoptable_tasks(&self, limit: u64) -> Result<Vec<u64>, StoreError>;
+    /// Up to `limit` adoptable webhook tasks, lowest id first, each with
+    /// whether it is a yield.
+    async fn adoptable_tasks(&self, limit: u64) -> Result<Vec<AdoptableTask>, StoreError>;
 
     /// Leases those of `ids` that are still adoptable webhook tasks to
     /// `owner` until `lease` from now, in one compare-and-set against

@@ -7,7 +7,9 @@
 
 use std::sync::Arc;
 
-use crate::adoption::{TaskAdoption, DAEMON_LEASE_PREFIX, TASK_GRACE_SECS, WEBHOOK_TASK_CLASS};
+use crate::adoption::{
+    TaskAdoption, DAEMON_LEASE_PREFIX, LEFT_TO_PHP_SECS, TASK_GRACE_SECS, WEBHOOK_TASK_CLASS,
+};
 use crate::memory_store::NewRequest;
 use crate::model::{RequestStatus, UnixTime};
 use crate::windows::{Settings, Windows};
@@ -65,8 +67,11 @@ pub(super) async fn every_task_no_taskmaster_runs_is_leased(bed: &dyn TestBed) {
         .await;
     let other_class = bed.queue_task(OTHER_CLASS, None).await;
 
-    let round = instance(1).round(bed.tasks()).await.expect("round");
+    let adoption = instance(1);
+    let round = adoption.round(bed.tasks()).await.expect("round");
     assert_eq!((round.adopted, round.renewed), (3, 0), "{round:?}");
+    // The yield is a task a taskmaster leased first, won back.
+    assert_eq!(adoption.totals().lost.yielded, 1);
     for task in [unleased, yielded, lapsed] {
         let lease = bed.task_lease(task).await.expect("still active");
         assert!(ours(lease.owner.as_deref(), 1), "{lease:?}");
@@ -176,6 +181,32 @@ pub(super) async fn only_rows_whose_task_a_daemon_leases_are_candidates(bed: &dy
     assert!(!ids.contains(&fresh_taskless), "{ids:?}");
     assert!(ours(owner(bed, php_task).await.as_deref(), 1));
     assert!(adoption.totals().rows_waiting_for_php >= 2);
+}
+
+/// A row whose task a taskmaster holds is lost to PHP once, however many
+/// polls meet it; one whose daemon lease is ending is not.
+pub(super) async fn a_row_a_taskmaster_holds_is_counted_lost_once(bed: &dyn TestBed) {
+    let adoption = instance(1);
+    let store = bed.adopting(Arc::clone(&adoption));
+    let (_, php_task) = queued_with_task(bed).await;
+    bed.set_task_lease(php_task, Some(TASKMASTER), Some(7_000))
+        .await;
+    let (_, ending_task) = queued_with_task(bed).await;
+    bed.set_task_lease(ending_task, Some(ELSEWHERE), Some(5))
+        .await;
+    let now = bed.now().await;
+    for at in [now, now + LEFT_TO_PHP_SECS] {
+        let query = crate::store::CandidateQuery {
+            cutoffs: Windows::try_new(Settings::default())
+                .expect("defaults")
+                .cutoffs(at),
+            limit: 100,
+            exclude_hooks: Vec::new(),
+        };
+        let rows = store.candidates(&query).await.expect("candidates");
+        assert!(rows.is_empty(), "{rows:?}");
+    }
+    assert_eq!(adoption.totals().lost.left_to_php, 1);
 }
 
 pub(super) async fn ended_requests_tasks_are_archived_once_as_phorges_worker_ends_them(

@@ -147,6 +147,7 @@ cases!(
     adoption::only_rows_whose_task_a_daemon_leases_are_candidates,
     adoption::ended_requests_tasks_are_archived_once_as_phorges_worker_ends_them,
     adoption::a_stopping_instance_hands_back_only_its_own_leases,
+    adoption::a_row_a_taskmaster_holds_is_counted_lost_once,
 );
 
 const HOOK: &str = "PHID-HWBH-conformanceaaaaaaaaa";

@@ -11,7 +11,8 @@ use async_trait::async_trait;
 
 use super::{MemoryStore, StoreOp};
 use crate::adoption::{
-    ArchiveResult, EndedTask, RequestTask, TaskLease, TaskQueue, WEBHOOK_TASK_CLASS,
+    AdoptableTask, ArchiveResult, EndedTask, RequestTask, TaskLease, TaskQueue, WEBHOOK_TASK_CLASS,
+    YIELD_OWNER,
 };
 use crate::model::{RequestStatus, UnixTime};
 use crate::store::StoreError;
@@ -174,9 +175,21 @@ impl TaskQueue for MemoryStore {
         Ok(self.webhook_tasks(limit, |task, _| task.lease_owner.is_none()))
     }
 
-    async fn adoptable_tasks(&self, limit: u64) -> Result<Vec<u64>, StoreError> {
+    async fn adoptable_tasks(&self, limit: u64) -> Result<Vec<AdoptableTask>, StoreError> {
         self.tasks_call()?;
-        Ok(self.webhook_tasks(limit, |task, now| task.lease(now).adoptable()))
+        let ids = self.webhook_tasks(limit, |task, now| task.lease(now).adoptable());
+        let inner = self.lock();
+        Ok(ids
+            .into_iter()
+            .map(|id| AdoptableTask {
+                id,
+                yielded: inner
+                    .tasks
+                    .active
+                    .get(&id)
+                    .is_some_and(|task| task.lease_owner.as_deref() == Some(YIELD_OWNER)),
+            })
+            .collect())
     }
 
     async fn lease_tasks(
