@@ -93,25 +93,17 @@ impl LostSaid {
         }
         let yielded = now.yielded - self.lost.yielded;
         let left_to_php = now.left_to_php - self.lost.left_to_php;
-        if left_to_php > 0 {
-            warn!(
-                event = "php_tasks_lost",
-                yielded,
-                left_to_php,
-                "phd taskmasters leased webhook tasks before this daemon: the yielded ones \
-                   (hook locked) were adopted and delivered here, one line each in phd's log; \
-                   the requests left to PHP may be delivered by PHP"
-            );
-        } else {
-            info!(
-                event = "php_tasks_lost",
-                yielded,
-                left_to_php,
-                "phd taskmasters leased webhook tasks before this daemon and yielded them, \
-                   the hooks' locks being held (one line each in phd's log); this daemon \
-                   adopted and delivered them"
-            );
-        }
+        // Info, not a warning: on a busy pool a taskmaster leases most
+        // new tasks first and yields them; a request left to PHP is
+        // usually one a taskmaster held for the moment before its yield.
+        info!(
+            event = "php_tasks_lost",
+            yielded,
+            left_to_php,
+            "phd taskmasters leased webhook tasks before this daemon: those yielded (the \
+               hook's lock held) were adopted and delivered here, one line each in phd's log; \
+               a request left to PHP is delivered by whichever of the two holds its hook's lock"
+        );
         *self = Self {
             at: Some(tokio::time::Instant::now()),
             lost: now,
