@@ -5,8 +5,6 @@
 //! not list it, as `prometheus` installs promtool. Without it those tests
 //! fail saying so.
 
-use std::process::Command;
-
 use crate::apt_install;
 
 /// The package that provides the library.
@@ -14,17 +12,10 @@ const PACKAGE: &str = "libfaketime";
 
 /// Installs libfaketime if dpkg does not list it as installed.
 pub(crate) fn ensure_installed() -> Result<(), String> {
-    if installed() {
+    if crate::dpkg_installed(PACKAGE) {
         return Ok(());
     }
     eprintln!("xtask: {PACKAGE} is not installed; installing Debian's {PACKAGE} package (once per machine)");
     apt_install(&[PACKAGE])
         .map_err(|err| format!("{err}; install libfaketime (Debian: apt-get install {PACKAGE})"))
-}
-
-fn installed() -> bool {
-    Command::new("dpkg-query")
-        .args(["-W", "-f=${db:Status-Status}", PACKAGE])
-        .output()
-        .is_ok_and(|out| out.status.success() && out.stdout == b"installed")
 }

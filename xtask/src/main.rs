@@ -149,12 +149,52 @@ pub(crate) fn command_found(command: &str) -> bool {
 
 /// Installs Debian's `packages` with apt-get; a machine whose package
 /// lists were never fetched knows no candidate, so a failed install is
-/// tried once more after `apt-get update`.
+/// tried once more after `apt-get update`. The tools are what the tests
+/// need, not services: a unit a package installed here (Debian enables
+/// and starts `prometheus.service`) is disabled and stopped again, so a
+/// developer's machine runs no new server after the test command.
 pub(crate) fn apt_install(packages: &[&str]) -> Result<(), String> {
+    let new: Vec<&str> = packages
+        .iter()
+        .copied()
+        .filter(|package| !dpkg_installed(package))
+        .collect();
     let mut install = vec!["install", "-y", "-q", "--no-install-recommends"];
     install.extend(packages);
     run("apt-get", &install)
-        .or_else(|_| run("apt-get", &["update", "-q"]).and_then(|()| run("apt-get", &install)))
+        .or_else(|_| run("apt-get", &["update", "-q"]).and_then(|()| run("apt-get", &install)))?;
+    for unit in new.iter().flat_map(|package| service_units(package)) {
+        // No systemd (a container, a chroot) is no service to stop.
+        let _ = run("systemctl", &["disable", "--now", "--quiet", &unit]);
+    }
+    Ok(())
+}
+
+/// Whether dpkg lists `package` as installed.
+pub(crate) fn dpkg_installed(package: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${db:Status-Status}", package])
+        .output()
+        .is_ok_and(|out| out.status.success() && out.stdout == b"installed")
+}
+
+/// The systemd service units `package` ships, by file name.
+fn service_units(package: &str) -> Vec<String> {
+    let Ok(listed) = Command::new("dpkg-query").args(["-L", package]).output() else {
+        return Vec::new();
+    };
+    service_unit_names(&String::from_utf8_lossy(&listed.stdout))
+}
+
+/// The `*.service` files under a systemd unit directory in a package's
+/// file list.
+fn service_unit_names(listing: &str) -> Vec<String> {
+    listing
+        .lines()
+        .filter(|path| path.contains("/systemd/system/") && path.ends_with(".service"))
+        .filter_map(|path| path.rsplit('/').next())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Runs a command inheriting stdio; an error names the command.
@@ -168,5 +208,21 @@ pub(crate) fn run(program: &str, args: &[&str]) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!("{program} {} failed ({status})", args.join(" ")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::service_unit_names;
+
+    #[test]
+    fn the_units_a_package_ships_are_read_from_its_file_list() {
+        let listing = "/.\n/lib\n/lib/systemd/system/prometheus.service\n\
+                       /usr/lib/systemd/system/other.service\n/etc/default/prometheus\n\
+                       /usr/share/doc/prometheus/examples/x.service.txt\n";
+        assert_eq!(
+            service_unit_names(listing),
+            ["prometheus.service", "other.service"]
+        );
     }
 }

@@ -47,12 +47,7 @@ _PASS, GORGE_WEBHOOK_NAMESPACE, ...) and validates it as the daemon does.";
 /// and signatures, and requeue failed requests. Every command only reads,
 /// except `requeue --apply`, the one command that writes.
 #[derive(Debug, Parser)]
-#[command(
-    name = "webhook-admin",
-    version,
-    after_help = EXIT_STATUS_HELP,
-    disable_help_subcommand = true
-)]
+#[command(name = "webhook-admin", version, after_help = EXIT_STATUS_HELP)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]

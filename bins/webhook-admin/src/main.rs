@@ -98,7 +98,10 @@ fn run(cli: Cli) -> Result<u8, AdminError> {
                     env_lookup(LISTEN.name).as_deref(),
                 )?),
             };
-            let colour = std::io::stdout().is_terminal() && env_lookup("NO_COLOR").is_none();
+            let colour = webhook_daemon::config::colour(
+                std::io::stdout().is_terminal(),
+                env_lookup("NO_COLOR").as_deref(),
+            );
             runtime()?.block_on(watch::run(watch::WatchOptions {
                 source,
                 token: env_lookup(SERVICE_TOKEN.name),

@@ -232,7 +232,8 @@ pub async fn run(
     json_out: bool,
 ) -> Result<u8, AdminError> {
     let db = Db::open(config)?;
-    let result = requeue(&db, selection, apply, json_out).await;
+    let lease_secs = config.windows.lease_secs();
+    let result = requeue(&db, selection, apply, json_out, lease_secs).await;
     let _ = db.writer.disconnect().await;
     result
 }
@@ -242,6 +243,7 @@ async fn requeue(
     selection: &Selection,
     apply: bool,
     json_out: bool,
+    lease_secs: u64,
 ) -> Result<u8, AdminError> {
     let mut tally = Tally::default();
     if selection.named.is_empty() {
@@ -305,7 +307,7 @@ async fn requeue(
         }
         act(db, &chosen, apply, json_out, &mut tally).await?;
     }
-    summary(&tally, apply, json_out)?;
+    summary(&tally, apply, json_out, lease_secs)?;
     Ok(exit::OK)
 }
 
@@ -383,10 +385,14 @@ fn row_line(row: &RequestRow, error: &LastError, fate: Fate) -> Vec<String> {
     line
 }
 
-fn summary(tally: &Tally, apply: bool, json_out: bool) -> Result<(), AdminError> {
+/// The closing line: what was (or would be) requeued, and when a daemon
+/// with these settings sends it: a requeued row's new `dateModified` makes
+/// it wait out one claim lease, as a claim would.
+fn summary(tally: &Tally, apply: bool, json_out: bool, lease_secs: u64) -> Result<(), AdminError> {
     if json_out {
         return emit_line(json!({
             "apply": apply,
+            "leaseSecs": lease_secs,
             "selected": tally.selected,
             "requeued": tally.requeued,
             "changedMeanwhile": tally.changed,
@@ -403,6 +409,14 @@ fn summary(tally: &Tally, apply: bool, json_out: bool) -> Result<(), AdminError>
             rows(tally.selected),
             tally.changed,
             if tally.changed == 1 { "was" } else { "were" },
+        ))?;
+        if tally.requeued == 0 {
+            return Ok(());
+        }
+        emit_line(format!(
+            "they go out once one claim lease has passed: in {lease_secs} s with these \
+             settings (GORGE_WEBHOOK_CLAIM_LEASE_SEC, raised to cover a delivery); \
+             `webhook-admin explain ID` says when for one row"
         ))
     } else {
         emit_line(format!(

@@ -23,6 +23,8 @@ use tokio::net::TcpStream;
 
 use webhook_daemon::config::LISTEN;
 
+use webhook_core::TransportFailure;
+
 use crate::clock;
 use crate::error::AdminError;
 use crate::sse::{Message, Parser};
@@ -273,6 +275,12 @@ impl View {
             ),
             "attempt_failed" => {
                 let retry = value["willRetry"].as_bool().unwrap_or(false);
+                // Phorge stores a failure below HTTP as type `http` with
+                // cURL's number, which a reader cannot tell from a status.
+                let code = match value["errorType"].as_str() {
+                    Some("http") => curl_words(value["errorCode"].as_i64()).unwrap_or(code.clone()),
+                    _ => code.clone(),
+                };
                 (
                     if retry { "33" } else { "31" },
                     format!(
@@ -593,6 +601,13 @@ pub(crate) async fn get_from_daemon(
 }
 
 /// Why the daemon refused, from its error envelope when it sent one.
+/// A cURL number stored as an `http` `errorCode` in words, with the
+/// number: `connection refused or unreachable (7)`; `None` for an HTTP
+/// status.
+fn curl_words(code: Option<i64>) -> Option<String> {
+    TransportFailure::from_curl_code(code?).map(|failure| failure.to_string())
+}
+
 fn refusal(status: StatusCode, body: &[u8]) -> String {
     let envelope: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     let error = &envelope["error"];
@@ -655,6 +670,19 @@ data: {\"type\":\"silent_hold\",\"at\":1700000003,\"request\":null,\"hook\":null
             }
         }
         (out, view.summary(true))
+    }
+
+    #[test]
+    fn a_curl_number_is_named_in_words() {
+        let view = View::new(ViewOptions::default());
+        let event = json!({"type": "attempt_failed", "at": 1_700_000_001, "request": "R",
+                           "hook": "H", "errorType": "http", "errorCode": 7,
+                           "willRetry": false, "latencyMs": 3});
+        let line = view.line("attempt_failed", &event, "");
+        assert!(
+            line.ends_with("http connection refused or unreachable (7) after 3 ms; row failed"),
+            "{line}"
+        );
     }
 
     #[test]

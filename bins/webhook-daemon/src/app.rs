@@ -198,6 +198,12 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
     );
     info!(event = "listening", addr = %config.listen, database = %store.database(),
           local_config = %local_config, auth = !config.service_token.is_empty());
+    if open_to_others(config.listen, &config.service_token) {
+        warn!(event = "diagnostics_open", addr = %config.listen,
+              "the diagnostics API (queue counts, /metrics, the live event stream with \
+               request and hook PHIDs) answers anyone who can reach {} without a token: set \
+               {}, or listen on loopback", config.listen, crate::config::SERVICE_TOKEN.name);
+    }
 
     let api = Arc::new(
         Api::new(
@@ -358,6 +364,11 @@ fn host_name() -> String {
         .unwrap_or_else(|| "unknown".to_owned())
 }
 
+/// Whether the diagnostics API answers other hosts without a token.
+fn open_to_others(listen: std::net::SocketAddr, token: &str) -> bool {
+    token.is_empty() && !listen.ip().is_loopback()
+}
+
 /// Completes once the watch flips to true (or its sender is gone).
 async fn signalled(mut stopped: watch::Receiver<bool>) {
     let _ = stopped.wait_for(|stop| *stop).await;
@@ -443,5 +454,18 @@ impl ShutdownSignals {
                 ),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_a_tokenless_api_beyond_loopback_is_open_to_others() {
+        let addr = |text: &str| text.parse().expect("an address");
+        assert!(super::open_to_others(addr("[::]:8160"), ""));
+        assert!(super::open_to_others(addr("10.1.2.3:8160"), ""));
+        assert!(!super::open_to_others(addr("[::]:8160"), "s3cret"));
+        assert!(!super::open_to_others(addr("127.0.0.1:8160"), ""));
+        assert!(!super::open_to_others(addr("[::1]:8160"), ""));
     }
 }

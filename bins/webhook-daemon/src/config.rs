@@ -34,6 +34,14 @@ pub const LISTEN: Setting<SocketAddr> = Setting::new(
     parse_listen,
 )
 .shown_as(show_listen);
+/// Whether output to a stream may be coloured: only on a terminal, and not
+/// when `NO_COLOR` is set to anything but the empty string (the
+/// convention of no-color.org), for the daemon's log and the admin tool
+/// alike.
+pub fn colour(is_terminal: bool, no_color: Option<&str>) -> bool {
+    is_terminal && no_color.is_none_or(str::is_empty)
+}
+
 /// `GORGE_SERVICE_TOKEN`: empty = auth off.
 pub const SERVICE_TOKEN: Setting<String> = Setting::new(
     "GORGE_SERVICE_TOKEN",
@@ -322,12 +330,28 @@ pub fn help() -> String {
             v.name, v.help, ""
         ));
     }
+    out.push_str(
+        "\nNO_COLOR set (to anything but empty) turns off colour in the text log.\n\n\
+         Exit status:\n  \
+         0  stopped by SIGTERM, SIGINT or SIGQUIT after draining its deliveries\n  \
+         1  cannot deliver: the database account lacks a privilege it needs (each named),\n     \
+         the listen address cannot be bound, or the runtime failed\n  \
+         2  a setting or an argument is invalid (its variable named)\n",
+    );
     out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        assert!(colour(true, None));
+        assert!(colour(true, Some("")));
+        assert!(!colour(true, Some("1")));
+        assert!(!colour(false, None));
+    }
     use webhook_core::setting::table;
 
     fn parse(pairs: &[(&str, &str)]) -> Result<DaemonConfig, SettingError> {

@@ -88,7 +88,10 @@ fn demo_main(listen: Option<SocketAddr>) -> ExitCode {
     let log = LogOutput::to(Stream::Stdout);
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::new("webhook_core=info,webhook_daemon=info"))
-        .with_ansi(std::io::stdout().is_terminal())
+        .with_ansi(crate::config::colour(
+            std::io::stdout().is_terminal(),
+            std::env::var("NO_COLOR").ok().as_deref(),
+        ))
         .with_target(false)
         .with_timer(tracing_subscriber::fmt::time::uptime())
         .with_writer(log.writer())
@@ -127,7 +130,10 @@ fn init_logging(config: &DaemonConfig) -> LogOutput {
     let filter = EnvFilter::try_new(&config.log_filter).unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
+        .with_ansi(crate::config::colour(
+            std::io::stderr().is_terminal(),
+            std::env::var("NO_COLOR").ok().as_deref(),
+        ))
         .with_writer(log.writer());
     match config.log_format {
         LogFormat::Json => builder.json().init(),

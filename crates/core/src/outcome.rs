@@ -44,6 +44,22 @@ impl TransportFailure {
         }
     }
 
+    /// The failure a stored cURL number stands for, if it is one of these.
+    pub fn from_curl_code(code: i64) -> Option<Self> {
+        [
+            Self::Resolve,
+            Self::Connect,
+            Self::Protocol,
+            Self::Tls,
+            Self::TooManyRedirects,
+            Self::EmptyReply,
+            Self::Send,
+            Self::Receive,
+        ]
+        .into_iter()
+        .find(|failure| failure.curl_code() == code)
+    }
+
     /// A stable name for logs and metrics.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -386,6 +402,11 @@ mod tests {
             shown(DeliveryResult::Refused(UriRefusal::UnknownHost)),
             "refused: host does not exist"
         );
+        assert_eq!(
+            TransportFailure::from_curl_code(7),
+            Some(TransportFailure::Connect)
+        );
+        assert_eq!(TransportFailure::from_curl_code(500), None);
         for failure in [
             TransportFailure::Resolve,
             TransportFailure::Protocol,
@@ -401,6 +422,10 @@ mod tests {
                 "{text}"
             );
             assert!(!text.contains(&format!("{failure:?}")), "{text}");
+            assert_eq!(
+                TransportFailure::from_curl_code(failure.curl_code()),
+                Some(failure)
+            );
         }
     }
 

@@ -142,5 +142,9 @@ async fn usage_errors_are_exit_2_and_help_is_exit_0() {
             out.stdout
         );
         assert!(out.stdout.contains("3  database unreachable"), "{command}");
+        // `help <command>` says the same as `<command> --help`.
+        let help = run(&env(&[]), &["help", command]).await;
+        assert_eq!(help.status, 0, "help {command}: {help:?}");
+        assert_eq!(help.stdout, out.stdout, "help {command}");
     }
 }

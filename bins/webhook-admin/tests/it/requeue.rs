@@ -273,8 +273,10 @@ async fn apply_requeues_in_phorge_values_and_changes_nothing_else() {
         .await;
         assert_eq!(out.status, 0, "{out:?}");
         assert!(
-            out.stdout
-                .ends_with("requeued 3 of 3 rows (0 changed meanwhile and were left alone)\n"),
+            out.stdout.contains(
+                "requeued 3 of 3 rows (0 changed meanwhile and were left alone)\n\
+                 they go out once one claim lease has passed: in 30 s with these settings"
+            ),
             "{}",
             out.stdout
         );

@@ -635,6 +635,12 @@ async fn help_lists_every_variable_and_version_prints_the_version() {
         missing.is_empty(),
         "--help does not list {missing:?}\n{text}"
     );
+    // The exit codes other tests hold the daemon to: 2 for a bad setting,
+    // 1 for a missing privilege, 0 for a stop by signal.
+    for code in ["  0  stopped by", "  1  cannot deliver", "  2  a setting"] {
+        assert!(text.contains(code), "--help lacks {code:?}\n{text}");
+    }
+    assert!(text.contains("NO_COLOR"), "{text}");
 
     let mut version = Daemon::spawn("--version", &["--version"], &[]);
     assert!(
