@@ -515,9 +515,9 @@ pub fn explain(windows: &Windows, now: UnixTime, facts: &Facts<'_>) -> Explanati
         }
         if let Some(holder) = facts.lock_holder {
             notes.push(format!(
-                "the hook's lock is held by database session {holder} (a daemon instance or a \
-                 PHP worker working on this hook): rows of one hook are delivered one at a time \
-                 by whoever holds it"
+                "the hook's lock is held by database session {holder} (a daemon instance, which \
+                 under task adoption keeps it between deliveries, or a PHP worker working on \
+                 this hook): rows of one hook are delivered one at a time by whoever holds it"
             ));
         }
         notes.extend(silent_mode_unseen(facts.silent));

@@ -163,40 +163,53 @@ async fn keep_hook_locks(store: &MysqlStore, adoption: &TaskAdoption) -> std::co
 /// step bounded by [`ARCHIVE_AT_STOP_BOUND`]; what they did, or why not,
 /// is said in the log.
 pub async fn hand_back_at_stop(store: &MysqlStore, adoption: &TaskAdoption) {
-    archive_at_stop(store, adoption).await;
-    store.free_hook_locks().await;
-    match tokio::time::timeout(ARCHIVE_AT_STOP_BOUND, adoption.hand_back(store)).await {
-        Ok(Ok(released)) => info!(
-            event = "php_tasks_handed_back",
-            released, "unfinished tasks are free for phd or another instance now"
-        ),
-        Ok(Err(err)) => warn!(event = "php_task_hand_back_failed", error = %err,
-                              "unfinished tasks stay leased until another instance takes them \
-                               or their lease lapses"),
-        Err(_) => warn!(
-            event = "php_task_hand_back_failed",
-            bound_secs = ARCHIVE_AT_STOP_BOUND.as_secs(),
-            "the database did not answer in time; unfinished tasks stay leased until another \
-             instance takes them or their lease lapses"
-        ),
-    }
-}
-
-async fn archive_at_stop(store: &MysqlStore, adoption: &TaskAdoption) {
-    match tokio::time::timeout(ARCHIVE_AT_STOP_BOUND, adoption.archive_ended(store)).await {
-        Ok(Ok(round)) => info!(
+    let archived = step_at_stop(
+        "php_task_archive_at_stop_failed",
+        "finished tasks stay leased until another instance archives them or their lease lapses",
+        adoption.archive_ended(store),
+    );
+    if let Some(round) = archived.await {
+        info!(
             event = "php_tasks_archived_at_stop",
             succeeded = round.archived_success,
             failed = round.archived_failure
-        ),
-        Ok(Err(err)) => warn!(event = "php_task_archive_at_stop_failed", error = %err,
-                              "finished tasks stay leased until another instance archives them \
-                               or their lease lapses"),
-        Err(_) => warn!(
-            event = "php_task_archive_at_stop_failed",
-            bound_secs = ARCHIVE_AT_STOP_BOUND.as_secs(),
-            "the database did not answer in time; finished tasks stay leased until \
-                         another instance archives them or their lease lapses"
-        ),
+        );
+    }
+    store.free_hook_locks().await;
+    let handed = step_at_stop(
+        "php_task_hand_back_failed",
+        "unfinished tasks stay leased until another instance takes them or their lease lapses",
+        adoption.hand_back(store),
+    );
+    if let Some(released) = handed.await {
+        info!(
+            event = "php_tasks_handed_back",
+            released, "unfinished tasks are free for phd or another instance now"
+        );
+    }
+}
+
+/// One step of a stop, within [`ARCHIVE_AT_STOP_BOUND`]: its result, or
+/// `None` when it failed or the database did not answer in time, said as
+/// `failed_event` with what is `left` behind.
+async fn step_at_stop<T>(
+    failed_event: &'static str,
+    left: &'static str,
+    step: impl std::future::Future<Output = Result<T, webhook_core::StoreError>>,
+) -> Option<T> {
+    match tokio::time::timeout(ARCHIVE_AT_STOP_BOUND, step).await {
+        Ok(Ok(done)) => Some(done),
+        Ok(Err(err)) => {
+            warn!(event = failed_event, error = %err, "{left}");
+            None
+        }
+        Err(_) => {
+            warn!(
+                event = failed_event,
+                bound_secs = ARCHIVE_AT_STOP_BOUND.as_secs(),
+                "the database did not answer in time; {left}"
+            );
+            None
+        }
     }
 }

@@ -12,6 +12,7 @@ use crate::adoption::{
 };
 use crate::memory_store::NewRequest;
 use crate::model::{RequestStatus, UnixTime};
+use crate::store::{CandidateQuery, Store};
 use crate::windows::{Settings, Windows};
 
 use super::{TestBed, HOOK};
@@ -49,6 +50,20 @@ fn instance(pid: u32) -> Arc<TaskAdoption> {
 /// The owner of an active task's lease.
 async fn owner(bed: &dyn TestBed, task: u64) -> Option<String> {
     bed.task_lease(task).await.and_then(|lease| lease.owner)
+}
+
+/// The ids of the candidates `store` returns at `at` with the default
+/// windows.
+async fn candidate_ids(store: &dyn Store, at: UnixTime) -> Vec<u64> {
+    let query = CandidateQuery {
+        cutoffs: Windows::try_new(Settings::default())
+            .expect("defaults")
+            .cutoffs(at),
+        limit: 100,
+        exclude_hooks: Vec::new(),
+    };
+    let rows = store.candidates(&query).await.expect("candidates");
+    rows.into_iter().map(|row| row.id).collect()
 }
 
 fn ours(owner: Option<&str>, pid: u32) -> bool {
@@ -146,20 +161,7 @@ pub(super) async fn only_rows_whose_task_a_daemon_leases_are_candidates(bed: &dy
             ..NewRequest::queued(HOOK, "{}")
         })
         .await;
-    let candidates = |at: UnixTime| {
-        let store = &store;
-        async move {
-            let query = crate::store::CandidateQuery {
-                cutoffs: Windows::try_new(Settings::default())
-                    .expect("defaults")
-                    .cutoffs(at),
-                limit: 100,
-                exclude_hooks: Vec::new(),
-            };
-            let rows = store.candidates(&query).await.expect("candidates");
-            rows.into_iter().map(|row| row.id).collect::<Vec<_>>()
-        }
-    };
+    let candidates = |at: UnixTime| candidate_ids(store.as_ref(), at);
 
     // The free task is leased on the spot; another instance's lease
     // counts; the taskmaster's task, a daemon lease about to lapse and a
@@ -196,15 +198,8 @@ pub(super) async fn a_row_a_taskmaster_holds_is_counted_lost_once(bed: &dyn Test
         .await;
     let now = bed.now().await;
     for at in [now, now + LEFT_TO_PHP_SECS] {
-        let query = crate::store::CandidateQuery {
-            cutoffs: Windows::try_new(Settings::default())
-                .expect("defaults")
-                .cutoffs(at),
-            limit: 100,
-            exclude_hooks: Vec::new(),
-        };
-        let rows = store.candidates(&query).await.expect("candidates");
-        assert!(rows.is_empty(), "{rows:?}");
+        let ids = candidate_ids(store.as_ref(), at).await;
+        assert!(ids.is_empty(), "{ids:?}");
     }
     assert_eq!(adoption.totals().lost.left_to_php, 1);
 }
