@@ -192,13 +192,13 @@ pub enum Command {
     /// Print the lower-case hex HMAC-SHA256 of standard input under KEY, as
     /// the X-Phabricator-Webhook-Signature header carries it.
     #[command(after_help = format!(
-        "The key is the hook's 32-character HMAC key, used as raw ASCII bytes. Note that \
-         command-line arguments are visible to other local users.\n\n{EXIT_STATUS_HELP}"
+        "The key is the hook's 32-character HMAC key, used as raw ASCII bytes. Give it with \
+         --key-file or WEBHOOK_HMAC_KEY rather than --key: command-line arguments are \
+         visible to other local users.\n\n{EXIT_STATUS_HELP}"
     ))]
     Sign {
-        /// The hook's HMAC key.
-        #[arg(long)]
-        key: String,
+        #[command(flatten)]
+        key: KeyArgs,
     },
 
     /// Check SIGNATURE against standard input under KEY; the exit status
@@ -207,9 +207,8 @@ pub enum Command {
         "Comparison is constant-time; hex case is ignored.\n\n{EXIT_STATUS_HELP}"
     ))]
     Verify {
-        /// The hook's HMAC key.
-        #[arg(long)]
-        key: String,
+        #[command(flatten)]
+        key: KeyArgs,
         /// The signature header's value (64 hex digits).
         #[arg(long)]
         signature: String,
@@ -230,8 +229,8 @@ pub enum Command {
         addr: SocketAddr,
         /// Check X-Phabricator-Webhook-Signature / X-Phorge-Webhook-Signature
         /// against this HMAC key.
-        #[arg(long)]
-        key: Option<String>,
+        #[command(flatten)]
+        key: KeyArgs,
         /// HTTP status to answer with.
         #[arg(long, default_value_t = 200,
               value_parser = clap::value_parser!(u16).range(100..=599))]
@@ -285,4 +284,21 @@ pub enum Command {
         #[arg(long, value_name = "FILE", hide = true, conflicts_with = "url")]
         from_file: Option<PathBuf>,
     },
+}
+
+/// Where a hook's HMAC key comes from: `--key` (visible to other local
+/// users in the process list), `--key-file`, or `WEBHOOK_HMAC_KEY`.
+#[derive(Debug, Clone, Args)]
+pub struct KeyArgs {
+    /// The hook's HMAC key (or WEBHOOK_HMAC_KEY; prefer --key-file).
+    #[arg(
+        long,
+        env = "WEBHOOK_HMAC_KEY",
+        hide_env_values = true,
+        conflicts_with = "key_file"
+    )]
+    pub key: Option<String>,
+    /// A file holding the hook's HMAC key; a trailing newline is ignored.
+    #[arg(long, value_name = "PATH")]
+    pub key_file: Option<PathBuf>,
 }

@@ -62,8 +62,10 @@ fn run(cli: Cli) -> Result<u8, AdminError> {
             }
             Ok(exit::OK)
         }
-        Command::Sign { key } => signing::run_sign(&key),
-        Command::Verify { key, signature } => signing::run_verify(&key, &signature),
+        Command::Sign { key } => signing::run_sign(&signing::key_required(&key)?),
+        Command::Verify { key, signature } => {
+            signing::run_verify(&signing::key_required(&key)?, &signature)
+        }
         Command::Listen {
             addr,
             key,
@@ -74,6 +76,7 @@ fn run(cli: Cli) -> Result<u8, AdminError> {
             let status = http::StatusCode::from_u16(status).map_err(|_| {
                 AdminError::Usage(format!("--status {status} is not an HTTP status"))
             })?;
+            let key = signing::key_given(&key)?;
             runtime()?.block_on(listen::run(listen::ListenOptions {
                 addr,
                 key,

@@ -6,8 +6,31 @@ use std::io::Read;
 
 use webhook_core::{sign, verify};
 
+use crate::cli::KeyArgs;
 use crate::error::{exit, AdminError};
 use crate::out::emit_line;
+
+/// The key `args` give, if any: `--key` or `WEBHOOK_HMAC_KEY`, or the
+/// first line of `--key-file`.
+pub fn key_given(args: &KeyArgs) -> Result<Option<String>, AdminError> {
+    match (&args.key, &args.key_file) {
+        (_, Some(path)) => {
+            let text = std::fs::read_to_string(path).map_err(|err| {
+                AdminError::Usage(format!("--key-file {}: {err}", path.display()))
+            })?;
+            Ok(Some(text.trim_end_matches(['\n', '\r']).to_owned()))
+        }
+        (Some(key), None) => Ok(Some(key.clone())),
+        (None, None) => Ok(None),
+    }
+}
+
+/// The key `args` must give.
+pub fn key_required(args: &KeyArgs) -> Result<String, AdminError> {
+    key_given(args)?.ok_or_else(|| {
+        AdminError::Usage("a key is needed: --key-file PATH, WEBHOOK_HMAC_KEY or --key".into())
+    })
+}
 
 fn stdin_bytes() -> Result<Vec<u8>, AdminError> {
     let mut body = Vec::new();

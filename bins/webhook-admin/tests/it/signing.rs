@@ -17,6 +17,26 @@ async fn sign_prints_the_hex_hmac_of_stdin() {
     assert_ne!(trimmed.stdout, out.stdout);
 }
 
+/// The key from a file or the environment signs as `--key` does, so it
+/// need not stand in the process list; with none, a usage error.
+#[tokio::test]
+async fn the_key_comes_from_a_file_or_the_environment_too() {
+    let expected = format!("{}\n", sign(KEY.as_bytes(), BODY));
+    let file = std::env::temp_dir().join(format!("webhook-admin-key-{}", std::process::id()));
+    std::fs::write(&file, format!("{KEY}\n")).expect("write the key file");
+    let path = file.display().to_string();
+    let from_file = run_with_stdin(&env(&[]), &["sign", "--key-file", &path], BODY).await;
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(from_file.status, 0, "{from_file:?}");
+    assert_eq!(from_file.stdout, expected);
+    let from_env = run_with_stdin(&env(&[("WEBHOOK_HMAC_KEY", KEY)]), &["sign"], BODY).await;
+    assert_eq!(from_env.status, 0, "{from_env:?}");
+    assert_eq!(from_env.stdout, expected);
+    let none = run_with_stdin(&env(&[]), &["sign"], BODY).await;
+    assert_eq!(none.status, 2, "{none:?}");
+    assert!(none.stderr.contains("--key-file"), "{}", none.stderr);
+}
+
 #[tokio::test]
 async fn verify_exits_0_on_a_match_and_1_otherwise() {
     let good = sign(KEY.as_bytes(), BODY);

@@ -53,7 +53,8 @@ impl Run {
 pub fn command(env: &[(String, String)]) -> Command {
     let mut cmd = Command::new(BIN);
     for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("GORGE_") {
+        let name_text = name.to_string_lossy();
+        if name_text.starts_with("GORGE_") || name_text == "WEBHOOK_HMAC_KEY" {
             cmd.env_remove(name);
         }
     }
