@@ -865,8 +865,13 @@ mod tests {
         }
     }
 
+    /// `facts` judged with the default windows at `NOW`.
+    fn judged(facts: &Facts<'_>) -> Explanation {
+        explain(&windows(), NOW, facts)
+    }
+
     fn judge(row: &RequestRow, hook: Option<&Hook>, epochs: &[UnixTime]) -> Explanation {
-        explain(&windows(), NOW, &facts(row, hook, epochs))
+        judged(&facts(row, hook, epochs))
     }
 
     #[test]
@@ -1186,11 +1191,11 @@ mod tests {
             lock_holder: Some(42),
             ..facts(&r, Some(&h), &[])
         };
-        let e = explain(&windows(), NOW, &held);
+        let e = judged(&held);
         assert!(e.verdict.deliverable_now());
         assert!(e.notes[0].contains("database session 42"));
         let sent = row(RequestStatus::Sent, NOW - 1, NOW - 1);
-        let e = explain(&windows(), NOW, &Facts { row: &sent, ..held });
+        let e = judged(&Facts { row: &sent, ..held });
         assert!(e.notes.is_empty());
     }
 
@@ -1249,14 +1254,10 @@ mod tests {
                 false,
             ),
         ] {
-            let e = explain(
-                &windows(),
-                NOW,
-                &Facts {
-                    silent,
-                    ..facts(&fresh, Some(&h), &[])
-                },
-            );
+            let e = judged(&Facts {
+                silent,
+                ..facts(&fresh, Some(&h), &[])
+            });
             assert_eq!(
                 e.verdict,
                 Verdict::Held {
@@ -1274,14 +1275,10 @@ mod tests {
                 "{text}"
             );
             // A row in its lease is held too; the lease follows.
-            let e = explain(
-                &windows(),
-                NOW,
-                &Facts {
-                    silent,
-                    ..facts(&leased, Some(&h), &[])
-                },
-            );
+            let e = judged(&Facts {
+                silent,
+                ..facts(&leased, Some(&h), &[])
+            });
             assert_eq!(e.verdict.code(), "held");
             assert_eq!(
                 e.also.iter().map(Verdict::code).collect::<Vec<_>>(),
@@ -1289,34 +1286,26 @@ mod tests {
             );
         }
         // What the row meets once silent mode ends is said too.
-        let e = explain(
-            &windows(),
-            NOW,
-            &Facts {
-                silent: Sight {
-                    local_config: Reading::On,
-                    database: Reading::Off,
-                },
-                ..facts(&fresh, Some(&hook("disabled")), &[])
+        let e = judged(&Facts {
+            silent: Sight {
+                local_config: Reading::On,
+                database: Reading::Off,
             },
-        );
+            ..facts(&fresh, Some(&hook("disabled")), &[])
+        });
         assert_eq!(
             e.also.iter().map(Verdict::code).collect::<Vec<_>>(),
             ["hook-disabled"]
         );
         // Final rows are not held.
         let sent = row(RequestStatus::Sent, NOW - 1, NOW - 1);
-        let e = explain(
-            &windows(),
-            NOW,
-            &Facts {
-                silent: Sight {
-                    local_config: Reading::On,
-                    database: Reading::On,
-                },
-                ..facts(&sent, Some(&h), &[])
+        let e = judged(&Facts {
+            silent: Sight {
+                local_config: Reading::On,
+                database: Reading::On,
             },
-        );
+            ..facts(&sent, Some(&h), &[])
+        });
         assert_eq!(e.verdict.code(), "sent");
     }
 
@@ -1328,29 +1317,21 @@ mod tests {
             database: Reading::Off,
         };
         let fresh = row(RequestStatus::Queued, NOW - 1, NOW - 1);
-        let e = explain(
-            &windows(),
-            NOW,
-            &Facts {
-                silent,
-                fails_when_silent: true,
-                ..facts(&fresh, Some(&h), &[])
-            },
-        );
+        let e = judged(&Facts {
+            silent,
+            fails_when_silent: true,
+            ..facts(&fresh, Some(&h), &[])
+        });
         assert_eq!(e.verdict, Verdict::Silenced);
         assert_eq!(e.verdict.hook_error(), Some("silent"));
         // Properties that cannot be written back as they are: triage's.
         let mut broken = fresh.clone();
         broken.properties = "not json".into();
-        let e = explain(
-            &windows(),
-            NOW,
-            &Facts {
-                silent,
-                fails_when_silent: true,
-                ..facts(&broken, Some(&h), &[])
-            },
-        );
+        let e = judged(&Facts {
+            silent,
+            fails_when_silent: true,
+            ..facts(&broken, Some(&h), &[])
+        });
         assert_eq!(e.verdict.code(), "properties-unparseable");
     }
 
@@ -1361,15 +1342,11 @@ mod tests {
         let denied =
             Resolution::Refused(UriRefusal::DeniedAddress("10.0.0.1".parse().expect("ip")));
         let open: Vec<UnixTime> = (0..10).map(|i| NOW - 100 + i).collect();
-        let e = explain(
-            &windows(),
-            NOW,
-            &Facts {
-                resolution: Some(&denied),
-                paused_until: Some(NOW + 5),
-                ..facts(&r, Some(&h), &open)
-            },
-        );
+        let e = judged(&Facts {
+            resolution: Some(&denied),
+            paused_until: Some(NOW + 5),
+            ..facts(&r, Some(&h), &open)
+        });
         assert_eq!(
             e.verdict,
             Verdict::Refused {
@@ -1391,14 +1368,10 @@ mod tests {
         );
         // A disabled hook is judged before its URI.
         let off = hook("disabled");
-        let e = explain(
-            &windows(),
-            NOW,
-            &Facts {
-                resolution: None,
-                ..facts(&r, Some(&off), &[])
-            },
-        );
+        let e = judged(&Facts {
+            resolution: None,
+            ..facts(&r, Some(&off), &[])
+        });
         assert_eq!(e.verdict.code(), "hook-disabled");
     }
 
@@ -1407,38 +1380,26 @@ mod tests {
         let r = row(RequestStatus::Queued, NOW - 1, NOW - 1);
         let h = hook("enabled");
         let unresolved = Resolution::Failed(TransportFailure::Resolve);
-        let e = explain(
-            &windows(),
-            NOW,
-            &Facts {
-                resolution: Some(&unresolved),
-                ..facts(&r, Some(&h), &[])
-            },
-        );
+        let e = judged(&Facts {
+            resolution: Some(&unresolved),
+            ..facts(&r, Some(&h), &[])
+        });
         assert_eq!(e.verdict, Verdict::ResolveFailed { error_code: 6 });
         assert!(!e.verdict.deliverable_now());
         assert_eq!(e.verdict.hook_error(), None);
         assert_eq!(e.verdict.to_json(NOW)["errorCode"], 6);
         let open: Vec<UnixTime> = (0..10).map(|i| NOW - 100 + i).collect();
-        let e = explain(
-            &windows(),
-            NOW,
-            &Facts {
-                resolution: Some(&unresolved),
-                ..facts(&r, Some(&h), &open)
-            },
-        );
+        let e = judged(&Facts {
+            resolution: Some(&unresolved),
+            ..facts(&r, Some(&h), &open)
+        });
         assert_eq!(e.verdict.code(), "breaker-open");
         let gone = ObjectLookup::Gone;
-        let e = explain(
-            &windows(),
-            NOW,
-            &Facts {
-                resolution: Some(&unresolved),
-                object: Some(&gone),
-                ..facts(&r, Some(&h), &[])
-            },
-        );
+        let e = judged(&Facts {
+            resolution: Some(&unresolved),
+            object: Some(&gone),
+            ..facts(&r, Some(&h), &[])
+        });
         assert_eq!(e.verdict.code(), "object-gone");
     }
 
@@ -1447,15 +1408,11 @@ mod tests {
         let r = row(RequestStatus::Queued, NOW - 1, NOW - 1);
         let h = hook("enabled");
         let (gone, checked) = (ObjectLookup::Gone, ready());
-        let e = explain(
-            &windows(),
-            NOW,
-            &Facts {
-                object: Some(&gone),
-                resolution: Some(&checked),
-                ..facts(&r, Some(&h), &[])
-            },
-        );
+        let e = judged(&Facts {
+            object: Some(&gone),
+            resolution: Some(&checked),
+            ..facts(&r, Some(&h), &[])
+        });
         assert_eq!(
             e.verdict,
             Verdict::ObjectGone {
@@ -1463,28 +1420,20 @@ mod tests {
             }
         );
         assert_eq!(e.verdict.hook_error(), Some("object"));
-        let e = explain(
-            &windows(),
-            NOW,
-            &Facts {
-                object: Some(&gone),
-                paused_until: Some(NOW + 5),
-                ..facts(&r, Some(&h), &[])
-            },
-        );
+        let e = judged(&Facts {
+            object: Some(&gone),
+            paused_until: Some(NOW + 5),
+            ..facts(&r, Some(&h), &[])
+        });
         assert_eq!(e.verdict.code(), "paused", "the guard comes first");
         let found = ObjectLookup::Found {
             transactions: Vec::new(),
         };
-        let e = explain(
-            &windows(),
-            NOW,
-            &Facts {
-                object: Some(&found),
-                resolution: Some(&checked),
-                ..facts(&r, Some(&h), &[])
-            },
-        );
+        let e = judged(&Facts {
+            object: Some(&found),
+            resolution: Some(&checked),
+            ..facts(&r, Some(&h), &[])
+        });
         assert_eq!(
             e.verdict,
             Verdict::Eligible {
@@ -1509,14 +1458,10 @@ mod tests {
         let mut first = row(RequestStatus::Queued, NOW - 2, NOW - 2);
         first.id = 5;
         let earlier = [first.clone()];
-        let e = explain(
-            &windows(),
-            NOW,
-            &Facts {
-                earlier: &earlier,
-                ..facts(&broken, Some(&h), &open)
-            },
-        );
+        let e = judged(&Facts {
+            earlier: &earlier,
+            ..facts(&broken, Some(&h), &open)
+        });
         assert_eq!(e.verdict.code(), "breaker-open");
         assert_eq!(
             e.also.iter().map(Verdict::code).collect::<Vec<_>>(),
@@ -1528,15 +1473,11 @@ mod tests {
                 .any(|n| n.starts_with("request 5, queued before this one")),
             "{e:?}"
         );
-        let e = explain(
-            &windows(),
-            NOW,
-            &Facts {
-                earlier: &earlier,
-                paused_until: Some(NOW + 5),
-                ..facts(&broken, Some(&h), &[])
-            },
-        );
+        let e = judged(&Facts {
+            earlier: &earlier,
+            paused_until: Some(NOW + 5),
+            ..facts(&broken, Some(&h), &[])
+        });
         assert_eq!(e.verdict.code(), "paused");
         assert!(
             e.notes
@@ -1553,28 +1494,20 @@ mod tests {
         also_broken.defect = Some("column phid is not valid UTF-8".into());
         for other in [leased, also_broken] {
             let earlier = [other];
-            let e = explain(
-                &windows(),
-                NOW,
-                &Facts {
-                    earlier: &earlier,
-                    ..facts(&broken, Some(&h), &open)
-                },
-            );
+            let e = judged(&Facts {
+                earlier: &earlier,
+                ..facts(&broken, Some(&h), &open)
+            });
             assert_eq!(e.verdict.code(), "properties-unparseable", "{e:?}");
         }
         // Nor does one whose hook's URI is refused: it is failed, and the
         // run goes on.
         let denied = Resolution::Refused(UriRefusal::UnknownHost);
-        let e = explain(
-            &windows(),
-            NOW,
-            &Facts {
-                earlier: &earlier,
-                resolution: Some(&denied),
-                ..facts(&broken, Some(&h), &open)
-            },
-        );
+        let e = judged(&Facts {
+            earlier: &earlier,
+            resolution: Some(&denied),
+            ..facts(&broken, Some(&h), &open)
+        });
         assert_eq!(e.verdict.code(), "properties-unparseable");
     }
 
@@ -1594,14 +1527,10 @@ mod tests {
                     local_config,
                     database,
                 };
-                let e = explain(
-                    &windows(),
-                    NOW,
-                    &Facts {
-                        silent,
-                        ..facts(&r, Some(&h), &[])
-                    },
-                );
+                let e = judged(&Facts {
+                    silent,
+                    ..facts(&r, Some(&h), &[])
+                });
                 assert_eq!(e.notes.len(), 1, "{e:?}");
                 assert!(e.notes[0].contains(why), "{}", e.notes[0]);
             }

@@ -16,6 +16,7 @@ use tracing::{debug, info, warn};
 use webhook_core::StoreError;
 use webhook_store_mysql::MysqlStore;
 
+use crate::pace::Pace;
 use crate::server_clock::ServerClock;
 
 /// How soon a check that could not be made is tried again.
@@ -38,16 +39,14 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Vec<String>, StoreError>>,
 {
-    let mut warned_at: Option<tokio::time::Instant> = None;
+    let mut warn_pace = Pace::every(WAITING_WARN_EVERY);
     loop {
         let err = match check().await {
             Ok(missing) => return missing,
             Err(err) => err,
         };
         on_wait(&err);
-        let now = tokio::time::Instant::now();
-        if warned_at.is_none_or(|at| now - at >= WAITING_WARN_EVERY) {
-            warned_at = Some(now);
+        if warn_pace.due() {
             warn!(event = waiting_event, error = %err, "{waiting}");
         } else {
             debug!(event = waiting_event, error = %err);

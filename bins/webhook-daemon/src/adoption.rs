@@ -16,6 +16,7 @@ use webhook_core::Clock;
 use webhook_store_mysql::{KeptLocks, MysqlStore};
 
 use crate::access::missing_once_answered;
+use crate::pace::Pace;
 
 /// A failed round is logged at most this often.
 const FAILURE_LOG_EVERY: Duration = Duration::from_secs(60);
@@ -56,11 +57,9 @@ pub async fn adopt_php_tasks(
         lease_secs = TASK_LEASE.as_secs(),
         "leasing Phorge's HeraldWebhookWorker tasks so phd does not run them"
     );
-    let mut last_failure_logged: Option<tokio::time::Instant> = None;
+    let mut failure_pace = Pace::every(FAILURE_LOG_EVERY);
     let rounds = run_rounds(&adoption, store.as_ref(), clock.as_ref(), |err| {
-        let now = tokio::time::Instant::now();
-        if last_failure_logged.is_none_or(|at| now - at >= FAILURE_LOG_EVERY) {
-            last_failure_logged = Some(now);
+        if failure_pace.due() {
             warn!(event = "php_task_adoption_failed", error = %err,
                   "adoption round failed; leases last {} s, so rounds may fail that long \
                    before phd could take a task", TASK_LEASE.as_secs());
@@ -68,7 +67,8 @@ pub async fn adopt_php_tasks(
     });
     tokio::select! {
         never = rounds => match never {},
-        never = keep_hook_locks(&store, &adoption) => match never {},
+        never = keep_hook_locks(&store) => match never {},
+        never = say_lost_tasks(&adoption) => match never {},
     }
 }
 
@@ -76,38 +76,28 @@ pub async fn adopt_php_tasks(
 /// the last line.
 const LOST_LOG_EVERY: Duration = Duration::from_secs(60);
 
-/// What was last said of the tasks lost to `phd`, and when.
-#[derive(Default)]
-struct LostSaid {
-    at: Option<tokio::time::Instant>,
-    lost: LostTasks,
-}
-
-impl LostSaid {
-    /// One line when tasks were lost since the last, at most every
-    /// [`LOST_LOG_EVERY`].
-    fn say(&mut self, now: LostTasks) {
-        let due = self.at.is_none_or(|at| at.elapsed() >= LOST_LOG_EVERY);
-        if now.total() == self.lost.total() || !due {
-            return;
+/// Says, at most every [`LOST_LOG_EVERY`], how many tasks `phd`'s
+/// taskmasters leased before this instance since the last line.
+async fn say_lost_tasks(adoption: &TaskAdoption) -> std::convert::Infallible {
+    let mut pace = Pace::every(LOST_LOG_EVERY);
+    let mut said = LostTasks::default();
+    loop {
+        let lost = adoption.totals().lost;
+        if lost.total() != said.total() && pace.due() {
+            // Info, not a warning: on a busy pool a taskmaster leases most
+            // new tasks first and yields them; a request left to PHP is
+            // usually one a taskmaster held for the moment before its yield.
+            info!(
+                event = "php_tasks_lost",
+                yielded = lost.yielded - said.yielded,
+                left_to_php = lost.left_to_php - said.left_to_php,
+                "phd taskmasters leased webhook tasks before this daemon: those yielded (the \
+                 hook's lock held) were adopted and delivered here, one line each in phd's log; \
+                 a request left to PHP is delivered by whichever of the two holds its hook's lock"
+            );
+            said = lost;
         }
-        let yielded = now.yielded - self.lost.yielded;
-        let left_to_php = now.left_to_php - self.lost.left_to_php;
-        // Info, not a warning: on a busy pool a taskmaster leases most
-        // new tasks first and yields them; a request left to PHP is
-        // usually one a taskmaster held for the moment before its yield.
-        info!(
-            event = "php_tasks_lost",
-            yielded,
-            left_to_php,
-            "phd taskmasters leased webhook tasks before this daemon: those yielded (the \
-               hook's lock held) were adopted and delivered here, one line each in phd's log; \
-               a request left to PHP is delivered by whichever of the two holds its hook's lock"
-        );
-        *self = Self {
-            at: Some(tokio::time::Instant::now()),
-            lost: now,
-        };
+        tokio::time::sleep(KEEP_LOCKS_EVERY).await;
     }
 }
 
@@ -116,12 +106,10 @@ impl LostSaid {
 /// waiting before it calls and yields its task when the lock is held, so
 /// a taskmaster that leases a webhook task before the daemon does hands
 /// it over (a yield, one line in phd's log) instead of delivering it. A
-/// change in what is held is said once; tasks a taskmaster leased first
-/// are said at most once a minute ([`LostSaid`]).
-async fn keep_hook_locks(store: &MysqlStore, adoption: &TaskAdoption) -> std::convert::Infallible {
+/// change in what is held is said once.
+async fn keep_hook_locks(store: &MysqlStore) -> std::convert::Infallible {
     let mut said: Option<KeptLocks> = None;
-    let mut lost = LostSaid::default();
-    let mut last_failure_logged: Option<tokio::time::Instant> = None;
+    let mut failure_pace = Pace::every(FAILURE_LOG_EVERY);
     loop {
         match store.keep_hook_locks().await {
             Ok(kept) if said != Some(kept) => {
@@ -136,17 +124,13 @@ async fn keep_hook_locks(store: &MysqlStore, adoption: &TaskAdoption) -> std::co
                 );
             }
             Ok(_) => {}
-            Err(err) => {
-                let now = tokio::time::Instant::now();
-                if last_failure_logged.is_none_or(|at| now - at >= FAILURE_LOG_EVERY) {
-                    last_failure_logged = Some(now);
-                    warn!(event = "hook_locks_keep_failed", error = %err,
-                          "the hooks' locks cannot be taken now; until they are, a phd \
-                           taskmaster that leases a webhook task first may deliver it");
-                }
+            Err(err) if failure_pace.due() => {
+                warn!(event = "hook_locks_keep_failed", error = %err,
+                      "the hooks' locks cannot be taken now; until they are, a phd \
+                       taskmaster that leases a webhook task first may deliver it");
             }
+            Err(_) => {}
         }
-        lost.say(adoption.totals().lost);
         tokio::time::sleep(KEEP_LOCKS_EVERY).await;
     }
 }

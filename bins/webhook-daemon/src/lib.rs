@@ -41,5 +41,7 @@ pub mod logging;
 #[cfg(feature = "server")]
 pub mod metrics_text;
 #[cfg(feature = "server")]
+mod pace;
+#[cfg(feature = "server")]
 pub mod server;
 pub mod server_clock;
