@@ -7,8 +7,8 @@
 #
 # `cargo xtask image` builds it and smoke-tests the result; without Docker
 # or a registry it builds with podman, passing locally made bases as
-# RUST_IMAGE and RUNTIME_IMAGE (docs/operations.md, "Building the image
-# without Docker").
+# RUST_IMAGE and RUNTIME_IMAGE (docs/operations/deploy.md, "Building the
+# image without Docker").
 #
 # The runtime stage is debian:bookworm-slim rather than distroless so the
 # health check needs no extra package: `gorge-webhook-probe`

@@ -1,46 +1,97 @@
 # shellcheck shell=bash
-# Sourced once by the mariadb image's entrypoint when the data volume is
-# first initialised (files in /docker-entrypoint-initdb.d that are not
-# executable are sourced, so docker_process_sql is available).
+# The daemon's database account and its grants: exactly what delivery and
+# `webhook-admin doctor` use, and no more. One script for both ways in:
 #
-# Two accounts:
-#   - Phorge's, with every privilege on its own databases ({namespace}_*):
-#     `bin/storage upgrade` creates them.
-#   - the daemon's, with SELECT and UPDATE on {namespace}_herald only: it
-#     never inserts, deletes or runs DDL. Granted on the database because
-#     its tables do not exist yet; docs/operations.md shows the tighter
-#     table-level grant for an installation that already has them. It may
-#     also SELECT on the application databases of the objects Herald calls
-#     webhooks about, to check each request's object as Phorge's worker
-#     does (docs/operations.md, the object check; a test in
-#     crates/store-mysql keeps this list equal to its OBJECT_TABLES).
+#   * Compose: the mariadb image's entrypoint sources it once, when the
+#     data volume is first initialised (non-executable files in
+#     /docker-entrypoint-initdb.d are sourced, so docker_process_sql is
+#     there). It then also creates Phorge's own account, because
+#     PHORGE_DB_PASSWORD is set.
+#   * An existing server: run it with bash and pipe what it prints into
+#     the server as an administrator:
 #
-# Passwords come from the container's environment (compose.yaml) and must
-# not contain a single quote. No `set -u` here: this runs inside the
-# entrypoint's own shell.
-: "${PHORGE_DB_PASSWORD:?must be set}" "${WEBHOOK_DB_PASSWORD:?must be set}"
+#       WEBHOOK_DB_PASSWORD=… PHORGE_NAMESPACE=phorge \
+#         bash deploy/mariadb-init/10-accounts.sh | sudo mariadb
+#
+# Settings (environment):
+#   WEBHOOK_DB_PASSWORD  required: the daemon's password
+#   WEBHOOK_DB_USER      the daemon's account (gorge_webhook)
+#   WEBHOOK_DB_HOST      where it connects from ('%': anywhere)
+#   PHORGE_NAMESPACE     Phorge's storage namespace (phorge)
+#   ADOPT_PHP_TASKS      `true` for upstream Phorge without the hand-off
+#                        (GORGE_WEBHOOK_ADOPT_PHP_TASKS=true): adds the
+#                        task-queue writes adoption needs. Those grants
+#                        name tables, so Phorge's storage must exist.
+#   PHORGE_DB_PASSWORD   when set, also creates Phorge's account
+#   PHORGE_DB_USER       (phorge) with every privilege on {namespace}_*,
+#                        as a fresh Compose deployment needs
+#
+# What the daemon's account gets, all database-level (they hold before
+# Phorge's `bin/storage upgrade` creates the tables):
+#   {namespace}_herald   SELECT, UPDATE: the queue and the hooks. It never
+#                        inserts, deletes or runs DDL.
+#   {namespace}_config   SELECT: Phorge's global silent mode (config_entry)
+#   {namespace}_worker   SELECT: PHP delivery tasks still queued, and who
+#                        ran the recent ones (doctor's checks)
+#   the applications' databases whose objects Herald calls webhooks
+#   about: SELECT, to check each request's object before its call as
+#   Phorge's worker does (a test in crates/store-mysql keeps this list
+#   equal to the object check's tables).
+# A test in webhook-admin runs this script against MariaDB and then
+# `doctor` as the account it made: every check of a privilege passes.
+#
+# Passwords must not contain a single quote. No `set -u`: when sourced,
+# this runs inside the entrypoint's own shell.
+: "${WEBHOOK_DB_PASSWORD:?must be set}"
 
-phorge_user="${PHORGE_DB_USER:-phorge}"
 webhook_user="${WEBHOOK_DB_USER:-gorge_webhook}"
+webhook_host="${WEBHOOK_DB_HOST:-%}"
 namespace="${PHORGE_NAMESPACE:-phorge}"
-for value in "$PHORGE_DB_PASSWORD" "$WEBHOOK_DB_PASSWORD"; do
+phorge_user="${PHORGE_DB_USER:-phorge}"
+for value in "$WEBHOOK_DB_PASSWORD" "${PHORGE_DB_PASSWORD:-}" "$webhook_user" "$webhook_host" "$phorge_user"; do
   case "$value" in
-    *\'*) echo "10-accounts.sh: a password contains a single quote" >&2; exit 1 ;;
+    *\'*) echo "10-accounts.sh: a value contains a single quote" >&2; exit 1 ;;
   esac
 done
-# In a GRANT, `_` is a wildcard; escape it so the names match exactly.
-ns_pattern="${namespace//_/\\_}"
+case "$namespace" in
+  *[!A-Za-z0-9_]*|'') echo "10-accounts.sh: PHORGE_NAMESPACE must be letters, digits and _" >&2; exit 1 ;;
+esac
 
-docker_process_sql <<SQL
+# Outside the image's entrypoint there is no server session to feed:
+# print the statements instead.
+if ! command -v docker_process_sql >/dev/null 2>&1; then
+  docker_process_sql() { cat; }
+fi
+
+# In a database-level GRANT, `_` is a wildcard; escape it so the names
+# match exactly.
+ns_pattern="${namespace//_/\\_}"
+account="'${webhook_user}'@'${webhook_host}'"
+
+if [ -n "${PHORGE_DB_PASSWORD:-}" ]; then
+  docker_process_sql <<SQL
 CREATE USER IF NOT EXISTS '${phorge_user}'@'%' IDENTIFIED BY '${PHORGE_DB_PASSWORD}';
 GRANT ALL PRIVILEGES ON \`${ns_pattern}\\_%\`.* TO '${phorge_user}'@'%';
-CREATE USER IF NOT EXISTS '${webhook_user}'@'%' IDENTIFIED BY '${WEBHOOK_DB_PASSWORD}';
-GRANT SELECT, UPDATE ON \`${ns_pattern}\\_herald\`.* TO '${webhook_user}'@'%';
+SQL
+fi
+
+docker_process_sql <<SQL
+CREATE USER IF NOT EXISTS ${account} IDENTIFIED BY '${WEBHOOK_DB_PASSWORD}';
+GRANT SELECT, UPDATE ON \`${ns_pattern}\\_herald\`.* TO ${account};
+GRANT SELECT ON \`${ns_pattern}\\_config\`.* TO ${account};
+GRANT SELECT ON \`${ns_pattern}\\_worker\`.* TO ${account};
 SQL
 
 object_applications="maniphest differential repository audit phriction pholio ponder project phame calendar paste file badges legalpad slowvote countdown owners dashboard"
 for application in $object_applications; do
   docker_process_sql <<SQL
-GRANT SELECT ON \`${ns_pattern}\\_${application}\`.* TO '${webhook_user}'@'%';
+GRANT SELECT ON \`${ns_pattern}\\_${application}\`.* TO ${account};
 SQL
 done
+
+if [ "${ADOPT_PHP_TASKS:-false}" = true ]; then
+  docker_process_sql <<SQL
+GRANT UPDATE, DELETE ON \`${namespace}_worker\`.\`worker_activetask\` TO ${account};
+GRANT INSERT ON \`${namespace}_worker\`.\`worker_archivetask\` TO ${account};
+SQL
+fi

@@ -309,7 +309,8 @@ fn debootstrap(name: &str, include: Option<&str>) -> Result<PathBuf, String> {
     Ok(rootfs)
 }
 
-fn remove_dir(dir: &Path) -> Result<(), String> {
+/// Removes `dir` and what it holds; a missing one is fine.
+pub(crate) fn remove_dir(dir: &Path) -> Result<(), String> {
     match std::fs::remove_dir_all(dir) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
             Err(format!("could not remove {}: {e}", dir.display()))
@@ -450,30 +451,10 @@ const SMOKE_TEST_MODULE: &str = "image";
 
 /// The daemon's ignored `image` tests, against [`IMAGE`].
 fn smoke_test(engine: &Engine) -> Result<(), String> {
-    eprintln!("xtask: running the smoke test (cargo test -p webhook-daemon --test it image)");
-    let status = Command::new("cargo")
-        .args([
-            "test",
-            "-p",
-            "webhook-daemon",
-            "--test",
-            "it",
-            &format!("{SMOKE_TEST_MODULE}::"),
-            "--",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .envs(engine.env.iter().map(|(k, v)| (k, v)))
-        .env("WEBHOOK_IMAGE_ENGINE", engine.program)
-        .env("WEBHOOK_IMAGE", IMAGE)
-        .status()
-        .map_err(|e| format!("could not start cargo: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("the image smoke test failed ({status})"))
-    }
+    let mut env = engine.env.clone();
+    env.push(("WEBHOOK_IMAGE_ENGINE".to_owned(), engine.program.to_owned()));
+    env.push(("WEBHOOK_IMAGE".to_owned(), IMAGE.to_owned()));
+    crate::ignored_daemon_tests(SMOKE_TEST_MODULE, &env)
 }
 
 /// `123456789` bytes as `123456789 bytes (117.7 MiB)`.

@@ -20,10 +20,13 @@
 //!   missing.
 //! - `image`: builds the container image (Docker, or podman from local
 //!   bases when no engine or registry answers) and smoke-tests it against
-//!   the local MariaDB (docs/operations.md, "Building the image without
-//!   Docker").
+//!   the local MariaDB (docs/operations/deploy.md, "Building the image
+//!   without Docker").
 
 mod deny;
+mod dist;
+#[cfg(test)]
+mod doc_paths;
 mod faketime;
 mod fuzz;
 mod image;
@@ -49,6 +52,7 @@ fn main() -> ExitCode {
         Some("fuzz") => fuzz::fuzz(&args[1..]),
         Some("prometheus") => prometheus::check(),
         Some("image") => image::image(),
+        Some("dist") => dist::dist(&args[1..]),
         _ => {
             eprintln!(
                 "usage: cargo xtask <command>\n\n\
@@ -68,7 +72,10 @@ fn main() -> ExitCode {
                  prometheus  promtool: deploy/alerts.yml, its unit tests deploy/alerts.test.yml\n           \
                  and deploy/prometheus.yml (installs Debian's prometheus package)\n  \
                  image    build the container image and smoke-test it against MariaDB\n           \
-                 (docker, else podman from local bases; installs podman, runc, debootstrap)"
+                 (docker, else podman from local bases; installs podman, runc, debootstrap)\n  \
+                 dist     the release tarball in target/dist (binaries, unit, settings file,\n           \
+                 completions, man pages, install.sh); --check installs it on a clean\n           \
+                 Debian root and runs the unit's command there (installs debootstrap)"
             );
             return ExitCode::from(2);
         }
@@ -164,8 +171,11 @@ pub(crate) fn apt_install(packages: &[&str]) -> Result<(), String> {
     run("apt-get", &install)
         .or_else(|_| run("apt-get", &["update", "-q"]).and_then(|()| run("apt-get", &install)))?;
     for unit in new.iter().flat_map(|package| service_units(package)) {
-        // No systemd (a container, a chroot) is no service to stop.
-        let _ = run("systemctl", &["disable", "--now", "--quiet", &unit]);
+        // Two steps: `disable` edits the unit links whether or not systemd
+        // runs (a container, a chroot), where `disable --now` would fail
+        // as a whole for want of a manager to stop the unit.
+        let _ = run("systemctl", &["disable", "--quiet", &unit]);
+        let _ = run("systemctl", &["stop", "--quiet", &unit]);
     }
     Ok(())
 }
@@ -195,6 +205,36 @@ fn service_unit_names(listing: &str) -> Vec<String> {
         .filter_map(|path| path.rsplit('/').next())
         .map(str::to_owned)
         .collect()
+}
+
+/// The daemon's ignored integration tests in `module` of its test binary
+/// (`image`, `install`), one at a time with their output shown, with
+/// `env` added: what they test is named there.
+pub(crate) fn ignored_daemon_tests(module: &str, env: &[(String, String)]) -> Result<(), String> {
+    eprintln!(
+        "xtask: running the {module} tests (cargo test -p webhook-daemon --test it {module})"
+    );
+    let status = Command::new("cargo")
+        .args([
+            "test",
+            "-p",
+            "webhook-daemon",
+            "--test",
+            "it",
+            &format!("{module}::"),
+            "--",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .status()
+        .map_err(|e| format!("could not start cargo: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("the {module} tests failed ({status})"))
+    }
 }
 
 /// Runs a command inheriting stdio; an error names the command.

@@ -138,8 +138,9 @@ fn all_files_under(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 /// The files whose words operators read: the README, the changelog, the
-/// operations, compatibility and architecture docs, and all of deploy/.
-/// (Other docs, e.g. a benchmark's, may name their own harness variables.)
+/// operations index and every page under docs/operations/, the
+/// compatibility and architecture docs, and all of deploy/. (Other docs,
+/// e.g. a benchmark's, may name their own harness variables.)
 fn operator_texts() -> Vec<(PathBuf, String)> {
     let mut paths: Vec<PathBuf> = [
         "README.md",
@@ -151,6 +152,15 @@ fn operator_texts() -> Vec<(PathBuf, String)> {
     .iter()
     .map(|p| root().join(p))
     .collect();
+    let pages = paths.len();
+    files_under(&root().join("docs/operations"), "md", &mut paths);
+    assert!(
+        paths.len() > pages + 3
+            && paths
+                .iter()
+                .any(|p| p.ends_with("docs/operations/monitoring.md")),
+        "the pages under docs/operations/ are missing: {paths:?}"
+    );
     all_files_under(&root().join("deploy"), &mut paths);
     assert!(
         paths.iter().any(|p| p.ends_with("deploy/compose.yaml")),

@@ -284,6 +284,38 @@ pub enum Command {
         #[arg(long, value_name = "FILE", hide = true, conflicts_with = "url")]
         from_file: Option<PathBuf>,
     },
+
+    /// Print a completion script for SHELL to standard output (bash: save
+    /// it as /usr/share/bash-completion/completions/webhook-admin).
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+
+    /// Print the manual page (roff) to standard output, or with --dir
+    /// write webhook-admin.1 and one page per command there.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Man {
+        /// Where to write the pages.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+}
+
+/// Writes the completion script for `shell`.
+pub fn completions(shell: clap_complete::Shell, out: &mut dyn std::io::Write) {
+    use clap::CommandFactory;
+    clap_complete::generate(shell, &mut Cli::command(), "webhook-admin", out);
+}
+
+/// Writes the manual page to `out`, or every page into `dir`.
+pub fn man(dir: Option<&std::path::Path>, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    use clap::CommandFactory;
+    match dir {
+        Some(dir) => clap_mangen::generate_to(Cli::command(), dir),
+        None => clap_mangen::Man::new(Cli::command()).render(out),
+    }
 }
 
 /// Where a hook's HMAC key comes from: `--key` (visible to other local

@@ -77,7 +77,10 @@ pub async fn run(
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
                 .join("; "),
-            advice: Some("apply Phorge's key_status(status, id) patch (docs/operations.md)".into()),
+            advice: Some(
+                "apply Phorge's key_status(status, id) patch (docs/operations/switch-over.md)"
+                    .into(),
+            ),
         },
         Err(err) => Check {
             name: "schema",
@@ -202,7 +205,7 @@ fn task_runners_check(runners: TaskRunners) -> Check {
             Some(
                 "on upstream Phorge set GORGE_WEBHOOK_ADOPT_PHP_TASKS=1 so the daemon runs \
                  them; with it on, these are tasks of a hook created within a second, or of \
-                 a time the daemon was down (docs/operations.md, Upstream Phorge)"
+                 a time the daemon was down (docs/operations/switch-over.md, Upstream Phorge)"
                     .into(),
             ),
         )
@@ -252,7 +255,7 @@ fn php_delivery_check(tasks: PhpDeliveryTasks) -> Check {
             Some(
                 "set gorge.webhook.uri in Phorge so it hands delivery over, set \
                  GORGE_WEBHOOK_ADOPT_PHP_TASKS=1 on upstream Phorge, or stop the daemon \
-                 (docs/operations.md)"
+                 (docs/operations/switch-over.md)"
                     .into(),
             ),
         )
@@ -288,7 +291,7 @@ async fn privileges_check(reader: &MysqlReader) -> Check {
             ),
             advice: Some(format!(
                 "GRANT SELECT, UPDATE ON `{}`.* TO the daemon's account \
-                     (docs/operations.md, the database account)",
+                     (docs/operations/database.md, the database account)",
                 reader.database()
             )),
         },
@@ -343,7 +346,7 @@ async fn objects_check(reader: &MysqlReader) -> Check {
         ),
         advice: Some(format!(
             "grant the daemon's account SELECT on Phorge's application databases \
-             ({}_maniphest, …; docs/operations.md, the object check)",
+             ({}_maniphest, …; docs/operations/database.md, the object check)",
             reader.namespace()
         )),
     }

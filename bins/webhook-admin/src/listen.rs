@@ -136,9 +136,9 @@ pub async fn run(options: ListenOptions) -> Result<u8, AdminError> {
         options.status.as_u16(),
         options.delay.as_millis(),
         if options.key.is_some() {
-            "checked against --key"
+            "checked against the key"
         } else {
-            "not checked (no --key)"
+            "not checked (no key given)"
         }
     ))?;
     if !local.ip().is_loopback() {

@@ -118,6 +118,18 @@ fn run(cli: Cli) -> Result<u8, AdminError> {
                 },
             }))
         }
+        Command::Completions { shell } => {
+            let mut script = Vec::new();
+            cli::completions(shell, &mut script);
+            out::emit(&String::from_utf8_lossy(&script))?;
+            Ok(exit::OK)
+        }
+        Command::Man { dir } => {
+            let mut page = Vec::new();
+            cli::man(dir.as_deref(), &mut page).map_err(AdminError::Output)?;
+            out::emit(&String::from_utf8_lossy(&page))?;
+            Ok(exit::OK)
+        }
         Command::Stats(output) => {
             let (_, db, rt) = open_db()?;
             rt.block_on(closing(&db, inspect::stats(&db, output.json)))

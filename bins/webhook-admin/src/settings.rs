@@ -67,6 +67,11 @@ pub struct Entry {
     pub variable: &'static str,
     /// The value in effect, as the variable's declaration shows it.
     pub value: String,
+    /// The value as the environment or the default gives it, for scripts;
+    /// `None` for a secret.
+    pub text: Option<String>,
+    /// For a secret, whether it is set to something; `None` otherwise.
+    pub secret_set: Option<bool>,
     /// Default or environment.
     pub source: Source,
     /// The default, as `--help` shows it.
@@ -143,6 +148,8 @@ fn entry(info: &SettingInfo, get: Lookup<'_>, detail: Option<String>) -> Result<
     Ok(Entry {
         variable: info.name,
         value: info.shown(get)?,
+        text: (!info.secret).then(|| info.text(get)),
+        secret_set: info.secret.then(|| !info.text(get).is_empty()),
         source: if info.is_set(get) {
             Source::Environment
         } else {
@@ -428,7 +435,9 @@ impl Report {
         json!({
             "settings": self.entries.iter().map(|e| json!({
                 "variable": e.variable,
-                "value": e.value,
+                "value": e.text,
+                "shown": e.value,
+                "secret": e.secret_set.map(|set| json!({"set": set})),
                 "source": e.source.as_str(),
                 "default": e.default,
                 "allowed": e.allowed,

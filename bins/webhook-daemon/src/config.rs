@@ -303,16 +303,11 @@ fn parse_listen(text: &str) -> Result<SocketAddr, String> {
         .map_err(|_| "is not an address like :8160, 127.0.0.1:8160 or [::1]:8160".to_owned())
 }
 
-/// The `--help` text.
-pub fn help() -> String {
-    let mut out = format!(
-        "webhook-daemon {}: delivers Phorge's queued Herald webhook requests.\n\n\
-         usage: webhook-daemon [--help | --version | demo [--listen ADDR]]\n\n  \
-         demo  a self-contained demonstration on an in-memory queue (no database); it serves\n        \
-         the diagnostics API and its live event stream on --listen (a loopback address;\n        \
-         default a free port), waiting up to 20 s for a watcher when --listen is given\n\n\
-         Configuration comes from the environment (same names as the Go gorge-webhook):\n\n",
-        env!("CARGO_PKG_VERSION")
+/// What `--help` says after the options: every variable the daemon
+/// reads, with its default and bounds, then `NO_COLOR` and the exit codes.
+pub fn environment_help() -> String {
+    let mut out = String::from(
+        "Configuration comes from the environment (same names as the Go gorge-webhook):\n\n",
     );
     let width = variables().map(|v| v.name.len()).max().unwrap_or(0);
     for v in variables() {
@@ -616,7 +611,7 @@ mod tests {
 
     #[test]
     fn help_lists_every_variable_with_its_default() {
-        let text = help();
+        let text = environment_help();
         for v in variables() {
             assert!(text.contains(v.name), "{}", v.name);
         }
@@ -625,7 +620,7 @@ mod tests {
 
     #[test]
     fn help_shows_the_declared_bounds() {
-        let text = help();
+        let text = environment_help();
         assert!(
             text.contains("default: 256; between 1 and 1024\n"),
             "{text}"

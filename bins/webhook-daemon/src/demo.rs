@@ -157,31 +157,6 @@ impl Readiness for AlwaysReady {
     }
 }
 
-/// `demo [--listen ADDR]`: the address to serve the diagnostics API on, if
-/// given. Only loopback: the demo's API has no token.
-pub fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Option<SocketAddr>, String> {
-    let mut listen = None;
-    while let Some(arg) = args.next() {
-        let value = match arg.strip_prefix("--listen=") {
-            Some(value) => value.to_owned(),
-            None if arg == "--listen" => args
-                .next()
-                .ok_or("--listen needs an address such as 127.0.0.1:8170")?,
-            None => return Err(format!("unknown argument {arg:?}")),
-        };
-        let addr: SocketAddr = value
-            .parse()
-            .map_err(|_| format!("--listen {value:?} is not an address such as 127.0.0.1:8170"))?;
-        if !addr.ip().is_loopback() {
-            return Err(format!(
-                "--listen {addr}: the demo serves its API without a token, so on loopback only"
-            ));
-        }
-        listen = Some(addr);
-    }
-    Ok(listen)
-}
-
 fn settings() -> Settings {
     Settings {
         poll_interval: Duration::from_millis(200),
@@ -282,10 +257,10 @@ pub async fn run(listen: Option<SocketAddr>) -> Result<(), String> {
     let _ = api_server.await;
     print_rows(&store).await;
     say!(
-        "\nTo deliver for a real Phorge, point the daemon at its database (read-write on {{namespace}}_herald):\n\n  \
-         GORGE_WEBHOOK_MYSQL_HOST=db.example GORGE_WEBHOOK_MYSQL_USER=phorge GORGE_WEBHOOK_MYSQL_PASS=… \\\n  \
-         GORGE_WEBHOOK_NAMESPACE=phorge cargo run --release -p webhook-daemon\n\n\
-         and switch PHP delivery off first (docs/operations.md). `webhook-daemon --help` lists every setting."
+        "\nTo deliver for a real Phorge, follow the README's \"Run it against Phorge\": install \
+         (cargo xtask dist), the database account (deploy/mariadb-init/10-accounts.sh), the \
+         settings, then the switch-over, PHP delivery off first. `webhook-daemon --help` lists \
+         every setting."
     );
     outcome
 }

@@ -121,7 +121,7 @@ impl HandOff {
                 leased = tasks.leased,
                 "Phorge's PHP workers are delivering webhooks too (HeraldWebhookWorker tasks \
                    in its task queue): receivers get requests twice. Hand delivery over \
-                   (gorge.webhook.uri) or stop this daemon; see docs/operations.md"
+                   (gorge.webhook.uri) or stop this daemon; see docs/operations/switch-over.md"
             );
         } else if !tasks.any() && was_delivering {
             info!(

@@ -70,21 +70,10 @@ fn run_until_stopped(config: DaemonConfig, log: &LogOutput) -> ExitCode {
     }
 }
 
-/// `webhook-daemon demo [--listen ADDR]`, given the arguments after
-/// `demo`.
-pub fn run_demo(args: impl Iterator<Item = String>) -> ExitCode {
-    match demo::parse_args(args) {
-        Ok(listen) => demo_main(listen),
-        Err(message) => {
-            print_err(&format!("webhook-daemon demo: {message}; see --help\n"));
-            ExitCode::from(2)
-        }
-    }
-}
-
-/// The self-contained demo, logging the dispatcher's events as it goes and
-/// serving them on `listen` (or a free loopback port).
-fn demo_main(listen: Option<SocketAddr>) -> ExitCode {
+/// `webhook-daemon demo [--listen ADDR]`: the self-contained demo, logging
+/// the dispatcher's events as it goes and serving them on `listen` (or a
+/// free loopback port).
+pub fn run_demo(listen: Option<SocketAddr>) -> ExitCode {
     let log = LogOutput::to(Stream::Stdout);
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::new("webhook_core=info,webhook_daemon=info"))

@@ -1,10 +1,14 @@
-//! `webhook-daemon`: picks what to run from the command line and hands
-//! over to the library (`webhook_daemon::launch`), which reads the
+//! `webhook-daemon`: picks what to run from the command line ([`cli`]) and
+//! hands over to the library (`webhook_daemon::launch`), which reads the
 //! `GORGE_*` settings and owns the exit codes.
+
+mod cli;
 
 use std::process::ExitCode;
 
-use webhook_daemon::{config, launch, logging};
+use webhook_daemon::{launch, logging};
+
+use crate::cli::Command;
 
 /// jemalloc instead of the C library's malloc: with many calls in flight
 /// it keeps the resident set lower (docs/performance.md, "The
@@ -14,22 +18,36 @@ use webhook_daemon::{config, launch, logging};
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
-    match std::env::args().nth(1).as_deref() {
-        Some("--help" | "-h" | "help") => {
-            logging::print_out(&config::help());
-            ExitCode::SUCCESS
+    let cli = match cli::parse(std::env::args()) {
+        Ok(cli) => cli,
+        Err(err) => {
+            // Help and version arrive here too, with exit code 0; a closed
+            // output loses the text, never the exit code.
+            let _ = err.print();
+            return ExitCode::from(u8::try_from(err.exit_code()).unwrap_or(2));
         }
-        Some("demo") => launch::run_demo(std::env::args().skip(2)),
-        Some("--version" | "-V") => {
-            logging::print_out(&format!("webhook-daemon {}\n", env!("CARGO_PKG_VERSION")));
-            ExitCode::SUCCESS
-        }
-        Some(other) => {
-            logging::print_err(&format!(
-                "webhook-daemon: unknown argument {other:?}; see --help\n"
-            ));
-            ExitCode::from(2)
-        }
+    };
+    match cli.command {
         None => launch::run_daemon(),
+        Some(Command::Demo { listen }) => launch::run_demo(listen),
+        Some(Command::Completions { shell }) => {
+            let mut script = Vec::new();
+            cli::completions(shell, &mut script);
+            logging::print_out(&String::from_utf8_lossy(&script));
+            ExitCode::SUCCESS
+        }
+        Some(Command::Man { dir }) => {
+            let mut page = Vec::new();
+            match cli::man(dir.as_deref(), &mut page) {
+                Ok(()) => {
+                    logging::print_out(&String::from_utf8_lossy(&page));
+                    ExitCode::SUCCESS
+                }
+                Err(err) => {
+                    logging::print_err(&format!("webhook-daemon man: {err}\n"));
+                    ExitCode::FAILURE
+                }
+            }
+        }
     }
 }

@@ -15,7 +15,8 @@
 //!   signed with, the previous key keeps signing too until the grace ends
 //!   (a second `v1,` entry, and [`Signatures::phorge_previous`] for
 //!   Phorge's header). The history is this process's memory: an instance
-//!   started after the change never saw the old key (docs/operations.md).
+//!   started after the change never saw the old key
+//!   (docs/operations/receivers.md).
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;

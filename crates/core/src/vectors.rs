@@ -1,6 +1,8 @@
 //! The payload test vectors of the hand-off contract (protocol §7), shared by
 //! every test that checks bytes and usable by receivers that want to check
-//! their own signature code against Phorge's bytes.
+//! their own signature code against Phorge's bytes. The bodies are the
+//! files in `crates/core/vectors/` (described in its README), so examples
+//! can feed them to `webhook-admin sign` and `verify` as they are.
 
 /// The HMAC key of both vectors.
 pub const KEY: &str = "abcdefghijklmnopqrstuvwxyz234567";
@@ -21,32 +23,7 @@ pub const TRANSACTIONS_APPLIED: [&str; 2] = [
 ];
 /// First vector: the exact body (415 bytes, trailing newline included);
 /// the transactions newest first, as Phorge's worker sends them.
-pub const BODY: &str = r#"{
-  "object": {
-    "type": "TASK",
-    "phid": "PHID-TASK-abcdefghijklmnopqrst"
-  },
-  "triggers": [
-    {
-      "phid": "PHID-HRUL-abcdefghijklmnopqrst"
-    }
-  ],
-  "action": {
-    "test": false,
-    "silent": false,
-    "secure": false,
-    "epoch": 1700000000
-  },
-  "transactions": [
-    {
-      "phid": "PHID-XACT-TASK-bbbbbbbbbbbbbbb"
-    },
-    {
-      "phid": "PHID-XACT-TASK-aaaaaaaaaaaaaaa"
-    }
-  ]
-}
-"#;
+pub const BODY: &str = include_str!("../vectors/task-edit.json");
 /// First vector: its signature under [`KEY`].
 pub const SIGNATURE: &str = "29cf1cc7b8f35a03d8258d0e14fcef0740e4667135a4c85460a06ee0f8526a48";
 
@@ -56,11 +33,10 @@ pub const ESCAPING_OBJECT_PHID: &str = "PHID-TEST-a/b\"c\\d\u{e9}\u{4e2d}\u{1F60
 pub const ESCAPING_DATE_CREATED: u64 = 5;
 /// Escaping vector: the stored `properties`.
 pub const ESCAPING_PROPERTIES: &str = r#"{"triggerPHIDs":[]}"#;
-/// Escaping vector: the body's length.
-pub const ESCAPING_BODY_LEN: usize = 238;
-/// Escaping vector: the object's `phid` line as it must appear.
-pub const ESCAPING_PHID_LINE: &str =
-    "\"phid\": \"PHID-TEST-a/b\\\"c\\\\d\\u00e9\\u4e2d\\ud83d\\ude00<&>\"\n";
+/// Escaping vector: the exact body (238 bytes): quotes, backslashes,
+/// slashes left as they are, non-ASCII as lower-case `\uXXXX` (a
+/// surrogate pair above the BMP), empty lists.
+pub const ESCAPING_BODY: &str = include_str!("../vectors/escaping.json");
 /// Escaping vector: its signature under [`KEY`].
 pub const ESCAPING_SIGNATURE: &str =
     "c936d5c09dbf58a4f00e7da63bbd9e2c1a33ee54951013234e98cb646ace7184";

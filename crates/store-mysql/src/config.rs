@@ -87,7 +87,7 @@ pub const CONNECT_TIMEOUT: Setting<Duration> = Setting::number(
 /// unavailable (`crate::session`). Far above what any of the daemon's
 /// statements takes on a healthy server (the candidate query reads its
 /// batch through `key_status` in milliseconds even with millions of
-/// retained rows; docs/operations.md), and below the claim lease, so a
+/// retained rows; docs/operations/database.md), and below the claim lease, so a
 /// write-back that met a frozen connection is retried on a fresh one while
 /// its claim still holds. At most an hour.
 pub const STATEMENT_TIMEOUT: Setting<Duration> = Setting::number(

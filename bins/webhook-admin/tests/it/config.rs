@@ -87,7 +87,20 @@ async fn misleading_settings_are_warned_about_by_variable() {
         .expect("listed")
         .clone();
     assert_eq!(lease["source"], "environment");
-    assert_eq!(lease["value"], "5 s");
+    // The value as set, for scripts; the unit only in what a person reads.
+    assert_eq!(lease["value"], "5");
+    assert_eq!(lease["shown"], "5 s");
+    assert_eq!(lease["secret"], serde_json::Value::Null);
+    let setting = |name: &str| {
+        json["settings"]
+            .as_array()
+            .and_then(|all| all.iter().find(|s| s["variable"] == name))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let token = setting("GORGE_SERVICE_TOKEN");
+    assert_eq!(token["value"], serde_json::Value::Null, "{token}");
+    assert_eq!(token["secret"]["set"], false, "{token}");
 
     let text = run(
         &env(&[("GORGE_WEBHOOK_RETRY_BACKOFF_SEC", "10")]),
@@ -121,6 +134,22 @@ async fn secrets_are_reported_as_set_but_never_shown() {
         "{}",
         out.stdout
     );
+    let json = run(
+        &env(&[("GORGE_WEBHOOK_MYSQL_PASS", "password-0xfeedface")]),
+        &["config", "--json"],
+    )
+    .await;
+    assert!(!json.stdout.contains("0xfeedface"));
+    let pass = json.json()["settings"]
+        .as_array()
+        .and_then(|all| {
+            all.iter()
+                .find(|s| s["variable"] == "GORGE_WEBHOOK_MYSQL_PASS")
+                .cloned()
+        })
+        .unwrap_or_default();
+    assert_eq!(pass["value"], serde_json::Value::Null, "{pass}");
+    assert_eq!(pass["secret"]["set"], true, "{pass}");
 }
 
 /// `config` runs every variable's own parser, the daemon's own variables

@@ -5,8 +5,9 @@
 //! read fails the check, naming what it lacks); this host's clock against
 //! the server's, also with the tool's clock shifted an hour (libfaketime).
 
+use webhook_store_mysql::{MysqlStore, OBJECT_TABLES};
 use webhook_test_support::faketime::shifted_clock;
-use webhook_test_support::mariadb::{with_account, with_phorge_side};
+use webhook_test_support::mariadb::{as_root, drop_database, with_account, with_phorge_side};
 use webhook_test_support::{with_db, LocalJson, TestDb};
 
 use crate::support::{db_env, on_db, run, Run};
@@ -231,6 +232,128 @@ async fn doctor_measures_this_hosts_clock_against_the_servers() {
             "{}",
             text.stdout
         );
+    })
+    .await;
+}
+
+/// The account script, run as its header says for an existing server:
+/// the statements it prints for `vars`.
+fn account_script_sql(vars: &[(&str, &str)]) -> String {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/mariadb-init/10-accounts.sh"
+    );
+    let output = std::process::Command::new("bash")
+        .arg(script)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(vars.iter().copied())
+        .output()
+        .expect("run bash");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("SQL is UTF-8")
+}
+
+/// Every application database the object check reads, with a table of each
+/// name it probes (the probe reads no column), created where missing;
+/// returns the databases it created.
+async fn create_object_tables(namespace: &str) -> Vec<String> {
+    let mut created = Vec::new();
+    for tables in OBJECT_TABLES {
+        for (application, table) in [
+            (tables.object_application, tables.object_table),
+            (tables.transaction_application, tables.transaction_table),
+        ] {
+            let database = format!("{namespace}_{application}");
+            if application != "herald" && !created.contains(&database) {
+                as_root(&format!("CREATE DATABASE IF NOT EXISTS `{database}`")).await;
+                created.push(database.clone());
+            }
+            as_root(&format!(
+                "CREATE TABLE IF NOT EXISTS `{database}`.`{table}` (id INT)"
+            ))
+            .await;
+        }
+    }
+    created
+}
+
+/// deploy/mariadb-init/10-accounts.sh grants what doctor and the daemon
+/// check: run as written against the server (with task adoption), the
+/// account it makes passes every check doctor makes of a privilege, and
+/// task adoption's grant check finds nothing missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_account_script_grants_what_doctor_checks() {
+    with_db(|db| async move {
+        let namespace = db.namespace.clone();
+        with_phorge_side(&namespace, |_side| async {
+            let databases = create_object_tables(&namespace).await;
+            let user = format!("{namespace}_acct");
+            let password = "script-test-password";
+            let sql = account_script_sql(&[
+                ("WEBHOOK_DB_PASSWORD", password),
+                ("WEBHOOK_DB_USER", &user),
+                ("PHORGE_NAMESPACE", &namespace),
+                ("ADOPT_PHP_TASKS", "true"),
+            ]);
+            for statement in sql.split(";\n").map(str::trim).filter(|s| !s.is_empty()) {
+                as_root(statement).await;
+            }
+            let local = LocalJson::silent("false");
+            let env = db_env(
+                &db,
+                &[
+                    ("GORGE_WEBHOOK_MYSQL_USER", &user),
+                    ("GORGE_WEBHOOK_MYSQL_PASS", password),
+                    ("GORGE_PHORGE_LOCAL_CONFIG", &local.setting()),
+                ],
+            );
+            let report = run(&env, &["doctor", "--json"]).await;
+            let mut config = webhook_test_support::mariadb::config(&namespace);
+            config.user.clone_from(&user);
+            config.password = password.to_owned();
+            let store = MysqlStore::new(&config).expect("store config");
+            let adoption = store.adoption_grants_missing().await;
+            let _ = store.disconnect().await;
+            as_root(&format!("DROP USER IF EXISTS '{user}'@'%'")).await;
+            for database in databases {
+                drop_database(&database).await;
+            }
+
+            let checks = report.json()["checks"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            for name in [
+                "privileges",
+                "silent-mode",
+                "php-delivery",
+                "php-runs",
+                "objects",
+            ] {
+                let check = checks.iter().find(|c| c["check"] == name);
+                assert_eq!(
+                    check.map(|c| c["verdict"].clone()),
+                    Some("ok".into()),
+                    "{name}: {}",
+                    report.stdout
+                );
+                // An ok that leans on one source while another is denied
+                // (silent mode: the file read, the database not) is short
+                // of a grant all the same.
+                let finding = check.map(|c| c["finding"].to_string()).unwrap_or_default();
+                assert!(
+                    !finding.contains("cannot read") && !finding.contains("denied"),
+                    "{name}: {finding}"
+                );
+            }
+            assert_eq!(adoption.map_err(|e| e.to_string()), Ok(Vec::new()));
+        })
+        .await;
     })
     .await;
 }

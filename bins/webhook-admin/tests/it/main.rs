@@ -6,6 +6,7 @@
 //! is checked to write exactly Phorge's values and only with `--apply`.
 
 mod config;
+mod docs;
 mod doctor;
 mod errors;
 mod explain;

@@ -16,6 +16,7 @@ mod handoff;
 mod hook_edits;
 mod hostile;
 mod image;
+mod install;
 mod listener;
 mod live;
 mod log_reading;

@@ -3,7 +3,7 @@
 //! job of deploy/prometheus.yml — its token, its metrics path, its rule
 //! file — against the daemon after a short drain (a delivery, a failed
 //! attempt, an adopted task), and then: the target is up, the alert rules
-//! are loaded, every metric docs/operations.md's table names is queryable
+//! are loaded, every metric docs/operations/monitoring.md's table names is queryable
 //! by its name, and every Grafana dashboard panel's expression returns a
 //! series. And `promtool check metrics` on a scrape of each form
 //! `/metrics` speaks.
@@ -36,10 +36,10 @@ fn read(relative: &str) -> String {
         .unwrap_or_else(|e| panic!("{relative}: {e}"))
 }
 
-/// The metric names of docs/operations.md's metrics table, as Prometheus
+/// The metric names of docs/operations/monitoring.md's metrics table, as Prometheus
 /// stores them (a histogram by its `_count`).
 fn documented_metrics() -> Vec<String> {
-    let docs = read("docs/operations.md");
+    let docs = read("docs/operations/monitoring.md");
     let names: Vec<String> = docs
         .lines()
         .filter_map(|line| line.strip_prefix("| `gorge_webhook_"))

@@ -79,7 +79,7 @@ use self::told::Told;
 
 /// The target of every log line the dispatcher writes, whichever module
 /// writes it: operators filter on it (`GORGE_LOG_LEVEL=webhook_core::dispatcher=debug`)
-/// and docs/operations.md quotes it, so splitting the dispatcher into
+/// and docs/operations/monitoring.md quotes it, so splitting the dispatcher into
 /// modules must not change it.
 const LOG_TARGET: &str = "webhook_core::dispatcher";
 
