@@ -22,7 +22,7 @@
 # DESTDIR=/some/root installs under that directory instead of /.
 set -eu
 
-here=$(cd "$(dirname "$0")" && pwd)
+here=$(CDPATH= cd -- "$(dirname -- "$0")" && pwd)
 root="${DESTDIR:-}"
 
 if [ "$(id -u)" != 0 ] && [ -z "$root" ]; then

@@ -40,8 +40,9 @@
 # A test in webhook-admin runs this script against MariaDB and then
 # `doctor` as the account it made: every check of a privilege passes.
 #
-# Passwords must not contain a single quote. No `set -u`: when sourced,
-# this runs inside the entrypoint's own shell.
+# Values must not contain a single quote or a backslash (MariaDB reads it
+# as an escape). No `set -u`: when sourced, this runs inside the
+# entrypoint's own shell.
 : "${WEBHOOK_DB_PASSWORD:?must be set}"
 
 webhook_user="${WEBHOOK_DB_USER:-gorge_webhook}"
@@ -50,7 +51,7 @@ namespace="${PHORGE_NAMESPACE:-phorge}"
 phorge_user="${PHORGE_DB_USER:-phorge}"
 for value in "$WEBHOOK_DB_PASSWORD" "${PHORGE_DB_PASSWORD:-}" "$webhook_user" "$webhook_host" "$phorge_user"; do
   case "$value" in
-    *\'*) echo "10-accounts.sh: a value contains a single quote" >&2; exit 1 ;;
+    *\'*|*\\*) echo "10-accounts.sh: a value contains a single quote or a backslash" >&2; exit 1 ;;
   esac
 done
 case "$namespace" in

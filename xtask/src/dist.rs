@@ -61,10 +61,11 @@ fn build_tarball() -> Result<PathBuf, String> {
             "webhook-admin",
         ],
     )?;
-    let release = root().join("target/release");
+    let target = crate::cargo_target_dir(&root());
+    let release = target.join("release");
     let version = env!("CARGO_PKG_VERSION");
     let name = format!("gorge-webhook-{version}-{}-linux", std::env::consts::ARCH);
-    let dist = root().join("target/dist");
+    let dist = target.join("dist");
     let stage = dist.join(&name);
     remove_dir(&stage)?;
     for dir in ["bin", "completions", "man", "doc"] {
@@ -134,20 +135,31 @@ fn jemalloc_licence() -> Result<PathBuf, String> {
         .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cargo")))
         .ok_or("neither CARGO_HOME nor HOME is set")?;
     let registries = read_dir(&home.join("registry/src"))?;
-    let mut found: Vec<PathBuf> = registries
+    let version = locked_version("tikv-jemalloc-sys")?;
+    registries
         .iter()
-        .flat_map(|registry| read_dir(registry).unwrap_or_default())
-        .filter(|dir| {
-            dir.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("tikv-jemalloc-sys-"))
-        })
-        .map(|dir| dir.join("jemalloc/COPYING"))
-        .filter(|licence| licence.is_file())
-        .collect();
-    found.sort();
-    found
-        .pop()
-        .ok_or_else(|| "jemalloc's COPYING is not in cargo's registry sources".to_owned())
+        .map(|registry| registry.join(format!("tikv-jemalloc-sys-{version}/jemalloc/COPYING")))
+        .find(|licence| licence.is_file())
+        .ok_or_else(|| format!("jemalloc's COPYING ({version}) is not in cargo's registry sources"))
+}
+
+/// The version of `package` that Cargo.lock holds.
+fn locked_version(package: &str) -> Result<String, String> {
+    let lock = std::fs::read_to_string(root().join("Cargo.lock"))
+        .map_err(|e| format!("could not read Cargo.lock: {e}"))?;
+    let mut lines = lock.lines();
+    while let Some(line) = lines.next() {
+        if line == format!("name = \"{package}\"") {
+            if let Some(version) = lines
+                .next()
+                .and_then(|l| l.strip_prefix("version = \""))
+                .and_then(|v| v.strip_suffix('"'))
+            {
+                return Ok(version.to_owned());
+            }
+        }
+    }
+    Err(format!("Cargo.lock has no {package}"))
 }
 
 /// A clean Debian root with the tarball installed by its own command,
@@ -156,6 +168,12 @@ fn check_install(tarball: &Path) -> Result<(), String> {
     crate::apt_install(&["debootstrap"])?;
     let base = base_root()?;
     let target = Path::new(SCRATCH).join("installed");
+    // A run cut short may have left /proc mounted there: removing the
+    // root would then walk the host's /proc.
+    let _ = Command::new("umount")
+        .args(["--lazy", &target.join("proc").display().to_string()])
+        .stderr(std::process::Stdio::null())
+        .status();
     remove_dir(&target)?;
     run(
         "cp",
@@ -287,11 +305,23 @@ mod tests {
         let exec = value("ExecStart=");
         let (bin_dir, binary) = exec.rsplit_once('/').expect("an absolute ExecStart");
         assert_eq!(binary, "webhook-daemon");
-        assert!(script.contains(&format!("\"$root{bin_dir}\"")), "{bin_dir}");
-        let env_file = value("EnvironmentFile=");
+        let line_with = |needle: &str| {
+            script
+                .lines()
+                .find(|line| line.contains(needle))
+                .unwrap_or_else(|| panic!("install.sh has no line with {needle}"))
+                .to_owned()
+        };
+        let binaries = line_with("\"$here/bin/webhook-daemon\"");
         assert!(
-            script.contains(&format!("\"$root{env_file}\"")),
-            "{env_file}"
+            binaries.contains(&format!("\"$root{bin_dir}/\"")),
+            "{binaries}"
+        );
+        let env_file = value("EnvironmentFile=");
+        let settings = line_with("\"$here/gorge-webhook.env.example\" \"$root/etc");
+        assert!(
+            settings.ends_with(&format!("\"$root{env_file}\"")),
+            "{settings}"
         );
         for staged in [
             "bin/webhook-daemon",

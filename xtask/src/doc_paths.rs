@@ -74,6 +74,12 @@ fn missing(word: &str, file: &Path, top_level: &HashSet<String>, names: &HashSet
     {
         return false;
     }
+    if word.starts_with("../") {
+        return file
+            .parent()
+            .map(|dir| lexical(&dir.join(word)))
+            .is_some_and(|path| path.starts_with(root()) && !path.exists());
+    }
     let first = word.split('/').next().unwrap_or(word);
     if word.contains('/') || top_level.contains(word) {
         if !top_level.contains(first) || word.starts_with('/') {
@@ -89,6 +95,22 @@ fn missing(word: &str, file: &Path, top_level: &HashSet<String>, names: &HashSet
         }
         _ => false,
     }
+}
+
+/// `path` with its `..` and `.` steps taken, without asking the file
+/// system.
+fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 #[test]
@@ -149,4 +171,25 @@ fn a_name_of_ours_that_is_not_there_is_found() {
     assert!(!found("/etc/gorge-webhook/env"));
     assert!(!found("local.json"));
     assert!(!found("example.com"));
+    assert!(!found("../../somewhere-outside"));
+    let index = root().join("docs/operations.md");
+    assert!(missing(
+        "../deploy/no-such-file.yaml",
+        &index,
+        &top_level,
+        &names
+    ));
+    let page = root().join("docs/operations/deploy.md");
+    assert!(!missing(
+        "../../deploy/compose.yaml",
+        &page,
+        &top_level,
+        &names
+    ));
+    assert!(missing(
+        "../../deploy/compose.yml",
+        &page,
+        &top_level,
+        &names
+    ));
 }

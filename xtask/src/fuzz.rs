@@ -123,10 +123,7 @@ fn parse_stats(log: &str) -> Stats {
 }
 
 fn target_dir(root: &Path) -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"))
-        .join("fuzz")
+    crate::cargo_target_dir(root).join("fuzz")
 }
 
 fn host_triple() -> Result<String, String> {

@@ -207,6 +207,13 @@ fn service_unit_names(listing: &str) -> Vec<String> {
         .collect()
 }
 
+/// Where cargo builds: `CARGO_TARGET_DIR`, else `target` under `root`.
+pub(crate) fn cargo_target_dir(root: &std::path::Path) -> std::path::PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| root.join("target"))
+}
+
 /// The daemon's ignored integration tests in `module` of its test binary
 /// (`image`, `install`), one at a time with their output shown, with
 /// `env` added: what they test is named there.

@@ -68,7 +68,7 @@ pub struct Entry {
     /// The value in effect, as the variable's declaration shows it.
     pub value: String,
     /// The value as the environment or the default gives it, for scripts;
-    /// `None` for a secret.
+    /// `None` for a secret and for a default `--help` describes.
     pub text: Option<String>,
     /// For a secret, whether it is set to something; `None` otherwise.
     pub secret_set: Option<bool>,
@@ -148,7 +148,7 @@ fn entry(info: &SettingInfo, get: Lookup<'_>, detail: Option<String>) -> Result<
     Ok(Entry {
         variable: info.name,
         value: info.shown(get)?,
-        text: (!info.secret).then(|| info.text(get)),
+        text: (!info.secret).then(|| literal_value(info, get)).flatten(),
         secret_set: info.secret.then(|| !info.text(get).is_empty()),
         source: if info.is_set(get) {
             Source::Environment
@@ -159,6 +159,20 @@ fn entry(info: &SettingInfo, get: Lookup<'_>, detail: Option<String>) -> Result<
         allowed: info.allowed(),
         detail,
     })
+}
+
+/// The variable's value as text a script can set again: what the
+/// environment holds, or the default when that is a value the variable
+/// accepts (`None` where `--help` describes the default instead, as
+/// "Phorge's security.outbound-blacklist").
+fn literal_value(info: &SettingInfo, get: Lookup<'_>) -> Option<String> {
+    if info.is_set(get) {
+        return Some(info.text(get));
+    }
+    let default_as_set = |name: &str| (name == info.name).then(|| info.default.to_owned());
+    info.shown(&default_as_set)
+        .is_ok()
+        .then(|| info.default.to_owned())
 }
 
 /// What some variables work out to in the validated settings, by variable:

@@ -69,7 +69,9 @@ pub fn definition() -> clap::Command {
 
 /// Parses `args`; a clap error (which is also how `--help` and
 /// `--version` arrive) carries what to print and the exit code.
-pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Cli, clap::Error> {
+pub fn parse<T: Into<std::ffi::OsString> + Clone>(
+    args: impl IntoIterator<Item = T>,
+) -> Result<Cli, clap::Error> {
     let matches = definition().try_get_matches_from(args)?;
     Cli::from_arg_matches(&matches)
 }

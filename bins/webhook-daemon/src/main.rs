@@ -18,7 +18,7 @@ use crate::cli::Command;
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
-    let cli = match cli::parse(std::env::args()) {
+    let cli = match cli::parse(std::env::args_os()) {
         Ok(cli) => cli,
         Err(err) => {
             // Help and version arrive here too, with exit code 0; a closed

@@ -101,6 +101,10 @@ async fn misleading_settings_are_warned_about_by_variable() {
     let token = setting("GORGE_SERVICE_TOKEN");
     assert_eq!(token["value"], serde_json::Value::Null, "{token}");
     assert_eq!(token["secret"]["set"], false, "{token}");
+    // A default --help describes rather than states is no value to set.
+    let deny = setting("GORGE_WEBHOOK_OUTBOUND_DENY");
+    assert_eq!(deny["value"], serde_json::Value::Null, "{deny}");
+    assert_eq!(setting("GORGE_WEBHOOK_MYSQL_PORT")["value"], "3306");
 
     let text = run(
         &env(&[("GORGE_WEBHOOK_RETRY_BACKOFF_SEC", "10")]),

@@ -174,10 +174,14 @@ fn run_as_written(command: &str) -> String {
     printed
 }
 
-/// The words of `help`, split where a flag's name ends.
+/// The flags `help` lists: the words of its option lines (those that
+/// start with `-`, as `  -h, --help` and `      --json` do), split where
+/// a flag's name ends, so a flag named only in prose does not count.
 fn help_words(help: &str) -> Vec<&str> {
-    help.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
-        .filter(|word| !word.is_empty())
+    help.lines()
+        .filter(|line| line.trim_start().starts_with('-'))
+        .flat_map(|line| line.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-')))
+        .filter(|word| word.starts_with("--"))
         .collect()
 }
 
@@ -286,6 +290,12 @@ fn examples_are_read_from_console_and_shell_blocks() {
         ]
     );
     assert_eq!(arguments("A=1 webhook-admin config | grep x"), ["config"]);
+    assert_eq!(
+        help_words(
+            "About --prose\n\nOptions:\n      --json  Print JSON\n  -h, --help  Print help\n"
+        ),
+        ["--json", "--help"]
+    );
     assert_eq!(
         invocations("sh -c 'webhook-admin config; webhook-admin doctor --json'"),
         [vec!["config"], vec!["doctor", "--json"]]

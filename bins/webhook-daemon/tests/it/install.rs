@@ -130,16 +130,21 @@ async fn the_units_command_delivers_as_an_unprivileged_user_and_stops_cleanly() 
             "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned(),
         ));
         let started = Instant::now();
-        let daemon = Command::new("/usr/sbin/chroot")
-            .args(["--userspec=65534:65534"])
-            .arg(&root)
-            .arg(&exec)
-            .env_clear()
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start the unit's command");
+        let log_path =
+            std::env::temp_dir().join(format!("install-check-{}.log", std::process::id()));
+        let log_file = std::fs::File::create(&log_path).expect("create the log file");
+        let mut daemon = Running(Some(
+            Command::new("/usr/sbin/chroot")
+                .args(["--userspec=65534:65534"])
+                .arg(&root)
+                .arg(&exec)
+                .env_clear()
+                .envs(env.iter().map(|(k, v)| (k, v)))
+                .stdout(Stdio::null())
+                .stderr(log_file)
+                .spawn()
+                .expect("start the unit's command"),
+        ));
 
         let addr = listen.parse().expect("address");
         let ready = loop {
@@ -168,14 +173,29 @@ async fn the_units_command_delivers_as_an_unprivileged_user_and_stops_cleanly() 
             started.elapsed().as_secs_f64()
         );
 
-        let pid = daemon.id().to_string();
+        let mut child = daemon.0.take().expect("running");
+        let pid = child.id().to_string();
         let signalled = Command::new("kill").args(["-TERM", &pid]).status();
         assert!(signalled.is_ok_and(|s| s.success()), "kill -TERM {pid}");
-        let output = daemon.wait_with_output().expect("wait for the daemon");
-        let log = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(0), "{log}");
+        let status = child.wait().expect("wait for the daemon");
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        let _ = std::fs::remove_file(&log_path);
+        assert_eq!(status.code(), Some(0), "{log}");
         assert!(log.contains("stopped"), "{log}");
         println!("install check: SIGTERM: exit 0");
     })
     .await;
+}
+
+/// The unit's command while it runs: killed when a check fails before the
+/// test stops it, so no daemon outlives the test.
+struct Running(Option<std::process::Child>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(child) = self.0.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
