@@ -96,7 +96,7 @@ impl SignatureCheck {
     /// The line printed after the body.
     pub fn line(&self) -> String {
         match self {
-            Self::NotChecked => "signature: not checked (no --key)".to_owned(),
+            Self::NotChecked => "signature: not checked (no key given)".to_owned(),
             Self::Verified(names) => format!("signature: verified ({})", names.join(", ")),
             Self::Mismatch(names) => format!(
                 "signature: FAILED ({} does not match the body under --key)",

@@ -154,7 +154,7 @@ async fn without_a_key_it_answers_the_chosen_status_after_the_delay() {
     let (status, printed) = finish(child, stdout).await;
     assert_eq!(status, 0, "{printed}");
     assert!(
-        printed.contains("signature: not checked (no --key)"),
+        printed.contains("signature: not checked (no key given)"),
         "{printed}"
     );
     assert!(
