@@ -12,6 +12,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::root;
+use crate::tidy::all_files_under;
 
 /// Extensions of files the repository could hold; a bare name with one of
 /// them is taken for a file of ours.
@@ -32,25 +33,6 @@ const OUTSIDE: [&str; 5] = [
     // A field of the contract fixtures, not a file.
     "expect.json",
 ];
-
-/// Every file under `dir`, recursively, but the build's and git's.
-fn files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name == "target" || name == ".git" {
-            continue;
-        }
-        if path.is_dir() {
-            files(&path, out);
-        } else {
-            out.push(path);
-        }
-    }
-}
 
 /// The words of `text` that look like paths: runs of path characters.
 fn path_like_words(text: &str) -> impl Iterator<Item = &str> {
@@ -117,7 +99,7 @@ fn lexical(path: &Path) -> PathBuf {
 fn docs_name_only_files_in_the_repository() {
     let root = root();
     let mut all = Vec::new();
-    files(&root, &mut all);
+    all_files_under(&root, &mut all);
     let names: HashSet<String> = all
         .iter()
         .filter_map(|p| p.file_name())

@@ -160,22 +160,18 @@ fn build(dir: &Path, host: &str) -> Result<(), String> {
         RUSTFLAGS.join(" "),
         args.join(" ")
     );
-    let status = Command::new("cargo")
-        .args(args)
-        .env("RUSTFLAGS", RUSTFLAGS.join(" "))
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
-        // The release profile's fat LTO and single codegen unit are for the
-        // daemon's resident memory; fuzz targets need neither, and they
-        // would make this build the slowest step of CI.
-        .env("CARGO_PROFILE_RELEASE_LTO", "false")
-        .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "16")
-        .status()
-        .map_err(|e| format!("could not start cargo: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("building the fuzz targets failed ({status})"))
-    }
+    crate::succeeds(
+        Command::new("cargo")
+            .args(args)
+            .env("RUSTFLAGS", RUSTFLAGS.join(" "))
+            .env_remove("CARGO_ENCODED_RUSTFLAGS")
+            // The release profile's fat LTO and single codegen unit are for
+            // the daemon's resident memory; fuzz targets need neither, and
+            // they would make this build the slowest step of CI.
+            .env("CARGO_PROFILE_RELEASE_LTO", "false")
+            .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "16"),
+        "building the fuzz targets",
+    )
 }
 
 /// Runs `binary` with `args`, its output going to `log`.

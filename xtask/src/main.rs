@@ -221,7 +221,8 @@ pub(crate) fn ignored_daemon_tests(module: &str, env: &[(String, String)]) -> Re
     eprintln!(
         "xtask: running the {module} tests (cargo test -p webhook-daemon --test it {module})"
     );
-    let status = Command::new("cargo")
+    let mut cargo = Command::new("cargo");
+    cargo
         .args([
             "test",
             "-p",
@@ -234,27 +235,29 @@ pub(crate) fn ignored_daemon_tests(module: &str, env: &[(String, String)]) -> Re
             "--nocapture",
             "--test-threads=1",
         ])
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .status()
-        .map_err(|e| format!("could not start cargo: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("the {module} tests failed ({status})"))
-    }
+        .envs(env.iter().map(|(k, v)| (k, v)));
+    succeeds(&mut cargo, &format!("the {module} tests"))
 }
 
 /// Runs a command inheriting stdio; an error names the command.
 pub(crate) fn run(program: &str, args: &[&str]) -> Result<(), String> {
     eprintln!("xtask: running {program} {}", args.join(" "));
-    let status = Command::new(program)
-        .args(args)
+    succeeds(
+        Command::new(program).args(args),
+        &format!("{program} {}", args.join(" ")),
+    )
+}
+
+/// Runs `command` inheriting stdio; an error says `what` failed, or that
+/// it could not start.
+pub(crate) fn succeeds(command: &mut Command, what: &str) -> Result<(), String> {
+    let status = command
         .status()
-        .map_err(|e| format!("could not start {program}: {e}"))?;
+        .map_err(|e| format!("could not start {what}: {e}"))?;
     if status.success() {
         Ok(())
     } else {
-        Err(format!("{program} {} failed ({status})", args.join(" ")))
+        Err(format!("{what} failed ({status})"))
     }
 }
 

@@ -119,7 +119,7 @@ fn read(relative: &str) -> String {
 }
 
 /// Every file under `dir`, recursively (dotfiles and `target` skipped).
-fn all_files_under(dir: &Path, out: &mut Vec<PathBuf>) {
+pub(crate) fn all_files_under(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = fs::read_dir(dir) else {
         return;
     };

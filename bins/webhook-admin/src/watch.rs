@@ -21,9 +21,8 @@ use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use tokio::net::TcpStream;
 
-use webhook_daemon::config::LISTEN;
-
 use webhook_core::TransportFailure;
+use webhook_daemon::config::LISTEN;
 
 use crate::clock;
 use crate::error::AdminError;
@@ -600,7 +599,6 @@ pub(crate) async fn get_from_daemon(
         .map_err(|e| failed(format!("request failed: {e}")))
 }
 
-/// Why the daemon refused, from its error envelope when it sent one.
 /// A cURL number stored as an `http` `errorCode` in words, with the
 /// number: `connection refused or unreachable (7)`; `None` for an HTTP
 /// status.
@@ -608,6 +606,7 @@ fn curl_words(code: Option<i64>) -> Option<String> {
     TransportFailure::from_curl_code(code?).map(|failure| failure.to_string())
 }
 
+/// Why the daemon refused, from its error envelope when it sent one.
 fn refusal(status: StatusCode, body: &[u8]) -> String {
     let envelope: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     let error = &envelope["error"];

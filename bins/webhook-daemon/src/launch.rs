@@ -77,10 +77,7 @@ pub fn run_demo(listen: Option<SocketAddr>) -> ExitCode {
     let log = LogOutput::to(Stream::Stdout);
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::new("webhook_core=info,webhook_daemon=info"))
-        .with_ansi(crate::config::colour(
-            std::io::stdout().is_terminal(),
-            std::env::var("NO_COLOR").ok().as_deref(),
-        ))
+        .with_ansi(ansi(std::io::stdout().is_terminal()))
         .with_target(false)
         .with_timer(tracing_subscriber::fmt::time::uptime())
         .with_writer(log.writer())
@@ -119,14 +116,17 @@ fn init_logging(config: &DaemonConfig) -> LogOutput {
     let filter = EnvFilter::try_new(&config.log_filter).unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(crate::config::colour(
-            std::io::stderr().is_terminal(),
-            std::env::var("NO_COLOR").ok().as_deref(),
-        ))
+        .with_ansi(ansi(std::io::stderr().is_terminal()))
         .with_writer(log.writer());
     match config.log_format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),
     }
     log
+}
+
+/// Whether a log on a stream that `is_terminal` (or not) is coloured, by
+/// `NO_COLOR` from this process's environment.
+fn ansi(is_terminal: bool) -> bool {
+    crate::config::colour(is_terminal, env_lookup("NO_COLOR").as_deref())
 }

@@ -200,12 +200,7 @@ async fn the_image_delivers_as_the_unprivileged_user_and_stops_cleanly() {
 
     let subject = &subject;
     with_db(|db| async move {
-        let receiver = Receiver::start().await;
-        let hook = "PHID-HWBH-imagesmoketest00000";
-        add_hook(&db, hook, receiver.url("/image"), "imagesmoketestkey").await;
-        let id = db
-            .insert_request(&NewRequest::queued(hook, r#"{"retry":"never"}"#))
-            .await;
+        let (receiver, id) = one_row_to_deliver(&db, "imagesmoketest", "/image").await;
 
         let port = free_port();
         let name = format!("gorge-webhook-smoke-{}", db.namespace);
@@ -299,8 +294,25 @@ fn health(subject: &Subject, name: &str) -> Result<String, String> {
     }
 }
 
+/// A recording receiver, a hook `PHID-HWBH-{name}…` calling it at `path`,
+/// and one queued row for that hook (not retried): the receiver and the
+/// row's id.
+pub(crate) async fn one_row_to_deliver(
+    db: &webhook_test_support::TestDb,
+    name: &str,
+    path: &str,
+) -> (Receiver, u64) {
+    let receiver = Receiver::start().await;
+    let hook = format!("PHID-HWBH-{name:0<20}");
+    add_hook(db, &hook, receiver.url(path), &format!("{name}key")).await;
+    let id = db
+        .insert_request(&NewRequest::queued(&hook, r#"{"retry":"never"}"#))
+        .await;
+    (receiver, id)
+}
+
 /// Polls row `id` until it is `sent`; its status then.
-async fn until_sent(db: &webhook_test_support::TestDb, id: u64) -> RequestStatus {
+pub(crate) async fn until_sent(db: &webhook_test_support::TestDb, id: u64) -> RequestStatus {
     let started = Instant::now();
     loop {
         let row = db.row(id).await;

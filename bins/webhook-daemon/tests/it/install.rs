@@ -15,12 +15,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use webhook_core::memory_store::NewRequest;
-use webhook_core::RequestStatus;
-use webhook_test_support::{with_db, Receiver};
+use webhook_test_support::with_db;
 
 use crate::daemon::{free_port, http};
-use crate::e2e::{add_hook, DEADLINE};
+use crate::e2e::DEADLINE;
+use crate::image::{one_row_to_deliver, until_sent};
 
 /// The installed root, from `cargo xtask dist --check`.
 fn installed_root() -> PathBuf {
@@ -105,12 +104,7 @@ async fn the_units_command_delivers_as_an_unprivileged_user_and_stops_cleanly() 
     let exec = unit_value(&root, "ExecStart");
     let mut env = environment_file(&root, &unit_value(&root, "EnvironmentFile"));
     with_db(|db| async move {
-        let receiver = Receiver::start().await;
-        let hook = "PHID-HWBH-installcheck0000000";
-        add_hook(&db, hook, receiver.url("/installed"), "installcheckkey").await;
-        let id = db
-            .insert_request(&NewRequest::queued(hook, r#"{"retry":"never"}"#))
-            .await;
+        let (receiver, id) = one_row_to_deliver(&db, "installcheck", "/installed").await;
         let port = free_port();
         let listen = format!("127.0.0.1:{port}");
         for (key, value) in [
@@ -162,11 +156,7 @@ async fn the_units_command_delivers_as_an_unprivileged_user_and_stops_cleanly() 
         );
         let got = receiver.wait_for(1, DEADLINE).await;
         assert_eq!(got.len(), 1, "one delivery expected");
-        let until = Instant::now() + DEADLINE;
-        while db.row(id).await.status != RequestStatus::Sent && Instant::now() < until {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert_eq!(db.row(id).await.status, RequestStatus::Sent);
+        until_sent(&db, id).await;
         println!(
             "install check: row {id} sent to {} in {:.1} s",
             got[0].path,

@@ -43,6 +43,14 @@ async fn queued_with_task(bed: &dyn TestBed) -> (u64, u64) {
     request_with_task(bed, RequestStatus::Queued, "{}").await
 }
 
+/// A queued row whose task `owner` leases for `secs` more (negative: the
+/// lease lapsed that long ago): its id and its task's.
+async fn queued_leased_by(bed: &dyn TestBed, owner: &str, secs: i64) -> (u64, u64) {
+    let (row, task) = queued_with_task(bed).await;
+    bed.set_task_lease(task, Some(owner), Some(secs)).await;
+    (row, task)
+}
+
 fn instance(pid: u32) -> Arc<TaskAdoption> {
     Arc::new(TaskAdoption::new("test-host", pid))
 }
@@ -72,14 +80,9 @@ fn ours(owner: Option<&str>, pid: u32) -> bool {
 
 pub(super) async fn every_task_no_taskmaster_runs_is_leased(bed: &dyn TestBed) {
     let (_, unleased) = queued_with_task(bed).await;
-    let (_, yielded) = queued_with_task(bed).await;
-    bed.set_task_lease(yielded, Some("(yield)"), Some(15)).await;
-    let (_, lapsed) = queued_with_task(bed).await;
-    bed.set_task_lease(lapsed, Some("1:1:gone-host:9"), Some(-1))
-        .await;
-    let (_, running) = queued_with_task(bed).await;
-    bed.set_task_lease(running, Some(TASKMASTER), Some(7_000))
-        .await;
+    let (_, yielded) = queued_leased_by(bed, "(yield)", 15).await;
+    let (_, lapsed) = queued_leased_by(bed, "1:1:gone-host:9", -1).await;
+    let (_, running) = queued_leased_by(bed, TASKMASTER, 7_000).await;
     let other_class = bed.queue_task(OTHER_CLASS, None).await;
 
     let adoption = instance(1);
@@ -101,8 +104,7 @@ pub(super) async fn every_task_no_taskmaster_runs_is_leased(bed: &dyn TestBed) {
 
 pub(super) async fn the_sweep_leases_only_tasks_without_an_owner(bed: &dyn TestBed) {
     let (_, fresh) = queued_with_task(bed).await;
-    let (_, yielded) = queued_with_task(bed).await;
-    bed.set_task_lease(yielded, Some("(yield)"), Some(15)).await;
+    let (_, yielded) = queued_leased_by(bed, "(yield)", 15).await;
     let other_class = bed.queue_task(OTHER_CLASS, None).await;
     assert_eq!(instance(1).sweep(bed.tasks()).await.expect("sweep"), 1);
     assert!(ours(owner(bed, fresh).await.as_deref(), 1));
@@ -142,15 +144,9 @@ pub(super) async fn only_rows_whose_task_a_daemon_leases_are_candidates(bed: &dy
     let adoption = instance(1);
     let store = bed.adopting(Arc::clone(&adoption));
     let (free, free_task) = queued_with_task(bed).await;
-    let (php, php_task) = queued_with_task(bed).await;
-    bed.set_task_lease(php_task, Some(TASKMASTER), Some(7_000))
-        .await;
-    let (elsewhere, elsewhere_task) = queued_with_task(bed).await;
-    bed.set_task_lease(elsewhere_task, Some(ELSEWHERE), Some(300))
-        .await;
-    let (ending, ending_task) = queued_with_task(bed).await;
-    bed.set_task_lease(ending_task, Some(ELSEWHERE), Some(5))
-        .await;
+    let (php, php_task) = queued_leased_by(bed, TASKMASTER, 7_000).await;
+    let (elsewhere, _) = queued_leased_by(bed, ELSEWHERE, 300).await;
+    let (ending, _) = queued_leased_by(bed, ELSEWHERE, 5).await;
     let now = bed.now().await;
     // Rows without a task: one just made (Phorge inserts the task next),
     // one older than the grace by the store's clock.
@@ -190,12 +186,8 @@ pub(super) async fn only_rows_whose_task_a_daemon_leases_are_candidates(bed: &dy
 pub(super) async fn a_row_a_taskmaster_holds_is_counted_lost_once(bed: &dyn TestBed) {
     let adoption = instance(1);
     let store = bed.adopting(Arc::clone(&adoption));
-    let (_, php_task) = queued_with_task(bed).await;
-    bed.set_task_lease(php_task, Some(TASKMASTER), Some(7_000))
-        .await;
-    let (_, ending_task) = queued_with_task(bed).await;
-    bed.set_task_lease(ending_task, Some(ELSEWHERE), Some(5))
-        .await;
+    queued_leased_by(bed, TASKMASTER, 7_000).await;
+    queued_leased_by(bed, ELSEWHERE, 5).await;
     let now = bed.now().await;
     for at in [now, now + LEFT_TO_PHP_SECS] {
         let ids = candidate_ids(store.as_ref(), at).await;
@@ -256,10 +248,8 @@ pub(super) async fn a_stopping_instance_hands_back_only_its_own_leases(bed: &dyn
     let (_, second) = queued_with_task(bed).await;
     let round = stopping.round(bed.tasks()).await.expect("round");
     assert_eq!(round.adopted, 2, "{round:?}");
-    let (_, other) = queued_with_task(bed).await;
-    bed.set_task_lease(other, Some(ELSEWHERE), Some(300)).await;
-    let (_, php) = queued_with_task(bed).await;
-    bed.set_task_lease(php, Some(TASKMASTER), Some(3_000)).await;
+    let (_, other) = queued_leased_by(bed, ELSEWHERE, 300).await;
+    let (_, php) = queued_leased_by(bed, TASKMASTER, 3_000).await;
 
     let handed = stopping.hand_back(bed.tasks()).await.expect("hand back");
     assert_eq!(handed, 2);

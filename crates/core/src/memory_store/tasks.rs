@@ -177,19 +177,14 @@ impl TaskQueue for MemoryStore {
 
     async fn adoptable_tasks(&self, limit: u64) -> Result<Vec<AdoptableTask>, StoreError> {
         self.tasks_call()?;
-        let ids = self.webhook_tasks(limit, |task, now| task.lease(now).adoptable());
-        let inner = self.lock();
-        Ok(ids
-            .into_iter()
-            .map(|id| AdoptableTask {
+        Ok(self.webhook_tasks_as(
+            limit,
+            |task, now| task.lease(now).adoptable(),
+            |id, task| AdoptableTask {
                 id,
-                yielded: inner
-                    .tasks
-                    .active
-                    .get(&id)
-                    .is_some_and(|task| task.lease_owner.as_deref() == Some(YIELD_OWNER)),
-            })
-            .collect())
+                yielded: task.lease_owner.as_deref() == Some(YIELD_OWNER),
+            },
+        ))
     }
 
     async fn lease_tasks(
@@ -349,13 +344,24 @@ impl MemoryStore {
         limit: u64,
         matches: impl Fn(&ActiveTask, UnixTime) -> bool,
     ) -> Vec<u64> {
+        self.webhook_tasks_as(limit, matches, |id, _| id)
+    }
+
+    /// Up to `limit` webhook tasks that `matches`, lowest id first, each
+    /// as `view` makes it from its id and the task.
+    fn webhook_tasks_as<T>(
+        &self,
+        limit: u64,
+        matches: impl Fn(&ActiveTask, UnixTime) -> bool,
+        view: impl Fn(u64, &ActiveTask) -> T,
+    ) -> Vec<T> {
         let now = self.clock.now();
         self.lock()
             .tasks
             .active
             .iter()
             .filter(|(_, task)| task.is_webhook() && matches(task, now))
-            .map(|(id, _)| *id)
+            .map(|(id, task)| view(*id, task))
             .take(usize::try_from(limit).unwrap_or(usize::MAX))
             .collect()
     }
