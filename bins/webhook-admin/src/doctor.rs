@@ -5,8 +5,10 @@
 //! against the database server's (measured as the daemon measures it),
 //! Phorge's global silent mode (its `local.json` and its database entry,
 //! added up by the core's `Sight` as the daemon adds them up), leftover
-//! PHP delivery tasks, and whether requests' objects can be checked as
-//! Phorge's worker does — each with what to do about it. Read-only, like
+//! PHP delivery tasks, whether requests' objects can be checked as
+//! Phorge's worker does, and which rows have been due for longer than two
+//! claim leases (what the stall alert counts), each with why it waits as
+//! `explain` judges it — each with what to do about it. Read-only, like
 //! every command.
 
 use std::time::Duration;
@@ -14,13 +16,16 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use webhook_core::hold::{ConfigUnreadable, PhorgeConfig};
 use webhook_core::hold::{Reading, Sight, Visibility};
+use webhook_core::{CandidateQuery, DueRow, UnixTime};
 use webhook_daemon::server_clock::{skew_words, Measurement, SKEW_WARN_SECS};
 use webhook_store_mysql::local_config::{LocalConfig, LocalConfigError};
 use webhook_store_mysql::{MysqlReader, PhpDeliveryTasks, TaskRunners, OBJECT_TABLES};
 
+use crate::clock::span;
 use crate::error::{exit, AdminError};
-use crate::inspect::Db;
+use crate::inspect::{judge, DaemonAsk, Db};
 use crate::out::{emit, emit_line};
+use crate::settings::AdminConfig;
 
 /// One check's verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,13 +52,20 @@ struct Check {
     advice: Option<String>,
 }
 
-/// Runs every check; exit 1 when any failed, 3 when the database is away.
-/// `local_config` is Phorge's `conf/local/local.json`, when configured.
+/// Overdue rows listed at most, the longest-waiting first.
+const OVERDUE_LISTED: usize = 10;
+
+/// Runs every check at `now` (the server's clock); exit 1 when any failed,
+/// 3 when the database is away. `daemon` is where `explain` asks about the
+/// daemon's pauses.
 pub async fn run(
     db: &Db,
-    local_config: Option<&LocalConfig>,
+    config: &AdminConfig,
+    now: UnixTime,
+    daemon: &DaemonAsk,
     json_out: bool,
 ) -> Result<u8, AdminError> {
+    let local_config = config.local_config.as_ref();
     let reader = db.reader();
     if let Err(reason) = reader.ready().await {
         return Err(db.unusable(reason.to_string()));
@@ -135,6 +147,7 @@ pub async fn run(
         },
     });
     checks.push(objects_check(reader).await);
+    checks.push(overdue_check(db, config, now, daemon).await?);
     report(&checks, json_out)?;
     Ok(if checks.iter().any(|c| c.verdict == Verdict::Fail) {
         exit::CHECK_FAILED
@@ -455,6 +468,113 @@ fn silent_mode(
     }
 }
 
+/// Rows due for longer than two claim leases: the stall alert's measure,
+/// without the daemon's view of breakers and pauses (each row's line says
+/// whether one holds it back). Warns, listing each with why it waits.
+async fn overdue_check(
+    db: &Db,
+    config: &AdminConfig,
+    now: UnixTime,
+    daemon: &DaemonAsk,
+) -> Result<Check, AdminError> {
+    let windows = &config.windows;
+    let limit = 2 * windows.lease_secs();
+    let query = CandidateQuery {
+        cutoffs: windows.cutoffs(now),
+        limit: OVERDUE_LISTED,
+        exclude_hooks: Vec::new(),
+    };
+    let due = match db.reader().longest_due(&query).await {
+        Ok(due) => due,
+        Err(err) => {
+            return Ok(Check {
+                name: "overdue",
+                verdict: Verdict::Warn,
+                finding: format!("cannot read the due rows: {err}"),
+                advice: None,
+            })
+        }
+    };
+    let overdue: Vec<&DueRow> = due
+        .iter()
+        .filter(|row| now.saturating_sub(row.due_since) > limit)
+        .collect();
+    if overdue.is_empty() {
+        return Ok(Check {
+            name: "overdue",
+            verdict: Verdict::Ok,
+            finding: format!(
+                "no row has been due for longer than two claim leases ({})",
+                span(limit)
+            ),
+            advice: None,
+        });
+    }
+    let mut lines = vec![format!(
+        "{}{} row(s) due for longer than two claim leases ({}), longest first:",
+        if overdue.len() == OVERDUE_LISTED {
+            "at least "
+        } else {
+            ""
+        },
+        overdue.len(),
+        span(limit)
+    )];
+    let mut notes: Vec<String> = Vec::new();
+    for row in overdue {
+        let (line, row_notes) = overdue_line(db, config, now, daemon, row).await?;
+        lines.push(line);
+        for note in row_notes {
+            if !notes.contains(&note) {
+                notes.push(note);
+            }
+        }
+    }
+    lines.extend(notes.into_iter().map(|note| format!("note: {note}")));
+    Ok(Check {
+        name: "overdue",
+        verdict: Verdict::Warn,
+        finding: lines.join("\n"),
+        advice: Some(
+            "is a daemon running and ready (GET /readyz)? `webhook-admin explain <id>` says \
+             more about each row"
+                .into(),
+        ),
+    })
+}
+
+/// One overdue row: how long it has waited and why, as `explain` says,
+/// and `explain`'s notes on it (said once under the list: several rows
+/// often share them).
+async fn overdue_line(
+    db: &Db,
+    config: &AdminConfig,
+    now: UnixTime,
+    daemon: &DaemonAsk,
+    due: &DueRow,
+) -> Result<(String, Vec<String>), AdminError> {
+    let waited = span(now.saturating_sub(due.due_since));
+    let row = match db.reader().request_by_id(due.id).await {
+        Ok(Some(row)) => row,
+        Ok(None) => {
+            return Ok((
+                format!("row {}: gone since it was listed", due.id),
+                Vec::new(),
+            ))
+        }
+        Err(err) => return Err(db.fail(err)),
+    };
+    let explanation = judge(db, config, &row, now, daemon).await?.explanation;
+    let line = format!(
+        "row {} ({}, hook {}) due for {waited}: {}",
+        due.id,
+        due.phid,
+        due.webhook_phid,
+        explanation.verdict.describe(now)
+    );
+    Ok((line, explanation.notes))
+}
+
 fn report(checks: &[Check], json_out: bool) -> Result<(), AdminError> {
     if json_out {
         let items: Vec<Value> = checks
@@ -472,12 +592,16 @@ fn report(checks: &[Check], json_out: bool) -> Result<(), AdminError> {
     }
     let mut text = String::new();
     for check in checks {
+        let mut finding = check.finding.lines();
         text.push_str(&format!(
             "{:<4}  {:<12}  {}\n",
             check.verdict.label(),
             check.name,
-            check.finding
+            finding.next().unwrap_or_default()
         ));
+        for more in finding {
+            text.push_str(&format!("{:<4}  {:<12}    {more}\n", "", ""));
+        }
         if let Some(advice) = &check.advice {
             text.push_str(&format!("{:<4}  {:<12}  -> {advice}\n", "", ""));
         }

@@ -462,6 +462,52 @@ pub async fn explain_request(
     daemon: &DaemonAsk,
 ) -> Result<u8, AdminError> {
     let row = db.request(which).await?;
+    let Judged {
+        hook,
+        object,
+        explanation,
+    } = judge(db, config, &row, now, daemon).await?;
+    let payload = payload_of(&row, object.as_ref());
+    // Signed with the hook's key, which is used here and never shown.
+    let signature = match (&payload, &hook) {
+        (Ok(body), Some(hook)) => Some(body.sign(&hook.hmac_key)),
+        _ => None,
+    };
+    let headers = &config.transport.config().signature_headers;
+    let explained = Explained {
+        row: &row,
+        hook: hook.as_ref(),
+        explanation: &explanation,
+        payload: &payload,
+        signature: signature.as_deref(),
+        headers,
+    };
+    if json_out {
+        emit_line(explained.to_json())?;
+    } else {
+        emit(&explained.to_text())?;
+    }
+    Ok(exit::OK)
+}
+
+/// `explain`'s judgement of `row` at `now`: its hook, the object check's
+/// answer, and the explanation with its notes.
+pub(crate) struct Judged {
+    pub(crate) hook: Option<Hook>,
+    pub(crate) object: Option<ObjectLookup>,
+    pub(crate) explanation: Explanation,
+}
+
+/// Gathers the facts the dispatcher would look at for `row` (its hook,
+/// the breaker's failures, the lock's holder, the daemon's pause, its
+/// earlier rows, the outbound and object checks) and judges it at `now`.
+pub(crate) async fn judge(
+    db: &Db,
+    config: &AdminConfig,
+    row: &RequestRow,
+    now: UnixTime,
+    daemon: &DaemonAsk,
+) -> Result<Judged, AdminError> {
     let queued = row.status == RequestStatus::Queued;
     // Only a queued row can wait for a pause; the daemon is not asked
     // about final ones.
@@ -516,14 +562,14 @@ pub async fn explain_request(
         objects: &db.reader,
     };
     let checked = ports
-        .check(&row, hook.as_ref())
+        .check(row, hook.as_ref())
         .await
         .map_err(|e| db.fail(e))?;
     let mut explanation = explain(
         &config.windows,
         now,
         &Facts {
-            row: &row,
+            row,
             hook: hook.as_ref(),
             breaker_failure_epochs: &epochs,
             lock_holder,
@@ -537,27 +583,11 @@ pub async fn explain_request(
     );
     explanation.notes.extend(daemon_note);
     explanation.notes.extend(transport_note);
-    let payload = payload_of(&row, checked.object.as_ref());
-    // Signed with the hook's key, which is used here and never shown.
-    let signature = match (&payload, &hook) {
-        (Ok(body), Some(hook)) => Some(body.sign(&hook.hmac_key)),
-        _ => None,
-    };
-    let headers = &config.transport.config().signature_headers;
-    let explained = Explained {
-        row: &row,
-        hook: hook.as_ref(),
-        explanation: &explanation,
-        payload: &payload,
-        signature: signature.as_deref(),
-        headers,
-    };
-    if json_out {
-        emit_line(explained.to_json())?;
-    } else {
-        emit(&explained.to_text())?;
-    }
-    Ok(exit::OK)
+    Ok(Judged {
+        hook,
+        object: checked.object,
+        explanation,
+    })
 }
 
 /// Phorge's silent mode as the daemon wires it: the `config_entry` table

@@ -161,11 +161,12 @@ fn run(cli: Cli) -> Result<u8, AdminError> {
             }))
         }
         Command::Doctor(output) => {
+            let daemon = daemon_ask(None)?;
             let (config, db, rt) = open_db()?;
-            rt.block_on(closing(
-                &db,
-                doctor::run(&db, config.local_config.as_ref(), output.json),
-            ))
+            rt.block_on(closing(&db, async {
+                let now = judging_time(&db, None).await?;
+                doctor::run(&db, &config, now, &daemon, output.json).await
+            }))
         }
         Command::Requeue {
             requests,

@@ -26,7 +26,9 @@ use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 use tracing::warn;
 use webhook_core::adoption::AdoptionTotals;
-use webhook_core::{HookPauses, Metrics, QueueCounts, QueueStats, StoreError, UnixTime};
+use webhook_core::{
+    Dispatcher, HookPauses, Metrics, QueueCounts, QueueStats, StoreError, UnixTime,
+};
 
 use crate::handoff::HandOff;
 use crate::live::{EventHub, Subscription};
@@ -159,6 +161,7 @@ pub struct Api {
     pauses: Option<Arc<HookPauses>>,
     key_grace: Option<KeysInGrace>,
     clock_skew: Option<ClockSkew>,
+    lag: Option<Arc<Dispatcher>>,
 }
 
 impl std::fmt::Debug for Api {
@@ -252,6 +255,7 @@ impl Api {
             pauses: None,
             key_grace: None,
             clock_skew: None,
+            lag: None,
             db_turns: Semaphore::new(DB_ROUTES_AT_ONCE),
         }
     }
@@ -309,6 +313,13 @@ impl Api {
     /// server's in `/metrics`.
     pub fn with_clock_skew(mut self, skew: ClockSkew) -> Self {
         self.clock_skew = Some(skew);
+        self
+    }
+
+    /// Reports `dispatcher`'s lag (`gorge_webhook_oldest_due_seconds`) in
+    /// `/metrics`, read from this API's store at each scrape.
+    pub fn with_lag(mut self, dispatcher: Arc<Dispatcher>) -> Self {
+        self.lag = Some(dispatcher);
         self
     }
 
@@ -520,6 +531,17 @@ impl Api {
         None
     }
 
+    /// The lag for a scrape, within [`PROBE_BOUND`] like the queue count;
+    /// `None` without a dispatcher, or when the database did not answer
+    /// (which the queue count reports).
+    async fn lag_secs(&self) -> Option<u64> {
+        let dispatcher = self.lag.as_ref()?;
+        let read = dispatcher.lag_secs(self.store.as_ref());
+        self.with_turn(PROBE_BOUND, Some(PROBE_BOUND), read)
+            .await
+            .ok()
+    }
+
     /// The scrape in the format the `Accept` header asks for
     /// ([`metrics_text::Format::negotiate`]).
     async fn metrics(&self, headers: &HeaderMap) -> Reply {
@@ -538,6 +560,8 @@ impl Api {
             log_lines_dropped: self.log_lines_dropped.as_ref().map(|count| count()),
             adoption: self.adoption.as_ref().and_then(|totals| totals()),
             clock_skew_secs: self.clock_skew.as_ref().and_then(|skew| skew()),
+            oldest_due_secs: self.lag_secs().await,
+            claim_lease_secs: self.lag.as_ref().map(|d| d.windows().lease_secs()),
         };
         match metrics_text::render(scrape, format) {
             Ok(text) => Reply {

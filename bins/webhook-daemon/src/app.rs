@@ -220,6 +220,7 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
         .with_handoff(Arc::clone(&handoff))
         .with_events(Arc::clone(&events))
         .with_pauses(dispatcher.pauses())
+        .with_lag(Arc::clone(&dispatcher))
         .with_key_grace({
             let dispatcher = Arc::clone(&dispatcher);
             Arc::new(move || dispatcher.keys_in_grace())

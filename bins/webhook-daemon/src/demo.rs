@@ -160,6 +160,7 @@ impl Readiness for AlwaysReady {
 fn settings() -> Settings {
     Settings {
         poll_interval: Duration::from_millis(200),
+        wake_probe: Duration::from_millis(50),
         delivery_timeout: Duration::from_secs(2),
         max_concurrent: 4,
         breaker_window_secs: 8,

@@ -17,8 +17,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use webhook_core::adoption::AdoptionTotals;
 use webhook_core::hold::{Reading, Sight, Source};
-use webhook_core::LATENCY_BUCKETS;
-use webhook_core::{MetricsSnapshot, QueueStats};
+use webhook_core::{HistogramSnapshot, MetricsSnapshot, QueueStats};
 use webhook_store_mysql::PhpDeliveryTasks;
 
 use crate::handoff::HandOffStatus;
@@ -42,6 +41,11 @@ pub struct Scrape {
     /// The database server's time minus this host's, in seconds, once
     /// measured.
     pub clock_skew_secs: Option<f64>,
+    /// How long the due row waiting longest has waited, in seconds (0:
+    /// none is due), when the database answered.
+    pub oldest_due_secs: Option<u64>,
+    /// The effective claim lease, in seconds, where a dispatcher runs.
+    pub claim_lease_secs: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -179,6 +183,16 @@ impl Collector for ScrapeCollector {
             ),
             ("gorge_webhook_polls", "Candidate queries run", d.polls),
             (
+                "gorge_webhook_wake_probes",
+                "Wake-up probes read between polls (the request table's highest id)",
+                d.wake_probes,
+            ),
+            (
+                "gorge_webhook_wakeups",
+                "Probes that found a new highest id and brought the poll forward",
+                d.wakeups,
+            ),
+            (
                 "gorge_webhook_poll_errors",
                 "Candidate queries that failed",
                 d.poll_errors,
@@ -302,19 +316,53 @@ impl Collector for ScrapeCollector {
             )?;
             ConstGauge::new(skew).encode(metric)?;
         }
-        let mut histogram = encoder.encode_descriptor(
+        if let Some(lag) = self.scrape.oldest_due_secs {
+            gauge(
+                &mut encoder,
+                "gorge_webhook_oldest_due_seconds",
+                "How long the due row that has waited longest has waited (queued, past its lease \
+                 and retry spacing, its hook not held back by a breaker or Retry-After pause, \
+                 delivery not held for silent mode); 0 when none is due",
+                &[(none(), signed(lag))],
+            )?;
+        }
+        if let Some(lease) = self.scrape.claim_lease_secs {
+            gauge(
+                &mut encoder,
+                "gorge_webhook_claim_lease_seconds",
+                "The effective claim lease: how long a claimed row is kept from other deliverers \
+                 (the stall alert compares the oldest due row's wait with two of it)",
+                &[(none(), signed(lease))],
+            )?;
+        }
+        histogram(
+            &mut encoder,
+            "gorge_webhook_queue_time_seconds",
+            "Time from a request's creation (Phorge's whole-second dateCreated) to its first attempt",
+            &d.queue_time,
+        )?;
+        histogram(
+            &mut encoder,
             "gorge_webhook_delivery_duration_seconds",
             "Time from request start to the receiver's final answer",
-            None,
-            MetricType::Histogram,
-        )?;
-        histogram.encode_histogram::<Vec<(&str, &str)>>(
-            d.latency_sum_micros as f64 / 1e6,
-            d.latency_count,
-            &per_bucket(d),
-            None,
+            &d.latency,
         )
     }
+}
+
+fn histogram(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    h: &HistogramSnapshot,
+) -> Result<(), std::fmt::Error> {
+    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    metric.encode_histogram::<Vec<(&str, &str)>>(
+        h.sum_micros as f64 / 1e6,
+        h.count,
+        &per_bucket(h),
+        None,
+    )
 }
 
 fn encode_handoff(
@@ -406,14 +454,14 @@ fn adoption_counters(
 
 /// The core keeps cumulative bucket counts; the encoder wants each bucket's
 /// own count, with `+Inf` last.
-fn per_bucket(d: &MetricsSnapshot) -> Vec<(f64, u64)> {
-    let mut out = Vec::with_capacity(LATENCY_BUCKETS.len() + 1);
+fn per_bucket(h: &HistogramSnapshot) -> Vec<(f64, u64)> {
+    let mut out = Vec::with_capacity(h.bounds.len() + 1);
     let mut below = 0;
-    for (bound, cumulative) in LATENCY_BUCKETS.iter().zip(&d.latency_buckets) {
+    for (bound, cumulative) in h.bounds.iter().zip(&h.buckets) {
         out.push((*bound, cumulative.saturating_sub(below)));
         below = *cumulative;
     }
-    out.push((f64::MAX, d.latency_count.saturating_sub(below)));
+    out.push((f64::MAX, h.count.saturating_sub(below)));
     out
 }
 
@@ -437,10 +485,7 @@ pub fn render(scrape: Scrape, format: Format) -> Result<String, std::fmt::Error>
 /// skew.
 fn every_part() -> Scrape {
     Scrape {
-        dispatcher: MetricsSnapshot {
-            latency_buckets: vec![0; LATENCY_BUCKETS.len()],
-            ..MetricsSnapshot::default()
-        },
+        dispatcher: MetricsSnapshot::default(),
         queue: Some(QueueStats::default()),
         handoff: Some(HandOffStatus {
             silent_mode: Sight {
@@ -454,6 +499,8 @@ fn every_part() -> Scrape {
         adoption: Some(AdoptionTotals::default()),
         log_lines_dropped: Some(0),
         clock_skew_secs: Some(0.0),
+        oldest_due_secs: Some(0),
+        claim_lease_secs: Some(30),
     }
 }
 
@@ -482,19 +529,19 @@ pub fn exposed_names() -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use webhook_core::{LATENCY_BUCKETS, QUEUE_TIME_BUCKETS};
 
     fn quiet() -> Scrape {
         Scrape {
-            dispatcher: MetricsSnapshot {
-                latency_buckets: vec![0; LATENCY_BUCKETS.len()],
-                ..MetricsSnapshot::default()
-            },
+            dispatcher: MetricsSnapshot::default(),
             queue: None,
             handoff: None,
             rows_unreadable: None,
             adoption: None,
             log_lines_dropped: None,
             clock_skew_secs: None,
+            oldest_due_secs: None,
+            claim_lease_secs: None,
         }
     }
 
@@ -503,9 +550,18 @@ mod tests {
         let dispatcher = MetricsSnapshot {
             delivered_ok: 5,
             claims_lost: 2,
-            latency_buckets: vec![1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2],
-            latency_count: 3,
-            latency_sum_micros: 40_000_000,
+            latency: HistogramSnapshot {
+                buckets: vec![1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2],
+                count: 3,
+                sum_micros: 40_000_000,
+                ..HistogramSnapshot::empty(LATENCY_BUCKETS)
+            },
+            queue_time: HistogramSnapshot {
+                buckets: vec![2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3],
+                count: 3,
+                sum_micros: 61_000_000,
+                ..HistogramSnapshot::empty(QUEUE_TIME_BUCKETS)
+            },
             ..MetricsSnapshot::default()
         };
         let scrape = Scrape {
@@ -519,6 +575,8 @@ mod tests {
             rows_unreadable: Some(4),
             log_lines_dropped: Some(9),
             clock_skew_secs: Some(-3_600.25),
+            oldest_due_secs: Some(75),
+            claim_lease_secs: Some(30),
             ..quiet()
         };
         for format in [Format::Prometheus, Format::OpenMetrics] {
@@ -535,6 +593,11 @@ mod tests {
                 "gorge_webhook_delivery_duration_seconds_bucket{le=\"0.01\"} 2",
                 "gorge_webhook_delivery_duration_seconds_bucket{le=\"+Inf\"} 3",
                 "gorge_webhook_delivery_duration_seconds_count 3",
+                "gorge_webhook_queue_time_seconds_bucket{le=\"1.0\"} 2",
+                "gorge_webhook_queue_time_seconds_bucket{le=\"60.0\"} 3",
+                "gorge_webhook_queue_time_seconds_sum 61.0",
+                "gorge_webhook_oldest_due_seconds 75",
+                "gorge_webhook_claim_lease_seconds 30",
             ] {
                 assert!(
                     text.lines().any(|l| l == line),

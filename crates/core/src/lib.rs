@@ -56,7 +56,9 @@ pub use dispatch::Dispatcher;
 pub use error_chain::error_chain;
 pub use events::{Event, EventKind, EventSink};
 pub use lock_name::hook_lock_name;
-pub use metrics::{Metrics, MetricsSnapshot, LATENCY_BUCKETS};
+pub use metrics::{
+    HistogramSnapshot, Metrics, MetricsSnapshot, LATENCY_BUCKETS, QUEUE_TIME_BUCKETS,
+};
 pub use model::{phid_type, Hook, LastResult, RequestRow, RequestStatus, UnixTime};
 pub use objects::{ObjectLookup, PhorgeObjects, Unseen};
 pub use outcome::{
@@ -67,7 +69,8 @@ pub use pause::{HookPause, HookPauses};
 pub use payload::{sign, verify, Payload};
 pub use properties::{ErrorCode, ErrorType, Properties, PropertiesError, ORIGINAL_PROPERTIES_KEY};
 pub use store::{
-    BoxError, CandidateQuery, Claim, HookLock, QueueCounts, QueueStats, Store, StoreError, Written,
+    BoxError, CandidateQuery, Claim, DueRow, HookLock, QueueCounts, QueueStats, Store, StoreError,
+    Written,
 };
 pub use transport::{OutboundRequest, Resolution, Target, Transport};
 pub use triage::{triage, triage_looked_up, HookLookup, Triage};

@@ -19,7 +19,7 @@ use crate::model::{phid_type, Hook, LastResult, RequestRow, RequestStatus, UnixT
 use crate::objects::{ObjectLookup, PhorgeObjects, Unseen};
 use crate::outcome::ResultWrite;
 use crate::store::{
-    CandidateQuery, Claim, HookLock, QueueCounts, QueueStats, Store, StoreError, Written,
+    CandidateQuery, Claim, DueRow, HookLock, QueueCounts, QueueStats, Store, StoreError, Written,
 };
 
 mod lock;
@@ -33,6 +33,8 @@ pub use tasks::ArchivedTask;
 pub enum StoreOp {
     /// [`Store::candidates`]
     Candidates,
+    /// [`Store::newest_id`]
+    NewestId,
     /// [`Store::claim`]
     Claim,
     /// [`Store::write_result`]
@@ -372,6 +374,16 @@ impl MemoryStore {
     }
 }
 
+/// The candidate predicate: queued, past its lease and its retry backoff,
+/// and not of an excluded hook.
+fn is_candidate(row: &RequestRow, query: &CandidateQuery) -> bool {
+    let c = query.cutoffs;
+    row.status == RequestStatus::Queued
+        && c.past_lease(row)
+        && c.past_backoff(row)
+        && !query.exclude_hooks.contains(&row.webhook_phid)
+}
+
 #[async_trait]
 impl Store for MemoryStore {
     async fn candidates(&self, query: &CandidateQuery) -> Result<Vec<RequestRow>, StoreError> {
@@ -388,9 +400,7 @@ impl Store for MemoryStore {
             inner
                 .rows
                 .values()
-                .filter(|r| r.status == RequestStatus::Queued)
-                .filter(|r| c.past_lease(r) && c.past_backoff(r))
-                .filter(|r| !query.exclude_hooks.contains(&r.webhook_phid))
+                .filter(|r| is_candidate(r, query))
                 .filter(|r| !left_to_php.contains(&r.id))
                 .take(query.limit)
                 .cloned()
@@ -400,6 +410,12 @@ impl Store for MemoryStore {
             None => Ok(rows),
             Some(adoption) => adoption.gate(self, rows, c.now).await,
         }
+    }
+
+    async fn newest_id(&self) -> Result<u64, StoreError> {
+        let mut inner = self.lock();
+        Self::check_fault(&mut inner, StoreOp::NewestId)?;
+        Ok(inner.rows.keys().next_back().copied().unwrap_or(0))
     }
 
     async fn claim(&self, id: u64, seen_version: UnixTime) -> Result<Claim, StoreError> {
@@ -531,6 +547,25 @@ impl QueueCounts for MemoryStore {
         let mut inner = self.lock();
         Self::check_fault(&mut inner, StoreOp::HookCount)?;
         Ok(inner.hooks.len() as u64)
+    }
+
+    async fn longest_due(&self, query: &CandidateQuery) -> Result<Vec<DueRow>, StoreError> {
+        let mut inner = self.lock();
+        Self::check_fault(&mut inner, StoreOp::Stats)?;
+        let mut due: Vec<DueRow> = inner
+            .rows
+            .values()
+            .filter(|r| is_candidate(r, query))
+            .map(|r| DueRow {
+                id: r.id,
+                phid: r.phid.clone(),
+                webhook_phid: r.webhook_phid.clone(),
+                due_since: query.cutoffs.due_since(r),
+            })
+            .collect();
+        due.sort_by_key(|r| (r.due_since, r.id));
+        due.truncate(query.limit);
+        Ok(due)
     }
 }
 

@@ -5,12 +5,89 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Upper bounds (seconds) of the delivery latency histogram buckets.
-pub const LATENCY_BUCKETS: [f64; 12] = [
+pub const LATENCY_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
+/// Upper bounds (seconds) of the queue-time histogram buckets. Phorge
+/// stamps `dateCreated` in whole seconds, so the first bucket holds every
+/// row sent within the second it was created or the next.
+pub const QUEUE_TIME_BUCKETS: &[f64] = &[
+    1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+];
+
+/// A histogram of durations over fixed bucket bounds (seconds).
+#[derive(Debug)]
+struct Histogram {
+    bounds: &'static [f64],
+    buckets: Vec<AtomicU64>,
+    count: AtomicU64,
+    sum_micros: AtomicU64,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Self {
+        Self {
+            bounds,
+            buckets: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
+            count: AtomicU64::new(0),
+            sum_micros: AtomicU64::new(0),
+        }
+    }
+
+    fn observe(&self, value: Duration) {
+        let secs = value.as_secs_f64();
+        for (bound, bucket) in self.bounds.iter().zip(&self.buckets) {
+            if secs <= *bound {
+                bucket.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let micros = u64::try_from(value.as_micros()).unwrap_or(u64::MAX);
+        self.sum_micros.fetch_add(micros, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> HistogramSnapshot {
+        HistogramSnapshot {
+            bounds: self.bounds,
+            buckets: self
+                .buckets
+                .iter()
+                .map(|b| b.load(Ordering::Relaxed))
+                .collect(),
+            count: self.count.load(Ordering::Relaxed),
+            sum_micros: self.sum_micros.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A point-in-time copy of a histogram.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistogramSnapshot {
+    /// Each bucket's upper bound, in seconds.
+    pub bounds: &'static [f64],
+    /// Cumulative counts per bound.
+    pub buckets: Vec<u64>,
+    /// Number of observations.
+    pub count: u64,
+    /// Sum of the observations in microseconds.
+    pub sum_micros: u64,
+}
+
+impl HistogramSnapshot {
+    /// Nothing observed yet, over `bounds`.
+    pub fn empty(bounds: &'static [f64]) -> Self {
+        Self {
+            bounds,
+            buckets: vec![0; bounds.len()],
+            count: 0,
+            sum_micros: 0,
+        }
+    }
+}
+
 /// Live counters, shared between the dispatcher and whoever reports them.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Metrics {
     pub(crate) delivered_ok: AtomicU64,
     pub(crate) delivered_http_error: AtomicU64,
@@ -24,6 +101,8 @@ pub struct Metrics {
     pub(crate) lock_busy: AtomicU64,
     pub(crate) poll_errors: AtomicU64,
     pub(crate) polls: AtomicU64,
+    pub(crate) wake_probes: AtomicU64,
+    pub(crate) wakeups: AtomicU64,
     pub(crate) store_errors: AtomicU64,
     pub(crate) store_denied: AtomicU64,
     pub(crate) delivery_refused: AtomicU64,
@@ -39,13 +118,51 @@ pub struct Metrics {
     pub(crate) objects_found: AtomicU64,
     pub(crate) objects_gone: AtomicU64,
     pub(crate) objects_unseen: AtomicU64,
-    latency_buckets: [AtomicU64; LATENCY_BUCKETS.len()],
-    latency_count: AtomicU64,
-    latency_sum_micros: AtomicU64,
+    latency: Histogram,
+    queue_time: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let zero = AtomicU64::default;
+        Self {
+            delivered_ok: zero(),
+            delivered_http_error: zero(),
+            delivered_timeout: zero(),
+            delivered_transport_error: zero(),
+            hook_errors: zero(),
+            claims_won: zero(),
+            claims_lost: zero(),
+            claims_unused: zero(),
+            breaker_skips: zero(),
+            lock_busy: zero(),
+            poll_errors: zero(),
+            polls: zero(),
+            wake_probes: zero(),
+            wakeups: zero(),
+            store_errors: zero(),
+            store_denied: zero(),
+            delivery_refused: zero(),
+            writeback_retries: zero(),
+            writeback_failures: zero(),
+            writeback_stale: zero(),
+            lock_lost: zero(),
+            local_failures: zero(),
+            in_flight: zero(),
+            breaker_open_hooks: zero(),
+            retry_after_pauses: zero(),
+            paused_hooks: zero(),
+            objects_found: zero(),
+            objects_gone: zero(),
+            objects_unseen: zero(),
+            latency: Histogram::new(LATENCY_BUCKETS),
+            queue_time: Histogram::new(QUEUE_TIME_BUCKETS),
+        }
+    }
 }
 
 /// A point-in-time copy of [`Metrics`].
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct MetricsSnapshot {
     /// Attempts answered 2xx.
     pub delivered_ok: u64,
@@ -72,6 +189,11 @@ pub struct MetricsSnapshot {
     pub poll_errors: u64,
     /// Candidate queries run.
     pub polls: u64,
+    /// Wake-up probes read between polls (the table's highest id).
+    pub wake_probes: u64,
+    /// Probes that found the highest id changed and brought a poll
+    /// forward.
+    pub wakeups: u64,
     /// Other store operations that failed.
     pub store_errors: u64,
     /// Store operations (of `store_errors`) the database refused because
@@ -112,12 +234,18 @@ pub struct MetricsSnapshot {
     /// Object checks that could not see the object's tables (the stored
     /// transactions were sent in the order their shape implies).
     pub objects_unseen: u64,
-    /// Cumulative latency histogram counts per [`LATENCY_BUCKETS`] bound.
-    pub latency_buckets: Vec<u64>,
-    /// Number of latency observations.
-    pub latency_count: u64,
-    /// Sum of latencies in microseconds.
-    pub latency_sum_micros: u64,
+    /// Each call's time from its start to the receiver's final answer,
+    /// over [`LATENCY_BUCKETS`].
+    pub latency: HistogramSnapshot,
+    /// Each row's time from its creation to its first attempt, over
+    /// [`QUEUE_TIME_BUCKETS`].
+    pub queue_time: HistogramSnapshot,
+}
+
+impl Default for MetricsSnapshot {
+    fn default() -> Self {
+        Metrics::default().snapshot()
+    }
 }
 
 impl MetricsSnapshot {
@@ -136,15 +264,11 @@ pub(crate) fn bump(counter: &AtomicU64) {
 
 impl Metrics {
     pub(crate) fn observe_latency(&self, latency: Duration) {
-        let secs = latency.as_secs_f64();
-        for (bound, bucket) in LATENCY_BUCKETS.iter().zip(&self.latency_buckets) {
-            if secs <= *bound {
-                bucket.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        self.latency_count.fetch_add(1, Ordering::Relaxed);
-        let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
-        self.latency_sum_micros.fetch_add(micros, Ordering::Relaxed);
+        self.latency.observe(latency);
+    }
+
+    pub(crate) fn observe_queue_time(&self, waited: Duration) {
+        self.queue_time.observe(waited);
     }
 
     /// Copies every counter.
@@ -163,6 +287,8 @@ impl Metrics {
             lock_busy: get(&self.lock_busy),
             poll_errors: get(&self.poll_errors),
             polls: get(&self.polls),
+            wake_probes: get(&self.wake_probes),
+            wakeups: get(&self.wakeups),
             store_errors: get(&self.store_errors),
             store_denied: get(&self.store_denied),
             delivery_refused: get(&self.delivery_refused),
@@ -178,9 +304,8 @@ impl Metrics {
             objects_found: get(&self.objects_found),
             objects_gone: get(&self.objects_gone),
             objects_unseen: get(&self.objects_unseen),
-            latency_buckets: self.latency_buckets.iter().map(get).collect(),
-            latency_count: get(&self.latency_count),
-            latency_sum_micros: get(&self.latency_sum_micros),
+            latency: self.latency.snapshot(),
+            queue_time: self.queue_time.snapshot(),
         }
     }
 }
@@ -195,10 +320,30 @@ mod tests {
         metrics.observe_latency(Duration::from_millis(7));
         metrics.observe_latency(Duration::from_secs(60));
         let snap = metrics.snapshot();
-        assert_eq!(snap.latency_count, 2);
-        assert_eq!(snap.latency_buckets[0], 0);
-        assert_eq!(snap.latency_buckets[1], 1);
-        assert_eq!(snap.latency_buckets[11], 1);
-        assert_eq!(snap.latency_sum_micros, 60_007_000);
+        assert_eq!(snap.latency.count, 2);
+        assert_eq!(snap.latency.buckets[0], 0);
+        assert_eq!(snap.latency.buckets[1], 1);
+        assert_eq!(snap.latency.buckets[11], 1);
+        assert_eq!(snap.latency.sum_micros, 60_007_000);
+        assert_eq!(
+            snap.queue_time,
+            HistogramSnapshot::empty(QUEUE_TIME_BUCKETS)
+        );
+    }
+
+    #[test]
+    fn queue_time_has_its_own_buckets() {
+        let metrics = Metrics::default();
+        metrics.observe_queue_time(Duration::from_secs(1));
+        metrics.observe_queue_time(Duration::from_secs(90));
+        let snap = metrics.snapshot();
+        assert_eq!(snap.queue_time.count, 2);
+        assert_eq!(
+            snap.queue_time.buckets[0], 1,
+            "1 s is within the first bound"
+        );
+        assert_eq!(snap.queue_time.buckets[5], 1, "90 s is past 60 s");
+        assert_eq!(snap.queue_time.buckets[6], 2, "and within 120 s");
+        assert_eq!(snap.latency.count, 0);
     }
 }

@@ -117,6 +117,20 @@ pub struct QueueStats {
     pub active_hooks: u64,
 }
 
+/// A due row and when it became due, for the lag gauge and the admin
+/// tool's list of overdue rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueRow {
+    /// The row's id.
+    pub id: u64,
+    /// The request's PHID.
+    pub phid: String,
+    /// Its hook's PHID.
+    pub webhook_phid: String,
+    /// When it became due ([`Cutoffs::due_since`](crate::windows::Cutoffs::due_since)).
+    pub due_since: UnixTime,
+}
+
 /// A held per-hook lock. Release it explicitly; an implementation must also
 /// free it when dropped unreleased (e.g. by closing its connection).
 #[async_trait]
@@ -139,6 +153,13 @@ pub trait Store: Send + Sync {
     /// Queued rows that are fresh or past their lease, and not waiting out a
     /// retry backoff, lowest id first (protocol §4's candidate query).
     async fn candidates(&self, query: &CandidateQuery) -> Result<Vec<RequestRow>, StoreError>;
+
+    /// The table's highest id, 0 when it is empty: the wake-up probe the
+    /// dispatcher reads between polls, so it must cost one primary-key
+    /// entry. Phorge's `INSERT` raises it; a change is only a hint to poll
+    /// now (an id committed after a higher one raises nothing, and waits
+    /// for the next poll).
+    async fn newest_id(&self) -> Result<u64, StoreError>;
 
     /// The compare-and-set claim: `dateModified = GREATEST(dateModified + 1,
     /// now)` where `id`, `status = 'queued'` and `dateModified = seen`;
@@ -184,6 +205,12 @@ pub trait QueueCounts: Send + Sync {
 
     /// All hooks, including disabled ones.
     async fn hook_count(&self) -> Result<u64, StoreError>;
+
+    /// The rows [`Store::candidates`] would take for `query` (its limit
+    /// and excluded hooks included, task adoption's gate left aside) that
+    /// have been due longest: oldest [`DueRow::due_since`] first, then
+    /// lowest id.
+    async fn longest_due(&self, query: &CandidateQuery) -> Result<Vec<DueRow>, StoreError>;
 }
 
 #[cfg(test)]

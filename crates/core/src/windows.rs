@@ -18,6 +18,17 @@ pub const POLL_INTERVAL: Setting<Duration> = Setting::number(
     "idle poll spacing (a full batch is followed at once)",
     Bounds::between(10, 3_600_000, Unit::Millis),
 );
+/// `GORGE_WEBHOOK_WAKE_PROBE_MS`: between polls, how often the table's
+/// highest id is read (one primary-key entry) to notice a new row without
+/// waiting for the next poll; 0 turns the probe off. 45 ms is 22 cheap
+/// statements a second, which with the idle poll's keeps an idle instance
+/// under 25 a second, and a new row waits 23 ms for it on average.
+pub const WAKE_PROBE: Setting<Duration> = Setting::number(
+    "GORGE_WEBHOOK_WAKE_PROBE_MS",
+    "45",
+    "between polls, how often the highest id is read to notice new rows; 0 = off",
+    Bounds::between(0, 3_600_000, Unit::Millis),
+);
 /// `GORGE_WEBHOOK_DELIVERY_TIMEOUT`
 pub const DELIVERY_TIMEOUT: Setting<Duration> = Setting::number(
     "GORGE_WEBHOOK_DELIVERY_TIMEOUT",
@@ -85,6 +96,7 @@ pub const BATCH_SIZE: Setting<usize> = Setting::number(
 /// The delivery loop's variables, in `--help` order.
 pub const VARIABLES: &[SettingInfo] = &[
     POLL_INTERVAL.info(),
+    WAKE_PROBE.info(),
     DELIVERY_TIMEOUT.info(),
     MAX_CONCURRENT.info(),
     BREAKER_WINDOW.info(),
@@ -100,6 +112,8 @@ pub const VARIABLES: &[SettingInfo] = &[
 pub struct Settings {
     /// Idle poll spacing.
     pub poll_interval: Duration,
+    /// Spacing of the wake-up probe between polls; zero = off.
+    pub wake_probe: Duration,
     /// Deadline for one whole HTTP exchange.
     pub delivery_timeout: Duration,
     /// Deliveries in flight at once, across all hooks.
@@ -134,6 +148,7 @@ impl Settings {
     pub fn from_lookup(get: Lookup<'_>) -> Result<Self, SettingError> {
         Ok(Self {
             poll_interval: POLL_INTERVAL.read(get)?,
+            wake_probe: WAKE_PROBE.read(get)?,
             delivery_timeout: DELIVERY_TIMEOUT.read(get)?,
             max_concurrent: MAX_CONCURRENT.read(get)?,
             breaker_window_secs: BREAKER_WINDOW.read(get)?,
@@ -150,6 +165,7 @@ impl Settings {
     /// tests).
     fn check(&self) -> Result<(), SettingError> {
         POLL_INTERVAL.check(&self.poll_interval)?;
+        WAKE_PROBE.check(&self.wake_probe)?;
         DELIVERY_TIMEOUT.check(&self.delivery_timeout)?;
         MAX_CONCURRENT.check(&self.max_concurrent)?;
         BREAKER_WINDOW.check(&self.breaker_window_secs)?;
@@ -228,6 +244,25 @@ impl Cutoffs {
     pub fn past_backoff(&self, row: &RequestRow) -> bool {
         row.last_request_result != LastResult::Fail || row.last_request_epoch <= self.retry_cutoff
     }
+
+    /// When a row both halves let through became due: the later of when
+    /// its lease half turned true (created, for a fresh row; its claim's
+    /// `dateModified` plus the lease, otherwise) and when its retry half
+    /// did (its failed attempt's `lastRequestEpoch` plus the backoff).
+    /// What it has waited since is the delivery's lag.
+    pub fn due_since(&self, row: &RequestRow) -> UnixTime {
+        let lease = self.now.saturating_sub(self.lease_cutoff);
+        let backoff = self.now.saturating_sub(self.retry_cutoff);
+        let after_claim = match row.is_fresh() {
+            true => row.date_created,
+            false => row.date_modified.saturating_add(lease),
+        };
+        let after_failure = match row.last_request_result {
+            LastResult::Fail => row.last_request_epoch.saturating_add(backoff),
+            _ => 0,
+        };
+        after_claim.max(after_failure)
+    }
 }
 
 /// Validated settings with the effective windows worked out.
@@ -286,6 +321,13 @@ impl Windows {
     /// stream of rows does not wait a whole interval each.
     pub fn busy_poll_interval(&self) -> Duration {
         self.settings.poll_interval / 10
+    }
+
+    /// How often the wake-up probe runs between polls, when it is on and
+    /// more often than the polls themselves.
+    pub fn wake_probe(&self) -> Option<Duration> {
+        let probe = self.settings.wake_probe;
+        (!probe.is_zero() && probe < self.settings.poll_interval).then_some(probe)
     }
 
     /// Deadline for one whole HTTP exchange.

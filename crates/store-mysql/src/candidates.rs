@@ -118,15 +118,14 @@ pub(crate) async fn candidates(
 ) -> Result<Vec<RequestRow>, StoreError> {
     let cutoffs = query.cutoffs;
     let floor = floor.prepare(connector, cutoffs.now).await?;
-    let mut params: Vec<Value> =
-        Vec::with_capacity(query.exclude_hooks.len() + floor.below.len() + 5);
-    params.push(inline_limit(query.limit).into());
-    params.push(floor.frontier.into());
-    params.extend(floor.below.iter().map(|id| Value::from(*id)));
-    params.push(cutoffs.lease_cutoff.into());
-    params.push(cutoffs.retry_cutoff.into());
-    params.extend(query.exclude_hooks.iter().map(|h| Value::from(h.as_str())));
-    params.extend(exclude_rows.iter().map(|id| Value::from(*id)));
+    let mut params: Vec<Value> = vec![inline_limit(query.limit).into()];
+    params.extend(sql::candidate_predicate_params(
+        floor.frontier,
+        &floor.below,
+        &cutoffs,
+        &query.exclude_hooks,
+        exclude_rows,
+    ));
     params.push(u64::try_from(query.limit).unwrap_or(u64::MAX).into());
 
     // Rows past the budget are read off the wire and dropped as they come.

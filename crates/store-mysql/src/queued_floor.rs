@@ -137,6 +137,9 @@ struct FloorState {
     rescan_due: Option<UnixTime>,
     /// The look for requeued rows; `None`: at the next poll.
     look_due: Option<UnixTime>,
+    /// The table's highest id as the wake-up probe last read it, if it
+    /// did: below the frontier, the walk would read nothing.
+    newest_id: Option<u64>,
 }
 
 /// One row of a walk page: id, queued, dateCreated.
@@ -147,6 +150,15 @@ impl QueuedFloor {
         // Every change is a plain assignment after the statement answered,
         // so a poisoned state is still a consistent one.
         self.0.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Notes the table's highest id, as the wake-up probe read it: while it
+    /// stays below the frontier, polls skip the walk (which could only
+    /// read nothing). A reading gone stale is harmless: the candidate
+    /// query covers every id from the frontier up whether or not the walk
+    /// ran; the walk only keeps that range short.
+    pub(crate) fn note_newest_id(&self, newest: u64) {
+        self.state().newest_id = Some(newest);
     }
 
     /// The current frontier (diagnostics and tests).
@@ -180,8 +192,16 @@ impl QueuedFloor {
                 debug!(event = "scan_floor_step_failed", step = "refresh", error = %err);
             }
         }
-        if let Err(err) = self.walk(conn, now).await {
-            debug!(event = "scan_floor_step_failed", step = "walk", error = %err);
+        let nothing_above = {
+            let state = self.state();
+            state
+                .newest_id
+                .is_some_and(|newest| newest < state.frontier)
+        };
+        if !nothing_above {
+            if let Err(err) = self.walk(conn, now).await {
+                debug!(event = "scan_floor_step_failed", step = "walk", error = %err);
+            }
         }
         if self.state().look_due.is_none_or(|due| now >= due) {
             if let Err(err) = self.look(conn, now).await {

@@ -18,7 +18,8 @@ use async_trait::async_trait;
 use mysql_async::{Opts, Value};
 use webhook_core::hold::{ConfigUnreadable, PhorgeConfig};
 use webhook_core::{
-    Hook, ObjectLookup, PhorgeObjects, QueueStats, RequestRow, StoreError, UnixTime,
+    CandidateQuery, DueRow, Hook, ObjectLookup, PhorgeObjects, QueueStats, RequestRow, StoreError,
+    UnixTime,
 };
 
 use crate::config::MysqlConfig;
@@ -28,6 +29,7 @@ use crate::grants;
 use crate::handoff::{self, PhpDeliveryTasks, TaskRunners};
 use crate::object_tables::ObjectTables;
 use crate::objects::{self, UnreadableTables};
+use crate::queued_floor::QueuedFloor;
 use crate::reads::{self, HookSummary};
 use crate::rows;
 use crate::schema::{self, SchemaWarning};
@@ -175,6 +177,19 @@ impl MysqlReader {
                 rows::text(&mut row, 1, "phid", id)
             })
             .collect()
+    }
+
+    /// The candidates due longest, as `QueueCounts::longest_due` reads them,
+    /// through a scan floor of its own: built afresh for this one read (on
+    /// Phorge's stock schema, one scan of the table), as an operator's
+    /// command reads it once.
+    pub async fn longest_due(&self, query: &CandidateQuery) -> Result<Vec<DueRow>, StoreError> {
+        reads::longest_due(&self.connector, &QueuedFloor::default(), query).await
+    }
+
+    /// The request table's highest id, as `Store::newest_id` reads it.
+    pub async fn newest_id(&self) -> Result<u64, StoreError> {
+        reads::count(&self.connector, sql::NEWEST_ID, Vec::new()).await
     }
 
     /// Number of hooks, as `Store::hook_count` reads it.

@@ -10,9 +10,10 @@
 //! the tool judges exactly what the daemon would read.
 
 use mysql_async::{Row, Value};
-use webhook_core::{Hook, QueueStats, RequestRow, StoreError, UnixTime};
+use webhook_core::{CandidateQuery, DueRow, Hook, QueueStats, RequestRow, StoreError, UnixTime};
 
 use crate::connector::Connector;
+use crate::queued_floor::QueuedFloor;
 use crate::rows;
 use crate::sql;
 
@@ -83,6 +84,41 @@ pub(crate) async fn stats(connector: &Connector) -> Result<QueueStats, StoreErro
         failed: rows::unsigned(&mut row, 2, "failed count", 0)?,
         active_hooks: rows::unsigned(&mut row, 3, "active hook count", 0)?,
     })
+}
+
+/// `QueueCounts::longest_due`: the candidates due longest, over the scan
+/// floor brought up to date as for a poll.
+pub(crate) async fn longest_due(
+    connector: &Connector,
+    floor: &QueuedFloor,
+    query: &CandidateQuery,
+) -> Result<Vec<DueRow>, StoreError> {
+    let cutoffs = query.cutoffs;
+    let floor = floor.prepare(connector, cutoffs.now).await?;
+    let mut params: Vec<Value> =
+        Vec::with_capacity(query.exclude_hooks.len() + floor.below.len() + 6);
+    params.push(cutoffs.now.saturating_sub(cutoffs.lease_cutoff).into());
+    params.push(cutoffs.now.saturating_sub(cutoffs.retry_cutoff).into());
+    params.push(floor.frontier.into());
+    params.extend(floor.below.iter().map(|id| Value::from(*id)));
+    params.push(cutoffs.lease_cutoff.into());
+    params.push(cutoffs.retry_cutoff.into());
+    params.extend(query.exclude_hooks.iter().map(|h| Value::from(h.as_str())));
+    params.push(u64::try_from(query.limit).unwrap_or(u64::MAX).into());
+    let statement = sql::longest_due_sql(query.exclude_hooks.len(), floor.below.len());
+    let found = connector.all_rows(statement, params).await?;
+    found
+        .into_iter()
+        .map(|mut row| {
+            let id = rows::unsigned(&mut row, 0, "id", 0)?;
+            Ok(DueRow {
+                id,
+                phid: rows::text(&mut row, 1, "phid", id)?,
+                webhook_phid: rows::text(&mut row, 2, "webhookPHID", id)?,
+                due_since: rows::unsigned(&mut row, 3, "dueSince", id)?,
+            })
+        })
+        .collect()
 }
 
 /// A single-row `COUNT(*)`-style answer.

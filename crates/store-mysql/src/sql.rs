@@ -14,6 +14,7 @@
 use webhook_core::adoption::YIELD_OWNER;
 /// The task class and the owner prefix the task statements name.
 pub use webhook_core::adoption::{DAEMON_LEASE_PREFIX, WEBHOOK_TASK_CLASS};
+use webhook_core::windows::Cutoffs;
 
 use crate::object_tables::ObjectTables;
 
@@ -70,6 +71,21 @@ fn candidate_statement(
     floor: Option<usize>,
     excluded_rows: usize,
 ) -> String {
+    let predicate = candidate_predicate(excluded_hooks, floor, excluded_rows);
+    format!(
+        "SELECT {CANDIDATE_SELECT_LIST}\n  FROM herald_webhookrequest\n WHERE {predicate}\n \
+         ORDER BY id ASC\n LIMIT ?"
+    )
+}
+
+/// The `WHERE` clause of [`candidate_statement`]. Parameters: the floor's
+/// (if any), `lease_cutoff`, `retry_cutoff`, the excluded hooks, the
+/// excluded rows.
+fn candidate_predicate(
+    excluded_hooks: usize,
+    floor: Option<usize>,
+    excluded_rows: usize,
+) -> String {
     let mut exclusion = if excluded_hooks == 0 {
         String::new()
     } else {
@@ -84,10 +100,50 @@ fn candidate_statement(
         Some(below) => format!("(id >= ? OR id IN ({}))\n   AND ", marks(below)),
     };
     format!(
-        "SELECT {CANDIDATE_SELECT_LIST}\n  FROM herald_webhookrequest\n WHERE {floor}status = 'queued'\n   \
+        "{floor}status = 'queued'\n   \
          AND (dateModified = dateCreated OR dateModified <= ?)\n   \
-         AND (lastRequestResult <> 'fail' OR lastRequestEpoch <= ?){exclusion}\n \
-         ORDER BY id ASC\n LIMIT ?"
+         AND (lastRequestResult <> 'fail' OR lastRequestEpoch <= ?){exclusion}"
+    )
+}
+
+/// [`candidate_predicate`]'s parameters, in its placeholders' order: the
+/// scan floor's frontier and `below` ids, the cutoffs, the excluded hooks
+/// and rows.
+pub(crate) fn candidate_predicate_params(
+    frontier: u64,
+    below: &[u64],
+    cutoffs: &Cutoffs,
+    exclude_hooks: &[String],
+    exclude_rows: &[u64],
+) -> Vec<mysql_async::Value> {
+    use mysql_async::Value;
+    let mut params = Vec::with_capacity(below.len() + exclude_hooks.len() + exclude_rows.len() + 3);
+    params.push(Value::from(frontier));
+    params.extend(below.iter().map(|id| Value::from(*id)));
+    params.push(cutoffs.lease_cutoff.into());
+    params.push(cutoffs.retry_cutoff.into());
+    params.extend(exclude_hooks.iter().map(|h| Value::from(h.as_str())));
+    params.extend(exclude_rows.iter().map(|id| Value::from(*id)));
+    params
+}
+
+/// When a candidate became due, as `Cutoffs::due_since` works it out: the
+/// later of its creation (fresh) or its claim's end (`dateModified` plus
+/// the lease, the first parameter), and its failed attempt's backoff end
+/// (`lastRequestEpoch` plus the backoff, the second).
+const DUE_SINCE: &str = "GREATEST(IF(dateModified = dateCreated, dateCreated, dateModified + ?), \
+     IF(lastRequestResult = 'fail', lastRequestEpoch + ?, 0))";
+
+/// The candidates that have been due longest (`QueueCounts::longest_due`),
+/// over the scan floor as the poll reads it: each row's id, PHID, hook and
+/// when it became due, oldest first. Parameters: the lease and the backoff
+/// (seconds), then [`candidate_predicate`]'s with the floor's `below`
+/// count, then the limit.
+pub fn longest_due_sql(excluded_hooks: usize, below: usize) -> String {
+    let predicate = candidate_predicate(excluded_hooks, Some(below), 0);
+    format!(
+        "SELECT id, phid, webhookPHID, {DUE_SINCE} AS dueSince\n  FROM herald_webhookrequest\n \
+         WHERE {predicate}\n ORDER BY dueSince ASC, id ASC\n LIMIT ?"
     )
 }
 
@@ -206,6 +262,11 @@ pub const STATS: &str = "SELECT \
      (SELECT COUNT(*) FROM herald_webhookrequest WHERE status = 'sent'), \
      (SELECT COUNT(*) FROM herald_webhookrequest WHERE status = 'failed'), \
      (SELECT COUNT(*) FROM herald_webhook WHERE status <> 'disabled')";
+
+/// The wake-up probe: the request table's highest id (0 when empty). The
+/// server answers it from the primary key's last entry, whatever the
+/// table's size.
+pub const NEWEST_ID: &str = "SELECT COALESCE(MAX(id), 0) FROM herald_webhookrequest";
 
 /// Every hook, disabled ones included.
 pub const HOOK_COUNT: &str = "SELECT COUNT(*) FROM herald_webhook";

@@ -19,8 +19,8 @@ use async_trait::async_trait;
 use webhook_core::adoption::TaskAdoption;
 use webhook_core::hold::{ConfigUnreadable, PhorgeConfig};
 use webhook_core::{
-    CandidateQuery, Claim, Hook, HookLock, ObjectLookup, PhorgeObjects, QueueCounts, QueueStats,
-    RequestRow, ResultWrite, Store, StoreError, UnixTime, Written,
+    CandidateQuery, Claim, DueRow, Hook, HookLock, ObjectLookup, PhorgeObjects, QueueCounts,
+    QueueStats, RequestRow, ResultWrite, Store, StoreError, UnixTime, Written,
 };
 
 use crate::batch::{RowWrite, WriteBatcher};
@@ -32,6 +32,7 @@ use crate::handoff::PhpDeliveryTasks;
 use crate::lock::{KeptLocks, LockSessions, MysqlHookLock};
 use crate::queued_floor::QueuedFloor;
 use crate::reader::MysqlReader;
+use crate::reads;
 use crate::schema::SchemaWarning;
 
 /// The hook whose lock [`MysqlStore::delivery_needs_missing`] takes: no
@@ -284,6 +285,12 @@ impl Store for MysqlStore {
         }
     }
 
+    async fn newest_id(&self) -> Result<u64, StoreError> {
+        let newest = self.reader.newest_id().await?;
+        self.queued_floor.note_newest_id(newest);
+        Ok(newest)
+    }
+
     async fn claim(&self, id: u64, seen_version: UnixTime) -> Result<Claim, StoreError> {
         let applied = self
             .batcher()
@@ -344,6 +351,10 @@ impl QueueCounts for MysqlStore {
 
     async fn hook_count(&self) -> Result<u64, StoreError> {
         self.reader.hook_count().await
+    }
+
+    async fn longest_due(&self, query: &CandidateQuery) -> Result<Vec<DueRow>, StoreError> {
+        reads::longest_due(self.connector(), &self.queued_floor, query).await
     }
 }
 

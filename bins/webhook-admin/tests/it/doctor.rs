@@ -5,6 +5,9 @@
 //! read fails the check, naming what it lacks); this host's clock against
 //! the server's, also with the tool's clock shifted an hour (libfaketime).
 
+use mysql_async::prelude::Queryable;
+use webhook_core::memory_store::NewRequest;
+use webhook_core::{LastResult, RequestStatus};
 use webhook_store_mysql::{MysqlStore, OBJECT_TABLES};
 use webhook_test_support::faketime::shifted_clock;
 use webhook_test_support::mariadb::{as_root, drop_database, with_account, with_phorge_side};
@@ -352,6 +355,107 @@ async fn the_account_script_grants_what_doctor_checks() {
                 );
             }
             assert_eq!(adoption.map_err(|e| e.to_string()), Ok(Vec::new()));
+        })
+        .await;
+    })
+    .await;
+}
+
+/// The overdue check: a row due for longer than two claim leases (60 s on
+/// the defaults) is listed with how long it waited and why, as `explain`
+/// judges it; a row due for less, one waiting out its retry backoff and a
+/// sent one are not; with none overdue the check is ok.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_lists_overdue_rows_and_why_they_wait() {
+    with_db(|db| async move {
+        let db = &db;
+        with_phorge_side(&db.namespace, |_side| async move {
+            const HOOK: &str = "PHID-HWBH-overdueaaaaaaaaaaaa";
+            // A receiver in a documentation range, let through as an
+            // operator lets an internal one through; `doctor` never calls it.
+            db.insert_hook(&webhook_core::Hook {
+                uri: "https://192.0.2.1/hook".to_owned(),
+                ..crate::support::hook(HOOK, "overdue hook", "firehose")
+            })
+            .await;
+            let env = db_env(db, &[("GORGE_WEBHOOK_OUTBOUND_ALLOW", "192.0.2.0/24")]);
+            let now = db.now().await;
+            let queued = |created: u64| NewRequest {
+                date_created: Some(created),
+                date_modified: Some(created),
+                ..NewRequest::queued(HOOK, r#"{"retry":"forever"}"#)
+            };
+            let recent = db.insert_request(&queued(now - 20)).await;
+            let healthy = run(&env, &["doctor", "--json"]).await;
+            let overdue_of = |run: &Run| {
+                run.json()["checks"]
+                    .as_array()
+                    .and_then(|all| all.iter().find(|c| c["check"] == "overdue").cloned())
+                    .unwrap_or_else(|| panic!("no overdue check: {}", run.all_output()))
+            };
+            assert_eq!(
+                overdue_of(&healthy)["verdict"],
+                "ok",
+                "row {recent} is due for 20 s"
+            );
+
+            let late = db.insert_request(&queued(now - 500)).await;
+            db.insert_request(&NewRequest {
+                last_request_result: LastResult::Fail,
+                last_request_epoch: now - 10,
+                ..queued(now - 900)
+            })
+            .await;
+            db.insert_request(&NewRequest {
+                status: RequestStatus::Sent,
+                ..queued(now - 900)
+            })
+            .await;
+            // What stalls it: a session holding the hook and never letting go.
+            let mut holder = db.conn().await;
+            let lock = webhook_core::hook_lock_name(&db.namespace, HOOK);
+            holder
+                .exec_drop("SELECT GET_LOCK(?, 0)", (&lock,))
+                .await
+                .expect("GET_LOCK");
+            let worried = run(&env, &["doctor"]).await;
+            assert_eq!(
+                worried.status,
+                0,
+                "overdue rows warn: {}",
+                worried.all_output()
+            );
+            let lines: Vec<&str> = worried
+                .stdout
+                .lines()
+                .skip_while(|line| !line.contains("overdue"))
+                .collect();
+            assert!(
+                lines[0].starts_with(
+                    "warn  overdue       1 row(s) due for longer than two claim leases (1m 0s)"
+                ),
+                "{}",
+                worried.stdout
+            );
+            let phid = db.row(late).await.phid;
+            assert!(
+                lines[1].contains(&format!("row {late} ({phid}, hook {HOOK}) due for 8m 2"))
+                    && lines[1].contains(": eligible now: "),
+                "{}",
+                worried.stdout
+            );
+            assert!(
+                lines[2..].iter().any(|line| line
+                    .trim_start()
+                    .starts_with("note: the hook's lock is held by database session")),
+                "{}",
+                worried.stdout
+            );
+            assert!(
+                !worried.stdout.contains(&format!("row {recent} ")),
+                "{}",
+                worried.stdout
+            );
         })
         .await;
     })

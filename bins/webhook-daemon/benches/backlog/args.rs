@@ -22,7 +22,7 @@ pub(crate) const USAGE: &str = "usage: cargo xtask bench [options]
   --retained R        scale check: R retained `sent` rows (default 0 = skip)
   --timed T           timed rows per latency phase (default 50)
   --busy-rate RPS     background inserts/s in the busy phase (default: 1/4 of the drain rate)
-  --idle-secs S       idle CPU sampling window (default 5)
+  --idle-secs S       idle sampling window (default 5; 10 with --idle-wake)
   --env NAME=VALUE    an extra GORGE_* setting for the daemon (repeatable; for
                       experiments — the baseline follows its pool size)
   --objects           give every row's task an object row in Maniphest's tables
@@ -41,6 +41,13 @@ pub(crate) const USAGE: &str = "usage: cargo xtask bench [options]
   --slow-hook-rows N  N rows queued for it before the daemon starts (default 40)
   Soak rows carry retry=forever (Phorge's default for rule-triggered
   requests), so a failing hook's rows are retried for ever.
+
+  idle wake-up mode (issue 36; replaces the default run):
+  --idle-wake         --timed rows inserted one at a time 0.4-1.2 s apart into
+                      idle daemons, each timed from its INSERT to the receipt;
+                      before them, the statements/s each idle instance sends
+                      over --idle-secs (default 10 in this mode)
+  --instances N       daemons sharing the queue in this mode (default 1)
 
   scenario mode (issue 19; replaces the default run):
   --scenarios         10000 rows over 1000 hooks answering after 100 ms, once per
@@ -67,6 +74,8 @@ pub(crate) struct Args {
     pub(crate) soak: Option<soak::SoakArgs>,
     /// `--scenarios`: the `MAX_CONCURRENT` values (`None` = the daemon's).
     pub(crate) scenarios: Option<Vec<Option<usize>>>,
+    /// `--idle-wake`: the number of instances.
+    pub(crate) idle_wake: Option<usize>,
 }
 
 pub(crate) fn parse_args() -> Result<Args, String> {
@@ -84,7 +93,10 @@ pub(crate) fn parse_args() -> Result<Args, String> {
         daemon_bin: None,
         soak: None,
         scenarios: None,
+        idle_wake: None,
     };
+    let mut instances = 1;
+    let mut idle_secs_given = false;
     let mut scenario_m = "default,512".to_owned();
     let mut retained_given = false;
     let mut soak = soak::SoakArgs::default();
@@ -124,7 +136,12 @@ pub(crate) fn parse_args() -> Result<Args, String> {
             "--scenario-m" => scenario_m = value()?,
             "--timed" => args.timed = number(value()?)? as usize,
             "--busy-rate" => args.busy_rate = Some(number(value()?)? as f64),
-            "--idle-secs" => args.idle_secs = number(value()?)?,
+            "--idle-secs" => {
+                args.idle_secs = number(value()?)?;
+                idle_secs_given = true;
+            }
+            "--idle-wake" => args.idle_wake = Some(1),
+            "--instances" => instances = number(value()?)? as usize,
             "--objects" => args.objects = true,
             "--daemon-bin" => args.daemon_bin = Some(PathBuf::from(value()?)),
             "--soak-secs" => soak.secs = number(value()?)?,
@@ -155,6 +172,15 @@ pub(crate) fn parse_args() -> Result<Args, String> {
         *list = parse_scenario_m(&scenario_m)?;
         if !retained_given {
             args.retained = 1_000_000;
+        }
+    }
+    if let Some(n) = args.idle_wake.as_mut() {
+        if instances == 0 || instances > 16 {
+            return Err("--instances must be between 1 and 16".to_owned());
+        }
+        *n = instances;
+        if !idle_secs_given {
+            args.idle_secs = 10;
         }
     }
     if soak.secs > 0 {

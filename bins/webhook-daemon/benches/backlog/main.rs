@@ -7,7 +7,8 @@
 //! It reports drain throughput, enqueue→receipt latency (idle and busy),
 //! peak RSS, database statements per delivery, idle CPU, and — with
 //! `--retained R` — how the candidate query behaves with R retained `sent`
-//! rows; `--scenarios` runs issue 19's scenarios instead (`scenarios.rs`).
+//! rows; `--scenarios` runs issue 19's scenarios instead (`scenarios.rs`),
+//! `--idle-wake` issue 36's idle latency and cost (`idle_wake.rs`).
 //! The last stdout line is one JSON object; the exit code is non-zero
 //! unless every row ended `sent` and was received exactly once.
 //!
@@ -34,6 +35,7 @@ mod baseline;
 mod candidates;
 mod daemon;
 mod idle_poll;
+mod idle_wake;
 mod phases;
 mod report;
 mod sampling;
@@ -66,9 +68,10 @@ fn main() {
             *out.lock().expect("outcome slot") = Some(outcome);
         }
         None => runtime.block_on(with_db(move |db| async move {
-            let outcome = match args.soak.clone() {
-                Some(soak) => soak::run_soak(db, args, soak).await,
-                None => run(db, args).await,
+            let outcome = match (args.soak.clone(), args.idle_wake) {
+                (Some(soak), _) => soak::run_soak(db, args, soak).await,
+                (None, Some(instances)) => idle_wake::run(db, args, instances).await,
+                (None, None) => run(db, args).await,
             };
             *out.lock().expect("outcome slot") = Some(outcome);
         })),

@@ -23,7 +23,7 @@ use crate::sampling::{
 use crate::seed::{count, insert_one, PROPERTIES};
 
 /// A tiny deterministic generator for the spacing of timed inserts.
-pub(crate) struct Lcg(u64);
+pub(crate) struct Lcg(pub(crate) u64);
 
 impl Lcg {
     pub(crate) fn below(&mut self, n: u64) -> u64 {

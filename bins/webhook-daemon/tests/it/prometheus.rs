@@ -13,6 +13,8 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
+use mysql_async::prelude::Queryable;
+
 use serde_json::Value;
 use webhook_core::memory_store::NewRequest;
 use webhook_core::vectors::KEY;
@@ -231,7 +233,7 @@ async fn a_real_prometheus_scrapes_every_documented_metric_and_every_dashboard_p
 
             let rules = api(port, "/api/v1/rules").await.expect("rules");
             let loaded = rules["groups"][0]["rules"].as_array().map_or(0, Vec::len);
-            assert_eq!(loaded, 7, "deploy/alerts.yml's rules are loaded: {rules}");
+            assert_eq!(loaded, 8, "deploy/alerts.yml's rules are loaded: {rules}");
 
             let missing: Vec<String> = {
                 let mut missing = Vec::new();
@@ -258,6 +260,111 @@ async fn a_real_prometheus_scrapes_every_documented_metric_and_every_dashboard_p
                 "dashboard panels without a series: {empty:?}"
             );
 
+            drop(prometheus);
+            let _ = std::fs::remove_dir_all(&dir);
+        })
+        .await;
+    })
+    .await;
+}
+
+/// The `expr` of `alert` in deploy/alerts.yml (a one-line value, or a
+/// folded block on the lines below it), as Prometheus evaluates it.
+fn shipped_alert_expr(alert: &str) -> String {
+    let rules = read("deploy/alerts.yml");
+    let mut lines = rules
+        .lines()
+        .skip_while(|line| line.trim() != format!("- alert: {alert}"))
+        .skip(1);
+    let expr = lines
+        .find_map(|line| line.trim().strip_prefix("expr:"))
+        .unwrap_or_else(|| panic!("{alert} has no expr in deploy/alerts.yml"))
+        .trim()
+        .to_owned();
+    if expr != ">-" {
+        return expr;
+    }
+    let block: Vec<&str> = lines
+        .take_while(|line| !line.trim_start().starts_with("for:"))
+        .map(str::trim)
+        .collect();
+    block.join(" ")
+}
+
+/// A stall none of the other alerts see: the daemon and the database are
+/// up and no breaker is open, but a row's hook is held by a session that
+/// never lets go. Once the row has waited two leases (3 s each here) with
+/// nothing delivered, the shipped stall alert's expression holds in a real
+/// Prometheus scraping the daemon; when the hook is let go, the row goes
+/// out and the expression no longer holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_induced_stall_makes_the_shipped_stall_alert_fire() {
+    let stalled_expr = shipped_alert_expr("GorgeWebhookDeliveryStalled");
+    with_db(|db| async move {
+        let db = &db;
+        with_phorge_side(&db.namespace, |_side| async move {
+            let receiver = Receiver::start().await;
+            add_hook(db, HOOK_OK, receiver.url("/ok"), KEY).await;
+            let mut holder = db.conn().await;
+            let lock = webhook_core::hook_lock_name(&db.namespace, HOOK_OK);
+            let taken: Option<i64> = holder
+                .exec_first("SELECT GET_LOCK(?, 0)", (&lock,))
+                .await
+                .expect("GET_LOCK")
+                .flatten();
+            assert_eq!(taken, Some(1), "the test holds the hook");
+            let row = db.insert_request(&NewRequest::queued(HOOK_OK, NEVER)).await;
+
+            let mut env = crate::handoff::env(&db.namespace);
+            env.extend(
+                [
+                    ("GORGE_SERVICE_TOKEN", TOKEN),
+                    ("GORGE_WEBHOOK_DELIVERY_TIMEOUT", "1"),
+                    ("GORGE_WEBHOOK_CLAIM_LEASE_SEC", "1"),
+                ]
+                .map(|(k, v)| (k.to_owned(), v.to_owned())),
+            );
+            let daemon = Daemon::start("stall", &env).await;
+            let port = free_port();
+            let dir = std::env::temp_dir().join(format!(
+                "gorge-prometheus-stall-{}-{port}",
+                std::process::id()
+            ));
+            let prometheus =
+                start_prometheus(&dir, &scrape_config(&daemon.addr().to_string()), port);
+            let deadline = tokio::time::Instant::now() + DEADLINE;
+            while series_count(port, &stalled_expr).await == 0 {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the stall expression never held within {DEADLINE:?}: {stalled_expr}\n\
+                     lag {:?}\nlease {:?}\n{}",
+                    query(port, "gorge_webhook_oldest_due_seconds").await,
+                    query(port, "gorge_webhook_claim_lease_seconds").await,
+                    daemon.log()
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            assert_eq!(db.row(row).await.status, RequestStatus::Queued);
+            assert!(receiver.requests().is_empty(), "nothing was sent");
+
+            holder
+                .exec_drop("SELECT RELEASE_LOCK(?)", (&lock,))
+                .await
+                .expect("RELEASE_LOCK");
+            until(
+                &daemon,
+                "the row sent once the hook is let go",
+                async || db.row(row).await.status == RequestStatus::Sent,
+            )
+            .await;
+            let deadline = tokio::time::Instant::now() + DEADLINE;
+            while series_count(port, &stalled_expr).await > 0 {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the stall expression still holds after the delivery"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
             drop(prometheus);
             let _ = std::fs::remove_dir_all(&dir);
         })

@@ -205,3 +205,81 @@ pub(super) async fn a_deleted_row_does_not_hide_the_rows_after_it(bed: &dyn Test
         with_after
     );
 }
+
+/// The wake-up probe: 0 on an empty table, then the highest committed id,
+/// whatever the rows' status; an insert not committed yet does not raise
+/// it, and a deleted highest row lowers it.
+pub(super) async fn newest_id_is_the_highest_committed_id(bed: &dyn TestBed) {
+    let newest = || async { bed.store().newest_id().await.expect("newest id") };
+    assert_eq!(newest().await, 0, "empty table");
+    let now = bed.now().await;
+    let first = bed.insert_request(&request(HOOK, now, now)).await;
+    let second = bed.insert_request(&sent(now - 10)).await;
+    assert_eq!(newest().await, second);
+    let pending = bed.begin_insert(&request(HOOK, now, now)).await;
+    assert_eq!(newest().await, second, "an uncommitted insert is not seen");
+    bed.commit_insert(pending).await;
+    assert_eq!(newest().await, pending);
+    bed.delete_request(pending).await;
+    assert_eq!(newest().await, second);
+    assert!(first < second);
+}
+
+/// The candidates due longest, with when each became due: a failed row
+/// when its backoff ended, a row whose claim was abandoned when its lease
+/// ended, a fresh row when it was created; oldest first, up to the limit,
+/// excluded hooks and rows not due left out — the candidate predicate's
+/// rows and no others.
+pub(super) async fn longest_due_lists_candidates_by_when_they_became_due(bed: &dyn TestBed) {
+    let now = bed.now().await;
+    let fresh = bed
+        .insert_request(&request(HOOK, now - 100, now - 100))
+        .await;
+    let abandoned = bed
+        .insert_request(&request(HOOK, now - 500, now - 200))
+        .await;
+    let failed = bed
+        .insert_request(&NewRequest {
+            last_request_result: LastResult::Fail,
+            last_request_epoch: now - 300,
+            ..request(HOOK, now - 900, now - 300)
+        })
+        .await;
+    let backing_off = bed
+        .insert_request(&NewRequest {
+            last_request_result: LastResult::Fail,
+            last_request_epoch: now - 40,
+            ..request(HOOK, now - 900, now - 40)
+        })
+        .await;
+    let leased = bed
+        .insert_request(&request(HOOK, now - 500, now - 10))
+        .await;
+    bed.insert_request(&sent(now - 1_000)).await;
+    let other = bed
+        .insert_request(&request(OTHER_HOOK, now - 2_000, now - 2_000))
+        .await;
+    let mut q = query(now, 30, 60);
+    q.exclude_hooks = vec![OTHER_HOOK.to_owned()];
+    let due = bed.counts().longest_due(&q).await.expect("longest due");
+    let listed: Vec<(u64, UnixTime)> = due.iter().map(|r| (r.id, r.due_since)).collect();
+    assert_eq!(
+        listed,
+        vec![
+            (failed, now - 240),
+            (abandoned, now - 170),
+            (fresh, now - 100)
+        ],
+        "backing off {backing_off}, leased {leased} and other hook {other} are not due"
+    );
+    assert_eq!(due[0].webhook_phid, HOOK);
+    assert_eq!(due[0].phid, bed.row(failed).await.phid);
+    for row in &due {
+        assert_eq!(row.due_since, q.cutoffs.due_since(&bed.row(row.id).await));
+    }
+    q.limit = 1;
+    let first = bed.counts().longest_due(&q).await.expect("longest due");
+    assert_eq!(first.iter().map(|r| r.id).collect::<Vec<_>>(), vec![failed]);
+    let candidates = candidate_ids(bed, &query(now, 30, 60)).await;
+    assert!(candidates.contains(&other) && !candidates.contains(&backing_off));
+}

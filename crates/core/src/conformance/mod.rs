@@ -141,6 +141,8 @@ cases!(
     candidates::a_row_waiting_out_its_backoff_below_many_sent_rows_comes_back,
     candidates::a_fresh_row_after_many_retained_rows_is_a_candidate_at_once,
     candidates::a_deleted_row_does_not_hide_the_rows_after_it,
+    candidates::newest_id_is_the_highest_committed_id,
+    candidates::longest_due_lists_candidates_by_when_they_became_due,
     adoption::every_task_no_taskmaster_runs_is_leased,
     adoption::the_sweep_leases_only_tasks_without_an_owner,
     adoption::due_leases_are_extended_and_lapsed_ones_taken_again,

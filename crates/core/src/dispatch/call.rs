@@ -142,6 +142,12 @@ async fn deliver(
         request_phid: row.phid.clone(),
         timeout,
     };
+    if row.last_request_epoch == 0 {
+        // Its first attempt: how long it queued, by Phorge's whole-second
+        // `dateCreated`.
+        let waited = cx.clock.now().saturating_sub(row.date_created);
+        cx.metrics.observe_queue_time(Duration::from_secs(waited));
+    }
     let _in_flight = InFlight::enter(&cx.metrics);
     let started = cx.clock.monotonic();
     let result = cx.transport.deliver(request).await;

@@ -79,6 +79,16 @@ impl HookBook {
         (changed, open_hooks)
     }
 
+    /// The hooks whose breaker was open when last checked.
+    pub(super) fn breaker_open(&self) -> Vec<String> {
+        let facts = self.facts();
+        facts
+            .iter()
+            .filter(|(_, f)| f.breaker_open)
+            .map(|(phid, _)| phid.clone())
+            .collect()
+    }
+
     /// Whether `phid` hangs (its last call took half the timeout or more).
     pub(super) fn is_hanging(&self, phid: &str) -> bool {
         self.facts().get(phid).is_some_and(|f| f.hanging)

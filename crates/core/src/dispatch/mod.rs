@@ -9,6 +9,7 @@
 //! The loop and the run:
 //!
 //! - `run_loop`: [`Dispatcher::run`], its polls and wake-ups, the slots;
+//! - `wake`: the probe between polls that notices a new row at once;
 //! - `backlog`: rows fetched and not finished, per hook;
 //! - `hook_run`: one hook's rows, one at a time, each through the pipeline
 //!   (`deliver_row`, the only function that knows the stages' order, and
@@ -49,6 +50,7 @@ mod refusals;
 mod run_loop;
 mod stages;
 mod told;
+mod wake;
 
 use std::fmt;
 use std::future::{poll_fn, Future};
@@ -68,7 +70,7 @@ use crate::model::UnixTime;
 use crate::objects::PhorgeObjects;
 use crate::pause::HookPauses;
 use crate::signing::{Signer, SigningSettings};
-use crate::store::Store;
+use crate::store::{CandidateQuery, DueRow, QueueCounts, Store, StoreError};
 use crate::transport::Transport;
 use crate::windows::Windows;
 
@@ -193,6 +195,38 @@ impl Dispatcher {
     /// The windows in force.
     pub fn windows(&self) -> &Windows {
         &self.cx.windows
+    }
+
+    /// The due row that has waited longest, asked of `counts` (the store
+    /// this dispatcher delivers from) so that a stalled loop shows its lag
+    /// growing: `None` when no row is due, or while delivery is held for
+    /// Phorge's silent mode; rows of hooks whose breaker this instance
+    /// last saw open, or that a receiver's `Retry-After` paused, wait on
+    /// purpose and are left out.
+    pub async fn longest_due(
+        &self,
+        counts: &dyn QueueCounts,
+    ) -> Result<Option<DueRow>, StoreError> {
+        if self.cx.held() {
+            return Ok(None);
+        }
+        let mut held_back = self.cx.hooks.breaker_open();
+        held_back.extend(self.cx.pauses.current().into_iter().map(|pause| pause.hook));
+        held_back.sort();
+        held_back.dedup();
+        let query = CandidateQuery {
+            cutoffs: self.cx.windows.cutoffs(self.cx.clock.now()),
+            limit: 1,
+            exclude_hooks: held_back,
+        };
+        Ok(counts.longest_due(&query).await?.into_iter().next())
+    }
+
+    /// How long [`Self::longest_due`]'s row has waited, in seconds; 0 when
+    /// none is due.
+    pub async fn lag_secs(&self, counts: &dyn QueueCounts) -> Result<u64, StoreError> {
+        let due = self.longest_due(counts).await?;
+        Ok(due.map_or(0, |row| self.cx.clock.now().saturating_sub(row.due_since)))
     }
 }
 

@@ -1,7 +1,8 @@
 //! The loop: when to poll and how many rows to ask for, which hook runs
 //! take the free slots (hanging hooks share at most half), which kept
 //! locks to give up, and what wakes it (shutdown, a finished run, the poll
-//! timer); poll failures said once per outage, and a periodic summary.
+//! timer, the wake-up probe between polls); poll failures said once per
+//! outage, and a periodic summary.
 //!
 //! It owns the [`Backlog`], the slots (the runs in flight) and the kept
 //! locks; a hook's rows are handled in `hook_run`.
@@ -25,6 +26,7 @@ use super::backlog::Backlog;
 use super::context::Context;
 use super::guard::release;
 use super::hook_run::{hook_run, HeldLock, RunReport};
+use super::wake::{Reading, WakeProbe};
 use super::LOG_TARGET;
 use super::{alongside, Dispatcher};
 
@@ -92,6 +94,7 @@ impl Dispatcher {
             batch_size = self.cx.windows.batch_size()
         );
         loop {
+            state.probe_if_due().await;
             state.poll_if_due().await;
             state.start_runs();
             state.release_idle_locks().await;
@@ -122,6 +125,9 @@ struct Loop<'a> {
     held: HashMap<String, HeldLock>,
     timer: Option<BoxFuture<'static, ()>>,
     next_poll: Duration,
+    probe: WakeProbe,
+    /// The next poll runs because the probe saw a new row.
+    woken: bool,
     last_poll: LastPoll,
     limit: usize,
     stopping: bool,
@@ -141,6 +147,8 @@ impl<'a> Loop<'a> {
             held: HashMap::new(),
             timer: None,
             next_poll: now,
+            probe: WakeProbe::new(cx, now),
+            woken: false,
             last_poll: LastPoll::default(),
             limit: cx.windows.batch_size(),
             stopping: false,
@@ -156,6 +164,31 @@ impl<'a> Loop<'a> {
     fn poll_wanted(&self) -> bool {
         let low_water = (self.cx.windows.batch_size() / 2).max(1);
         !self.stopping && self.backlog.startable(|h| self.cx.hooks.is_hanging(h)) < low_water
+    }
+
+    /// Reads the wake-up probe when it is due before the next poll, and
+    /// brings the poll forward to now when the table's highest id
+    /// changed; the runs go on meanwhile.
+    async fn probe_if_due(&mut self) {
+        let now = self.cx.clock.monotonic();
+        if !self.probe.take_due(now) {
+            return;
+        }
+        self.timer = None;
+        if now >= self.next_poll || !self.poll_wanted() || self.cx.held() {
+            return;
+        }
+        let cx = self.cx;
+        let finished = &mut self.finished;
+        let probe = pin!(self.probe.read(cx));
+        match alongside(probe, &mut self.runs, |r| finished.push(r)).await {
+            Reading::Same => {}
+            Reading::First => self.next_poll = now,
+            Reading::Changed => {
+                self.next_poll = now;
+                self.woken = true;
+            }
+        }
     }
 
     /// Polls when one is due and wanted, while the runs go on; sets when
@@ -187,13 +220,19 @@ impl<'a> Loop<'a> {
             Found::Full => (self.limit * 2).min(windows.batch_size() * BACKLOG_BATCHES_MAX),
             _ => windows.batch_size(),
         };
+        let woken = std::mem::take(&mut self.woken);
         self.next_poll = match found {
             Found::Full => now,
             // Rows are arriving: look again soon, so a steady stream waits
-            // a fraction of the interval, not all of it.
+            // a fraction of the interval, not all of it. So does a wake-up
+            // that found nothing to take: the new row may not be
+            // deliverable yet (with task adoption, Phorge queues its task
+            // just after it), and the highest id will not change again.
             Found::Fresh => now + windows.busy_poll_interval(),
+            Found::Nothing if woken => now + windows.busy_poll_interval(),
             Found::Nothing => now + windows.poll_interval(),
         };
+        self.probe.polled(now);
         self.timer = None;
         self.summary.maybe_log(now, &cx.metrics);
     }
@@ -282,12 +321,14 @@ impl<'a> Loop<'a> {
     }
 
     /// Waits for shutdown, a run to finish, or (when a poll is wanted) the
-    /// poll timer.
+    /// timer of the next poll or wake-up probe.
     async fn wait(&mut self, mut shutdown: Pin<&mut impl Future<Output = ()>>) -> Wake {
         let poll_wanted = self.poll_wanted();
         if poll_wanted && self.timer.is_none() {
             let now = self.cx.clock.monotonic();
-            self.timer = Some(self.cx.clock.sleep(self.next_poll.saturating_sub(now)));
+            let probe = self.probe.due_at().filter(|_| !self.cx.held());
+            let due = probe.map_or(self.next_poll, |p| p.min(self.next_poll));
+            self.timer = Some(self.cx.clock.sleep(due.saturating_sub(now)));
         }
         let stopping = self.stopping;
         let (runs, timer) = (&mut self.runs, &mut self.timer);

@@ -838,6 +838,156 @@ fn an_idle_dispatcher_polls_once_per_interval() {
     assert!((10..=11).contains(&polls), "{polls}");
 }
 
+/// An idle dispatcher with hook A, run past its start; the poll and probe
+/// counts so far.
+fn idle_with_hook_a(settings: Settings) -> (Harness, u64, u64) {
+    let mut h = Harness::new(settings);
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    h.start();
+    h.run_for(secs(3));
+    let polls = h.store.calls(StoreOp::Candidates);
+    let probes = h.store.calls(StoreOp::NewestId);
+    (h, polls, probes)
+}
+
+/// Inserts a row 330 ms into a poll interval (well before the next poll),
+/// runs `then`, and returns how long after the insert its POST started.
+fn post_delay_of_a_row_inserted_between_polls(h: &mut Harness, then: Duration) -> Option<Duration> {
+    h.run_for(Duration::from_millis(330));
+    let inserted = h.clock.monotonic();
+    h.store.insert_request(NewRequest::queued(HOOK_A, NEVER));
+    h.run_for(then);
+    h.transport.posts().first().map(|p| p.started - inserted)
+}
+
+#[test]
+fn an_idle_dispatcher_probes_between_polls_and_polls_only_on_a_change() {
+    let (mut h, polls, probes) = idle_with_hook_a(Settings::default());
+    h.run_for(secs(2));
+    assert_eq!(
+        h.store.calls(StoreOp::Candidates) - polls,
+        2,
+        "one poll per interval"
+    );
+    // A spacing apart, restarted by each poll.
+    let settings = Settings::default();
+    let per_interval =
+        (settings.poll_interval.as_millis() / settings.wake_probe.as_millis()) as u64;
+    let probed = h.store.calls(StoreOp::NewestId) - probes;
+    assert!(
+        (2 * per_interval - 2..=2 * per_interval).contains(&probed),
+        "{probed} probes in 2 s, {per_interval} fit in an interval"
+    );
+    let snap = h.dispatcher.metrics().snapshot();
+    assert_eq!(snap.wake_probes, h.store.calls(StoreOp::NewestId));
+    assert_eq!(snap.wakeups, 1, "only the first reading counts as a change");
+}
+
+#[test]
+fn a_row_arriving_at_idle_goes_out_at_the_next_probe_not_the_next_poll() {
+    let (mut h, _, _) = idle_with_hook_a(Settings::default());
+    let delay = post_delay_of_a_row_inserted_between_polls(&mut h, Duration::from_millis(60));
+    let delay = delay.expect("posted within 60 ms of the insert");
+    assert!(delay <= Settings::default().wake_probe, "{delay:?}");
+    assert_eq!(h.dispatcher.metrics().snapshot().wakeups, 2);
+}
+
+/// A wake-up whose poll finds nothing to take (here a row that is not
+/// queued; with task adoption, a row whose task Phorge has not queued
+/// yet) is followed by another poll a tenth of the interval later, not a
+/// whole one: the highest id will not change again for that row.
+#[test]
+fn a_wake_up_that_found_nothing_looks_again_soon() {
+    let (mut h, _, _) = idle_with_hook_a(Settings::default());
+    h.run_for(Duration::from_millis(330));
+    let polls = h.store.calls(StoreOp::Candidates);
+    h.store.insert_request(NewRequest {
+        status: RequestStatus::Sent,
+        ..NewRequest::queued(HOOK_A, NEVER)
+    });
+    h.run_for(Duration::from_millis(160));
+    assert_eq!(
+        h.store.calls(StoreOp::Candidates) - polls,
+        2,
+        "the woken poll and one 100 ms after it"
+    );
+    h.run_for(Duration::from_millis(500));
+    assert_eq!(
+        h.store.calls(StoreOp::Candidates) - polls,
+        2,
+        "then the interval"
+    );
+}
+
+#[test]
+fn with_the_probe_off_a_row_at_idle_waits_for_the_poll() {
+    let settings = Settings {
+        wake_probe: Duration::ZERO,
+        ..Settings::default()
+    };
+    let (mut h, _, probes) = idle_with_hook_a(settings);
+    assert_eq!(probes, 0);
+    let early = post_delay_of_a_row_inserted_between_polls(&mut h, Duration::from_millis(60));
+    assert_eq!(early, None, "nothing before the poll");
+    h.run_for(secs(1));
+    assert_eq!(h.transport.posts().len(), 1, "the poll found it");
+    assert_eq!(h.store.calls(StoreOp::NewestId), 0);
+}
+
+#[test]
+fn a_failing_probe_leaves_the_row_to_the_next_poll() {
+    let (mut h, _, _) = idle_with_hook_a(Settings::default());
+    h.store.fail_next(StoreOp::NewestId, 1_000);
+    let early = post_delay_of_a_row_inserted_between_polls(&mut h, Duration::from_millis(60));
+    assert_eq!(early, None, "the probe saw nothing");
+    h.run_for(secs(1));
+    assert_eq!(h.transport.posts().len(), 1, "the poll found it");
+    let snap = h.dispatcher.metrics().snapshot();
+    assert_eq!(snap.poll_errors, 0, "a failed probe is no failed poll");
+}
+
+/// The lag: a row nothing delivers (its hook held by another deliverer
+/// that never lets go) shows a wait that grows with the clock, read from
+/// the store; a hook whose breaker is open waits on purpose and is left
+/// out; silent mode holds everything, so nothing counts as due.
+#[test]
+fn the_longest_due_row_grows_while_stalled_and_leaves_held_back_hooks_out() {
+    let mut h = Harness::new(Settings {
+        breaker_threshold: 1,
+        ..Settings::default()
+    });
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    h.store.put_hook(hook(HOOK_B, URI_B));
+    h.transport.always(URI_B, Reply::status(500));
+    let _theirs = futures::executor::block_on(h.store.lock_hook(HOOK_A))
+        .expect("lock")
+        .expect("free");
+    let stalled = h.store.insert_request(NewRequest::queued(HOOK_A, NEVER));
+    let failing = h.store.insert_request(NewRequest::queued(HOOK_B, FOREVER));
+    let longest = |h: &Harness| {
+        futures::executor::block_on(h.dispatcher.longest_due(&h.store)).expect("longest due")
+    };
+    let created = h.store.row(stalled).expect("row").date_created;
+    assert_eq!(
+        longest(&h).map(|r| (r.id, r.due_since)),
+        Some((stalled, created))
+    );
+    h.start();
+    h.run_for(secs(200));
+    let due = longest(&h).expect("still due");
+    assert_eq!((due.id, due.due_since), (stalled, created), "{due:?}");
+    assert_eq!(h.clock.now() - due.due_since, 200);
+    assert!(h.transport.posts().iter().all(|p| p.uri == URI_B));
+    // Hook B's row is due again after its spacing, but its breaker is
+    // open: were it counted, it would come first only after HOOK_A's row,
+    // so look at it alone.
+    assert_eq!(posts_for(&h, failing), 1, "the breaker stops the retries");
+    drop(_theirs);
+    h.run_for(secs(2));
+    assert_eq!(posts_for(&h, stalled), 1, "delivered once the lock is free");
+    assert_eq!(longest(&h), None, "the failing hook's row waits on purpose");
+}
+
 /// Hook A answering 200 after `latency` (unless scripted otherwise), with
 /// `n` queued rows; returns their ids.
 fn hook_a_with_rows(h: &Harness, latency: Duration, n: usize) -> Vec<u64> {

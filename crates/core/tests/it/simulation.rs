@@ -44,6 +44,7 @@ const DISABLED_HOOK: &str = "PHID-HWBH-simdisabledddddddddd";
 fn settings() -> Settings {
     Settings {
         poll_interval: Duration::from_millis(500),
+        wake_probe: Duration::from_millis(200),
         delivery_timeout: Duration::from_secs(2),
         max_concurrent: 2,
         breaker_window_secs: 20,

@@ -11,7 +11,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Row, Value};
 use webhook_core::memory_store::NewRequest;
 use webhook_core::windows::Cutoffs;
-use webhook_core::{CandidateQuery, Store, UnixTime};
+use webhook_core::{CandidateQuery, RequestStatus, Store, UnixTime};
 use webhook_store_mysql::{
     sql, MysqlRequeue, MysqlStore, Requeued, GAP_GRACE, LOOK_EVERY, LOOK_WINDOW, RESCAN_EVERY,
 };
@@ -327,6 +327,46 @@ async fn the_look_reads_one_key_ratelimit_range_per_hook() {
         let read = index_reads(&mut conn).await - before;
         assert_eq!(found.len(), 3);
         assert!(read <= 10, "the look read {read} index entries for 3 rows");
+    })
+    .await;
+}
+
+/// While the wake-up probe's last reading of the highest id is below the
+/// frontier, polls skip the walk (it could read nothing); a reading gone
+/// stale misses nothing, as the candidate query covers every id from the
+/// frontier up; the next reading at or above the frontier brings the walk
+/// back.
+#[tokio::test]
+async fn polls_skip_the_walk_while_the_probe_saw_nothing_above_the_frontier() {
+    with_db(|db| async move {
+        let now = db.now().await;
+        for _ in 0..3 {
+            db.insert_request(&NewRequest {
+                status: RequestStatus::Sent,
+                date_created: Some(now - 86_400),
+                date_modified: Some(now - 86_400),
+                ..NewRequest::queued(HOOK, "{}")
+            })
+            .await;
+        }
+        let store = db.store();
+        assert!(candidate_ids(&store, now).await.is_empty());
+        let end = max_id(&db).await + 1;
+        assert_eq!(store.scan_floor(), end, "the first poll's rescan");
+        assert_eq!(store.newest_id().await.expect("probe"), end - 1);
+
+        let fresh = db.insert_request(&NewRequest::queued(HOOK, "{}")).await;
+        assert_eq!(
+            candidate_ids(&store, now).await,
+            vec![fresh],
+            "nothing missed"
+        );
+        assert_eq!(store.scan_floor(), end, "no walk on a stale reading");
+
+        assert_eq!(store.newest_id().await.expect("probe"), fresh);
+        assert_eq!(candidate_ids(&store, now).await, vec![fresh]);
+        assert_eq!(store.scan_floor(), fresh + 1, "the walk passed the new row");
+        store.disconnect().await.expect("close pool");
     })
     .await;
 }

@@ -212,6 +212,10 @@ impl Store for ClaimWatch {
         self.store.candidates(query).await
     }
 
+    async fn newest_id(&self) -> Result<u64, StoreError> {
+        self.store.newest_id().await
+    }
+
     async fn claim(&self, id: u64, seen_version: UnixTime) -> Result<Claim, StoreError> {
         let claim = self.store.claim(id, seen_version).await?;
         if let Claim::Won(_) = claim {
