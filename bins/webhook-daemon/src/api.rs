@@ -552,6 +552,12 @@ impl Api {
                 .filter_map(|value| value.to_str().ok()),
         );
         let queue = self.queue_count().await;
+        // Only once the database answered the count: in an outage a second
+        // bounded read would double the scrape's wait.
+        let oldest_due_secs = match queue {
+            Some(_) => self.lag_secs().await,
+            None => None,
+        };
         let scrape = Scrape {
             dispatcher: self.metrics.snapshot(),
             queue,
@@ -560,7 +566,7 @@ impl Api {
             log_lines_dropped: self.log_lines_dropped.as_ref().map(|count| count()),
             adoption: self.adoption.as_ref().and_then(|totals| totals()),
             clock_skew_secs: self.clock_skew.as_ref().and_then(|skew| skew()),
-            oldest_due_secs: self.lag_secs().await,
+            oldest_due_secs,
             claim_lease_secs: self.lag.as_ref().map(|d| d.windows().lease_secs()),
         };
         match metrics_text::render(scrape, format) {
