@@ -53,6 +53,8 @@ pub enum StoreOp {
     Stats,
     /// [`QueueCounts::hook_count`]
     HookCount,
+    /// [`QueueCounts::longest_due`]
+    LongestDue,
     /// [`PhorgeObjects::lookup`]
     ObjectLookup,
     /// Every [`TaskQueue`](crate::adoption::TaskQueue) operation.
@@ -551,7 +553,7 @@ impl QueueCounts for MemoryStore {
 
     async fn longest_due(&self, query: &CandidateQuery) -> Result<Vec<DueRow>, StoreError> {
         let mut inner = self.lock();
-        Self::check_fault(&mut inner, StoreOp::Stats)?;
+        Self::check_fault(&mut inner, StoreOp::LongestDue)?;
         let mut due: Vec<DueRow> = inner
             .rows
             .values()

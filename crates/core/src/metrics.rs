@@ -1,6 +1,7 @@
 //! Counters the dispatcher keeps for a metrics endpoint: plain atomics, read
 //! as a consistent-enough snapshot. No exporter here; binaries render them.
 
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -16,28 +17,52 @@ pub const QUEUE_TIME_BUCKETS: &[f64] = &[
     1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
 ];
 
-/// A histogram of durations over fixed bucket bounds (seconds).
+/// A histogram's bucket bounds, as a type, so each histogram field of
+/// [`Metrics`] builds itself by `Default`.
+trait Bounds {
+    const BOUNDS: &'static [f64];
+}
+
+/// [`LATENCY_BUCKETS`].
 #[derive(Debug)]
-struct Histogram {
-    bounds: &'static [f64],
+struct CallLatency;
+
+impl Bounds for CallLatency {
+    const BOUNDS: &'static [f64] = LATENCY_BUCKETS;
+}
+
+/// [`QUEUE_TIME_BUCKETS`].
+#[derive(Debug)]
+struct QueueTime;
+
+impl Bounds for QueueTime {
+    const BOUNDS: &'static [f64] = QUEUE_TIME_BUCKETS;
+}
+
+/// A histogram of durations over `B`'s bucket bounds (seconds).
+#[derive(Debug)]
+struct Histogram<B> {
     buckets: Vec<AtomicU64>,
     count: AtomicU64,
     sum_micros: AtomicU64,
+    bounds: PhantomData<B>,
 }
 
-impl Histogram {
-    fn new(bounds: &'static [f64]) -> Self {
+impl<B: Bounds> Default for Histogram<B> {
+    fn default() -> Self {
         Self {
-            bounds,
-            buckets: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
+            buckets: B::BOUNDS.iter().map(|_| AtomicU64::new(0)).collect(),
             count: AtomicU64::new(0),
             sum_micros: AtomicU64::new(0),
+            bounds: PhantomData,
         }
     }
+}
 
+impl<B: Bounds> Histogram<B> {
     fn observe(&self, value: Duration) {
         let secs = value.as_secs_f64();
-        for (bound, bucket) in self.bounds.iter().zip(&self.buckets) {
+        for (bound, bucket) in B::BOUNDS.iter().zip(&self.buckets) {
             if secs <= *bound {
                 bucket.fetch_add(1, Ordering::Relaxed);
             }
@@ -49,7 +74,7 @@ impl Histogram {
 
     fn snapshot(&self) -> HistogramSnapshot {
         HistogramSnapshot {
-            bounds: self.bounds,
+            bounds: B::BOUNDS,
             buckets: self
                 .buckets
                 .iter()
@@ -87,7 +112,7 @@ impl HistogramSnapshot {
 }
 
 /// Live counters, shared between the dispatcher and whoever reports them.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Metrics {
     pub(crate) delivered_ok: AtomicU64,
     pub(crate) delivered_http_error: AtomicU64,
@@ -118,47 +143,8 @@ pub struct Metrics {
     pub(crate) objects_found: AtomicU64,
     pub(crate) objects_gone: AtomicU64,
     pub(crate) objects_unseen: AtomicU64,
-    latency: Histogram,
-    queue_time: Histogram,
-}
-
-impl Default for Metrics {
-    fn default() -> Self {
-        let zero = AtomicU64::default;
-        Self {
-            delivered_ok: zero(),
-            delivered_http_error: zero(),
-            delivered_timeout: zero(),
-            delivered_transport_error: zero(),
-            hook_errors: zero(),
-            claims_won: zero(),
-            claims_lost: zero(),
-            claims_unused: zero(),
-            breaker_skips: zero(),
-            lock_busy: zero(),
-            poll_errors: zero(),
-            polls: zero(),
-            wake_probes: zero(),
-            wakeups: zero(),
-            store_errors: zero(),
-            store_denied: zero(),
-            delivery_refused: zero(),
-            writeback_retries: zero(),
-            writeback_failures: zero(),
-            writeback_stale: zero(),
-            lock_lost: zero(),
-            local_failures: zero(),
-            in_flight: zero(),
-            breaker_open_hooks: zero(),
-            retry_after_pauses: zero(),
-            paused_hooks: zero(),
-            objects_found: zero(),
-            objects_gone: zero(),
-            objects_unseen: zero(),
-            latency: Histogram::new(LATENCY_BUCKETS),
-            queue_time: Histogram::new(QUEUE_TIME_BUCKETS),
-        }
-    }
+    latency: Histogram<CallLatency>,
+    queue_time: Histogram<QueueTime>,
 }
 
 /// A point-in-time copy of [`Metrics`].

@@ -18,10 +18,10 @@ use webhook_test_support::mariadb::PhorgeSide;
 use webhook_test_support::{DaemonProcess, Receiver, Reply, TestDb};
 
 use crate::args::{daemon_settings, Args};
-use crate::phases::{latencies, Enqueued, Latency, Lcg};
+use crate::phases::{latencies, wait_for_receipts, Enqueued, Latency, Lcg};
 use crate::report::{round, source_version};
 use crate::sampling::{
-    clock_ticks_per_sec, delta, global_status, process_ticks, status_self_cost, Status,
+    clock_ticks_per_sec, delta, global_status, process_ticks, self_cost, status_self_cost, Status,
 };
 use crate::seed::{insert_hooks, insert_one};
 use crate::{daemon, free_listen_addr, Outcome};
@@ -56,7 +56,7 @@ pub(crate) async fn run(db: TestDb, args: Args, instances: usize) -> Outcome {
     let mut conn = db.conn().await;
     let self_cost = SelfCost {
         statements: status_self_cost(&mut conn).await,
-        reads: reads_self_cost(&mut conn).await,
+        reads: self_cost(&mut conn, index_reads).await,
     };
     let mut daemons: Vec<DaemonProcess> = (0..instances)
         .map(|_| {
@@ -70,7 +70,7 @@ pub(crate) async fn run(db: TestDb, args: Args, instances: usize) -> Outcome {
         warm.clone(),
         Enqueued::Timed(insert_one(&mut conn, &warm, &hooks[0]).await),
     );
-    if let Err(why) = arrived(&receiver, 1, Duration::from_secs(60), &mut daemons).await {
+    if let Err(why) = wait_for_receipts(&receiver, 1, Duration::from_secs(60), &mut daemons).await {
         failures.push(format!("warm-up row: {why}"));
     }
     tokio::time::sleep(SETTLE).await;
@@ -91,7 +91,9 @@ pub(crate) async fn run(db: TestDb, args: Args, instances: usize) -> Outcome {
         timed.push(object);
     }
     let want = expected.len() as u64;
-    if let Err(why) = arrived(&receiver, want, Duration::from_secs(60), &mut daemons).await {
+    if let Err(why) =
+        wait_for_receipts(&receiver, want, Duration::from_secs(60), &mut daemons).await
+    {
         failures.push(format!("timed rows: {why}"));
     }
     let latency = latencies(&receiver, &expected, &timed);
@@ -109,31 +111,6 @@ pub(crate) async fn run(db: TestDb, args: Args, instances: usize) -> Outcome {
     report(&args, instances, &cost, &latency, failures)
 }
 
-/// Waits until `n` distinct rows arrived, or `deadline`; fails early when
-/// a daemon exits.
-async fn arrived(
-    receiver: &Receiver,
-    n: u64,
-    deadline: Duration,
-    daemons: &mut [DaemonProcess],
-) -> Result<(), String> {
-    let started = Instant::now();
-    while receiver.distinct_objects() < n {
-        for d in daemons.iter_mut() {
-            daemon::alive(d)?;
-        }
-        if started.elapsed() > deadline {
-            return Err(format!(
-                "{} of {n} received within {} s",
-                receiver.distinct_objects(),
-                deadline.as_secs()
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    Ok(())
-}
-
 /// What the bench's own pair of `SHOW GLOBAL STATUS` adds to the counters.
 #[derive(Clone, Copy)]
 struct SelfCost {
@@ -148,18 +125,6 @@ fn index_reads(status: &Status) -> u64 {
         .filter(|(k, _)| k.starts_with("Handler_read"))
         .map(|(_, v)| *v)
         .sum()
-}
-
-/// How many `Handler_read_*` one `SHOW GLOBAL STATUS` adds (the server
-/// reads its own status table): the least of three back-to-back pairs.
-async fn reads_self_cost(conn: &mut Conn) -> u64 {
-    let mut least = u64::MAX;
-    for _ in 0..3 {
-        let a = index_reads(&global_status(conn).await);
-        let b = index_reads(&global_status(conn).await);
-        least = least.min(b.saturating_sub(a));
-    }
-    least
 }
 
 /// The server's counters and the daemons' CPU over `secs` of nothing to do.

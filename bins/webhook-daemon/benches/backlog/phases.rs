@@ -80,7 +80,14 @@ pub(crate) async fn latency_phases(
         idle_rows.push(object);
     }
     let want = expected.len() as u64;
-    if let Err(why) = wait_for_receipts(receiver, want, Duration::from_secs(60), daemon).await {
+    if let Err(why) = wait_for_receipts(
+        receiver,
+        want,
+        Duration::from_secs(60),
+        std::slice::from_mut(daemon),
+    )
+    .await
+    {
         failures.push(format!("idle phase: {why}"));
     }
     let idle_lat = latencies(receiver, expected, &idle_rows);
@@ -115,7 +122,14 @@ pub(crate) async fn latency_phases(
         expected.insert(object, Enqueued::Timed(at));
     }
     let want = expected.len() as u64;
-    if let Err(why) = wait_for_receipts(receiver, want, Duration::from_secs(60), daemon).await {
+    if let Err(why) = wait_for_receipts(
+        receiver,
+        want,
+        Duration::from_secs(60),
+        std::slice::from_mut(daemon),
+    )
+    .await
+    {
         failures.push(format!("busy phase: {why}"));
     }
     let busy_lat = latencies(receiver, expected, &busy_rows);
@@ -138,12 +152,12 @@ pub(crate) async fn latency_phases(
 }
 
 /// Waits (polling every 10 ms, bounded by `deadline`) until `n` distinct
-/// objects arrived; fails early if the daemon exits.
+/// objects arrived; fails early if a daemon exits.
 pub(crate) async fn wait_for_receipts(
     receiver: &Receiver,
     n: u64,
     deadline: Duration,
-    daemon: &mut DaemonProcess,
+    daemons: &mut [DaemonProcess],
 ) -> Result<(), String> {
     let started = Instant::now();
     let mut reported = Instant::now();
@@ -152,7 +166,9 @@ pub(crate) async fn wait_for_receipts(
         if got >= n {
             return Ok(());
         }
-        daemon::alive(daemon)?;
+        for daemon in daemons.iter_mut() {
+            daemon::alive(daemon)?;
+        }
         if started.elapsed() > deadline {
             return Err(format!(
                 "only {got} of {n} rows received within {} s",
@@ -311,7 +327,13 @@ pub(crate) async fn drain(
         + Duration::from_millis(
             (args.rows as u64 * (args.latency_ms + 3)) / (mc.min(args.hooks) as u64).max(1) * 3,
         );
-    let drained = wait_for_receipts(receiver, args.rows as u64, drain_deadline, &mut daemon).await;
+    let drained = wait_for_receipts(
+        receiver,
+        args.rows as u64,
+        drain_deadline,
+        std::slice::from_mut(&mut daemon),
+    )
+    .await;
     let drain_wait_end = Instant::now();
     let complete = drained.is_ok();
     if let Err(why) = drained {

@@ -36,14 +36,20 @@ pub(crate) fn delta(before: &Status, after: &Status, key: &str) -> u64 {
     get(after).saturating_sub(get(before))
 }
 
-/// How many `Questions` one `SHOW GLOBAL STATUS` adds (the least of three
-/// back-to-back pairs, so another client's statement does not count).
+/// How many `Questions` one `SHOW GLOBAL STATUS` adds.
 pub(crate) async fn status_self_cost(conn: &mut Conn) -> u64 {
+    self_cost(conn, |status| status.get("Questions").copied().unwrap_or(0)).await
+}
+
+/// How much one `SHOW GLOBAL STATUS` adds to what `measure` reads off the
+/// status (the least of three back-to-back pairs, so another client's
+/// work does not count).
+pub(crate) async fn self_cost(conn: &mut Conn, measure: impl Fn(&Status) -> u64) -> u64 {
     let mut least = u64::MAX;
     for _ in 0..3 {
-        let a = global_status(conn).await;
-        let b = global_status(conn).await;
-        least = least.min(delta(&a, &b, "Questions"));
+        let a = measure(&global_status(conn).await);
+        let b = measure(&global_status(conn).await);
+        least = least.min(b.saturating_sub(a));
     }
     least
 }

@@ -21,6 +21,16 @@ fn sent(created: UnixTime) -> NewRequest {
     }
 }
 
+/// A queued row of [`HOOK`] created at `created` whose last attempt ended
+/// `result` at `at` (its write-back stamped `dateModified` alike).
+fn attempted(result: LastResult, created: UnixTime, at: UnixTime) -> NewRequest {
+    NewRequest {
+        last_request_result: result,
+        last_request_epoch: at,
+        ..request(HOOK, created, at)
+    }
+}
+
 /// Claims the row and writes it back `sent`, as a delivery does.
 async fn deliver(bed: &dyn TestBed, id: u64, now: UnixTime) {
     let seen = bed.row(id).await.date_modified;
@@ -96,18 +106,10 @@ pub(super) async fn claimed_row_waits_out_its_lease(bed: &dyn TestBed) {
 pub(super) async fn failed_attempt_waits_out_the_retry_backoff(bed: &dyn TestBed) {
     let now = bed.now().await;
     let failed = bed
-        .insert_request(&NewRequest {
-            last_request_result: LastResult::Fail,
-            last_request_epoch: now - 40,
-            ..request(HOOK, now - 100, now - 40)
-        })
+        .insert_request(&attempted(LastResult::Fail, now - 100, now - 40))
         .await;
     let okay_before = bed
-        .insert_request(&NewRequest {
-            last_request_result: LastResult::Okay,
-            last_request_epoch: now - 40,
-            ..request(HOOK, now - 100, now - 40)
-        })
+        .insert_request(&attempted(LastResult::Okay, now - 100, now - 40))
         .await;
     assert_eq!(
         candidate_ids(bed, &query(now, 30, 60)).await,
@@ -150,11 +152,7 @@ pub(super) async fn a_row_waiting_out_its_backoff_below_many_sent_rows_comes_bac
     let now = bed.now().await;
     // Last attempts failed just now (retry=forever): one row created an
     // hour ago, one just now above an hour's delivered rows.
-    let failed_now = |created| NewRequest {
-        last_request_result: LastResult::Fail,
-        last_request_epoch: now,
-        ..request(HOOK, created, now)
-    };
+    let failed_now = |created| attempted(LastResult::Fail, created, now);
     let long_waiting = bed.insert_request(&failed_now(now - 3_600)).await;
     bed.insert_requests(&sent(now - 3_600), 300).await;
     let waiting = bed.insert_request(&failed_now(now)).await;
@@ -239,18 +237,10 @@ pub(super) async fn longest_due_lists_candidates_by_when_they_became_due(bed: &d
         .insert_request(&request(HOOK, now - 500, now - 200))
         .await;
     let failed = bed
-        .insert_request(&NewRequest {
-            last_request_result: LastResult::Fail,
-            last_request_epoch: now - 300,
-            ..request(HOOK, now - 900, now - 300)
-        })
+        .insert_request(&attempted(LastResult::Fail, now - 900, now - 300))
         .await;
     let backing_off = bed
-        .insert_request(&NewRequest {
-            last_request_result: LastResult::Fail,
-            last_request_epoch: now - 40,
-            ..request(HOOK, now - 900, now - 40)
-        })
+        .insert_request(&attempted(LastResult::Fail, now - 900, now - 40))
         .await;
     let leased = bed
         .insert_request(&request(HOOK, now - 500, now - 10))
