@@ -6,7 +6,9 @@
 //! Phorge's global silent mode (its `local.json` and its database entry,
 //! added up by the core's `Sight` as the daemon adds them up), leftover
 //! PHP delivery tasks, whether requests' objects can be checked as
-//! Phorge's worker does, and which rows have been due for longer than two
+//! Phorge's worker does, whether the server's binary log can be followed
+//! for new rows (one attempt, as the daemon makes it), and which rows have
+//! been due for longer than two
 //! claim leases (what the stall alert counts), each with why it waits as
 //! `explain` judges it — each with what to do about it. Read-only, like
 //! every command.
@@ -16,10 +18,14 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use webhook_core::hold::{ConfigUnreadable, PhorgeConfig};
 use webhook_core::hold::{Reading, Sight, Visibility};
-use webhook_core::{CandidateQuery, DueRow, UnixTime};
+use webhook_core::{CandidateQuery, DueRow, UnixTime, WakeHints};
 use webhook_daemon::server_clock::{skew_words, Measurement, SKEW_WARN_SECS};
+use webhook_store_mysql::config::WAKE_BINLOG;
 use webhook_store_mysql::local_config::{LocalConfig, LocalConfigError};
-use webhook_store_mysql::{MysqlReader, PhpDeliveryTasks, TaskRunners, OBJECT_TABLES};
+use webhook_store_mysql::{
+    BinlogFollower, MysqlConfig, MysqlReader, NotFollowing, PhpDeliveryTasks, TaskRunners,
+    OBJECT_TABLES,
+};
 
 use crate::clock::span;
 use crate::error::{exit, AdminError};
@@ -147,6 +153,7 @@ pub async fn run(
         },
     });
     checks.push(objects_check(reader).await);
+    checks.push(wake_check(&config.mysql).await);
     checks.push(overdue_check(db, config, now, daemon).await?);
     report(&checks, json_out)?;
     Ok(if checks.iter().any(|c| c.verdict == Verdict::Fail) {
@@ -314,6 +321,46 @@ async fn privileges_check(reader: &MysqlReader) -> Check {
             finding: format!("cannot check the account's privileges for delivery: {err}"),
             advice: None,
         },
+    }
+}
+
+/// How new rows reach the daemon: the server's binary log where it can be
+/// followed, otherwise the wake-up probe. Never fails: the probe always
+/// works.
+async fn wake_check(config: &MysqlConfig) -> Check {
+    let probe = "the wake-up probe notices new rows (within GORGE_WEBHOOK_WAKE_PROBE_MS)";
+    let grant = "to have them read from the binary log as they commit, GRANT REPLICATION SLAVE, \
+                 BINLOG MONITOR ON *.* (MySQL: REPLICATION SLAVE, REPLICATION CLIENT) to the \
+                 daemon's account (docs/operations/settings.md, following the binary log)";
+    let (verdict, finding, advice) = if !config.wake_binlog {
+        let finding = format!("{} is off: {probe}", WAKE_BINLOG.name);
+        (Verdict::Ok, finding, None)
+    } else {
+        match BinlogFollower::new(config, WakeHints::new()).check().await {
+            Ok(()) => (
+                Verdict::Ok,
+                "the account can follow the server's binary log: new rows are noticed as they \
+                 are committed"
+                    .to_owned(),
+                None,
+            ),
+            Err(NotFollowing::LogOff) => (
+                Verdict::Ok,
+                format!("the server keeps no binary log: {probe}"),
+                Some(format!("to wake on commit, turn log_bin on; then {grant}")),
+            ),
+            Err(err) => (
+                Verdict::Warn,
+                format!("the binary log cannot be followed ({err}): {probe}"),
+                Some(grant.to_owned()),
+            ),
+        }
+    };
+    Check {
+        name: "wake",
+        verdict,
+        finding,
+        advice,
     }
 }
 

@@ -32,7 +32,7 @@ use webhook_core::{
 
 use crate::handoff::HandOff;
 use crate::live::{EventHub, Subscription};
-use crate::metrics_text::{self, Format, Scrape};
+use crate::metrics_text::{self, BinlogWake, Format, Scrape};
 
 /// Database-backed requests (`/api/webhook/stats`, `/api/webhook/hooks`,
 /// the queue count of `/metrics`) running at once.
@@ -568,6 +568,12 @@ impl Api {
             clock_skew_secs: self.clock_skew.as_ref().and_then(|skew| skew()),
             oldest_due_secs,
             claim_lease_secs: self.lag.as_ref().map(|d| d.windows().lease_secs()),
+            binlog_wake: (self.lag.as_ref())
+                .and_then(|d| d.wake_hints())
+                .map(|hints| BinlogWake {
+                    following: hints.following(),
+                    hints: hints.given(),
+                }),
         };
         match metrics_text::render(scrape, format) {
             Ok(text) => Reply {

@@ -14,8 +14,8 @@ use tracing::{error, info, warn};
 use webhook_core::adoption::TaskAdoption;
 use webhook_core::hold::{PhorgeConfig, SilentMode};
 use webhook_core::windows::Windows;
-use webhook_core::{Clock, Dispatcher, EventSink, PhorgeObjects, QueueCounts, Store};
-use webhook_store_mysql::{MysqlConfig, MysqlStore};
+use webhook_core::{Clock, Dispatcher, EventSink, PhorgeObjects, QueueCounts, Store, WakeHints};
+use webhook_store_mysql::{BinlogFollower, MysqlConfig, MysqlStore};
 use webhook_transport_hyper::HyperTransport;
 
 use crate::access::{check_delivery_access, DeliveryAccess};
@@ -184,6 +184,10 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
         // Nobody else will fail the rows while Phorge is silent.
         dispatcher = dispatcher.failing_when_silent();
     }
+    let binlog_hints = config.delivery.mysql.wake_binlog.then(WakeHints::new);
+    if let Some(hints) = &binlog_hints {
+        dispatcher = dispatcher.with_wake_hints(hints.clone());
+    }
     let dispatcher = Arc::new(dispatcher);
     let access = Arc::new(DeliveryAccess::default());
     let listener = TcpListener::bind(config.listen)
@@ -250,6 +254,8 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
     let schema = tokio::spawn(check_schema_when_ready(Arc::clone(&store)));
     let php_watch = tokio::spawn(handoff.watch_php_delivery(Arc::clone(&store)));
     let measuring = tokio::spawn(keep_measured(Arc::clone(&clock), store.reader().clone()));
+    let following = binlog_hints
+        .map(|hints| tokio::spawn(BinlogFollower::new(&config.delivery.mysql, hints).run()));
     let adoption_clock = Arc::clone(&clock) as Arc<dyn Clock>;
     let mut checking = tokio::spawn(check_delivery_access(
         Arc::clone(&store),
@@ -319,6 +325,9 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
     checking.abort();
     php_watch.abort();
     measuring.abort();
+    if let Some(following) = &following {
+        following.abort();
+    }
     // The kept hook locks stay held until the deliveries drained; then
     // they are freed and the unfinished tasks handed back (below).
     adoption.abort();

@@ -46,6 +46,17 @@ pub struct Scrape {
     pub oldest_due_secs: Option<u64>,
     /// The effective claim lease, in seconds, where a dispatcher runs.
     pub claim_lease_secs: Option<u64>,
+    /// The binary-log wake-up's state, where it is on.
+    pub binlog_wake: Option<BinlogWake>,
+}
+
+/// Whether the binary log is followed for new rows, and what it told.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BinlogWake {
+    /// Followed now (otherwise the wake-up probe does the work).
+    pub following: bool,
+    /// Inserts into the request table read from it since the start.
+    pub hints: u64,
 }
 
 #[derive(Debug)]
@@ -326,6 +337,22 @@ impl Collector for ScrapeCollector {
                 &[(none(), signed(lag))],
             )?;
         }
+        if let Some(wake) = self.scrape.binlog_wake {
+            gauge(
+                &mut encoder,
+                "gorge_webhook_binlog_following",
+                "1 while the server's binary log is followed for new rows (GORGE_WEBHOOK_WAKE_BINLOG); \
+                 0 while it cannot be and the wake-up probe notices them instead",
+                &[(none(), i64::from(wake.following))],
+            )?;
+            counter(
+                &mut encoder,
+                format,
+                "gorge_webhook_binlog_hints",
+                "Inserts into the request table read from the binary log, each a poll at once",
+                &[(none(), wake.hints)],
+            )?;
+        }
         if let Some(lease) = self.scrape.claim_lease_secs {
             gauge(
                 &mut encoder,
@@ -501,6 +528,7 @@ fn every_part() -> Scrape {
         clock_skew_secs: Some(0.0),
         oldest_due_secs: Some(0),
         claim_lease_secs: Some(30),
+        binlog_wake: Some(BinlogWake::default()),
     }
 }
 
@@ -542,6 +570,7 @@ mod tests {
             clock_skew_secs: None,
             oldest_due_secs: None,
             claim_lease_secs: None,
+            binlog_wake: None,
         }
     }
 
@@ -577,6 +606,10 @@ mod tests {
             clock_skew_secs: Some(-3_600.25),
             oldest_due_secs: Some(75),
             claim_lease_secs: Some(30),
+            binlog_wake: Some(BinlogWake {
+                following: true,
+                hints: 12,
+            }),
             ..quiet()
         };
         for format in [Format::Prometheus, Format::OpenMetrics] {
@@ -598,6 +631,8 @@ mod tests {
                 "gorge_webhook_queue_time_seconds_sum 61.0",
                 "gorge_webhook_oldest_due_seconds 75",
                 "gorge_webhook_claim_lease_seconds 30",
+                "gorge_webhook_binlog_following 1",
+                "gorge_webhook_binlog_hints_total 12",
             ] {
                 assert!(
                     text.lines().any(|l| l == line),

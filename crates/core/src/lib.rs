@@ -8,7 +8,9 @@
 //!
 //! It performs no I/O and reads no clock: the database, HTTP and time come
 //! in through [`Store`] (and, for diagnostics, [`QueueCounts`]; for task
-//! adoption, [`adoption::TaskQueue`]), [`Transport`] and [`Clock`]. With
+//! adoption, [`adoption::TaskQueue`]), [`Transport`] and [`Clock`]; a
+//! source that sees rows as they are committed may hurry the polls along
+//! through [`WakeHints`]. With
 //! the `testing` feature, `memory_store::MemoryStore` and `ManualClock`
 //! make the whole loop deterministic in tests.
 
@@ -46,6 +48,7 @@ mod transport;
 mod triage;
 #[cfg(any(test, feature = "testing"))]
 pub mod vectors;
+mod wake_hints;
 pub mod windows;
 
 pub use breaker::Breaker;
@@ -74,3 +77,4 @@ pub use store::{
 };
 pub use transport::{OutboundRequest, Resolution, Target, Transport};
 pub use triage::{triage, triage_looked_up, HookLookup, Triage};
+pub use wake_hints::WakeHints;

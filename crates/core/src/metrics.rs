@@ -177,8 +177,8 @@ pub struct MetricsSnapshot {
     pub polls: u64,
     /// Wake-up probes read between polls (the table's highest id).
     pub wake_probes: u64,
-    /// Probes that found the highest id changed and brought a poll
-    /// forward.
+    /// Polls brought forward by a wake-up: a probe that found the highest
+    /// id changed, or a wake hint.
     pub wakeups: u64,
     /// Other store operations that failed.
     pub store_errors: u64,

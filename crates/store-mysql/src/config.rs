@@ -127,6 +127,17 @@ pub const ADOPT_PHP_TASKS: Setting<bool> = Setting::new(
     switch,
 );
 
+/// `GORGE_WEBHOOK_WAKE_BINLOG`: follow the server's binary log for new
+/// rows (`crate::binlog`), where it is on and the account may read it.
+pub const WAKE_BINLOG: Setting<bool> = Setting::new(
+    "GORGE_WEBHOOK_WAKE_BINLOG",
+    "true",
+    "follow the server's binary log for new rows where it is on and the account holds \
+     REPLICATION SLAVE and BINLOG MONITOR (MySQL: REPLICATION CLIENT); otherwise, or when \
+     off, the wake-up probe notices them",
+    switch,
+);
+
 /// The database's variables, in `--help` order.
 pub const VARIABLES: &[SettingInfo] = &[
     HOST.info(),
@@ -142,6 +153,7 @@ pub const VARIABLES: &[SettingInfo] = &[
     KEEPALIVE.info(),
     NAMESPACE.info(),
     ADOPT_PHP_TASKS.info(),
+    WAKE_BINLOG.info(),
 ];
 
 /// Idle connections are kept this long, so the per-connection prepared
@@ -184,6 +196,8 @@ pub struct MysqlConfig {
     pub tcp_keepalive: Option<Duration>,
     /// See [`ADOPT_PHP_TASKS`].
     pub adopt_php_tasks: bool,
+    /// See [`WAKE_BINLOG`].
+    pub wake_binlog: bool,
 }
 
 impl Default for MysqlConfig {
@@ -204,6 +218,7 @@ impl Default for MysqlConfig {
             statement_timeout: STATEMENT_TIMEOUT.default_value(),
             tcp_keepalive: KEEPALIVE.default_value(),
             adopt_php_tasks: ADOPT_PHP_TASKS.default_value(),
+            wake_binlog: WAKE_BINLOG.default_value(),
         }
     }
 }
@@ -232,6 +247,7 @@ impl fmt::Debug for MysqlConfig {
             .field("statement_timeout", &self.statement_timeout)
             .field("tcp_keepalive", &self.tcp_keepalive)
             .field("adopt_php_tasks", &self.adopt_php_tasks)
+            .field("wake_binlog", &self.wake_binlog)
             .finish()
     }
 }
@@ -260,6 +276,7 @@ impl MysqlConfig {
             statement_timeout: STATEMENT_TIMEOUT.read(get)?,
             tcp_keepalive: KEEPALIVE.read(get)?,
             adopt_php_tasks: ADOPT_PHP_TASKS.read(get)?,
+            wake_binlog: WAKE_BINLOG.read(get)?,
         };
         config.check_together()?;
         Ok(config)

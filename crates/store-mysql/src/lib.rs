@@ -69,6 +69,7 @@
 //! becomes [`webhook_core::StoreError::MalformedRow`].
 
 mod batch;
+mod binlog;
 mod candidates;
 pub mod config;
 mod connector;
@@ -95,6 +96,7 @@ mod sql;
 mod store;
 mod task_queue;
 
+pub use binlog::{BinlogFollower, NotFollowing, RequestInserts};
 pub use candidates::POLL_BYTES_MAX;
 pub use config::MysqlConfig;
 pub use driver_buffers::bound_driver_buffers;

@@ -32,7 +32,7 @@ pub const REQUEST_COLUMNS: &[&str] = &[
 /// `herald_webhook` columns the store reads.
 pub const HOOK_COLUMNS: &[&str] = &["id", "phid", "name", "webhookURI", "status", "hmacKey"];
 
-const REQUEST_TABLE: &str = "herald_webhookrequest";
+pub(crate) const REQUEST_TABLE: &str = "herald_webhookrequest";
 const HOOK_TABLE: &str = "herald_webhook";
 
 /// A schema problem that does not stop the daemon but should be fixed.

@@ -9,13 +9,15 @@
 //! database sessions as the server lists them ([`process_sessions`]), a raw
 //! HTTP/1.1 client for its diagnostics listener ([`raw_http`]), a reader
 //! of its `/metrics` text ([`metrics_text`]), and libfaketime's variables
-//! to run it with its wall clock shifted ([`faketime`]).
+//! to run it with its wall clock shifted ([`faketime`]), and a private
+//! MariaDB with its binary log on ([`binlog_server`]).
 //!
 //! Test-only code: failures panic with a message saying what was expected.
 
 #![allow(clippy::expect_used, clippy::missing_panics_doc)]
 
 pub mod applications;
+pub mod binlog_server;
 pub mod daemon_process;
 pub mod faketime;
 pub mod fault_proxy;
@@ -29,6 +31,7 @@ pub mod receiver;
 pub mod worker_tasks;
 
 pub use applications::{with_application_tables, ApplicationTables};
+pub use binlog_server::BinlogServer;
 pub use daemon_process::{DaemonCommand, DaemonProcess};
 pub use fault_proxy::FaultProxy;
 pub use local_config::LocalJson;

@@ -81,9 +81,14 @@ pub fn unique_namespace() -> String {
 
 /// Server connection options for the fixture's own (raw) sessions.
 pub fn server_opts(database: Option<&str>) -> OptsBuilder {
+    server_opts_on(PORT, database)
+}
+
+/// [`server_opts`] for the server on `port` (a private one).
+pub fn server_opts_on(port: u16, database: Option<&str>) -> OptsBuilder {
     OptsBuilder::default()
         .ip_or_hostname(HOST)
-        .tcp_port(PORT)
+        .tcp_port(port)
         .user(Some(USER))
         .prefer_socket(false)
         .db_name(database)
@@ -91,9 +96,14 @@ pub fn server_opts(database: Option<&str>) -> OptsBuilder {
 
 /// A store configuration for `namespace` on the local server.
 pub fn config(namespace: &str) -> MysqlConfig {
+    config_on(PORT, namespace)
+}
+
+/// [`config`] for the server on `port` (a private one).
+pub fn config_on(port: u16, namespace: &str) -> MysqlConfig {
     MysqlConfig {
         host: HOST.to_owned(),
-        port: PORT,
+        port,
         user: USER.to_owned(),
         password: String::new(),
         namespace: namespace.to_owned(),
@@ -111,7 +121,13 @@ pub async fn server_conn() -> Conn {
 
 /// `CREATE DATABASE` only; tables are separate so tests can leave them out.
 pub async fn create_database(database: &str) {
-    let mut conn = server_conn().await;
+    create_database_on(PORT, database).await;
+}
+
+async fn create_database_on(port: u16, database: &str) {
+    let mut conn = Conn::new(server_opts_on(port, None))
+        .await
+        .expect("connect to the server as root");
     conn.query_drop(format!(
         "CREATE DATABASE `{database}` DEFAULT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
     ))
@@ -122,7 +138,13 @@ pub async fn create_database(database: &str) {
 
 /// `DROP DATABASE IF EXISTS`.
 pub async fn drop_database(database: &str) {
-    let mut conn = server_conn().await;
+    drop_database_on(PORT, database).await;
+}
+
+async fn drop_database_on(port: u16, database: &str) {
+    let mut conn = Conn::new(server_opts_on(port, None))
+        .await
+        .expect("connect to the server as root");
     conn.query_drop(format!("DROP DATABASE IF EXISTS `{database}`"))
         .await
         .expect("drop database");
@@ -131,8 +153,12 @@ pub async fn drop_database(database: &str) {
 
 /// Runs `body` and then drops `database`, also when `body` panics.
 pub async fn dropping_after<Fut: Future<Output = ()>>(database: &str, body: Fut) {
+    dropping_after_on(PORT, database, body).await;
+}
+
+async fn dropping_after_on<Fut: Future<Output = ()>>(port: u16, database: &str, body: Fut) {
     let outcome = AssertUnwindSafe(body).catch_unwind().await;
-    drop_database(database).await;
+    drop_database_on(port, database).await;
     if let Err(panic) = outcome {
         std::panic::resume_unwind(panic);
     }
@@ -180,6 +206,8 @@ pub struct TestDb {
     pub namespace: String,
     /// `{namespace}_herald`.
     pub database: String,
+    /// The server's port: the local MariaDB's, or a private one's.
+    pub port: u16,
     pool: Pool,
     phids: std::sync::Arc<AtomicU64>,
 }
@@ -190,17 +218,27 @@ where
     F: FnOnce(TestDb) -> Fut,
     Fut: Future<Output = ()>,
 {
+    with_db_on(PORT, body).await;
+}
+
+/// [`with_db`] on the server at `port` (a private one).
+pub async fn with_db_on<F, Fut>(port: u16, body: F)
+where
+    F: FnOnce(TestDb) -> Fut,
+    Fut: Future<Output = ()>,
+{
     let namespace = unique_namespace();
     let database = format!("{namespace}_herald");
-    create_database(&database).await;
+    create_database_on(port, &database).await;
     let db = TestDb {
-        pool: Pool::new(server_opts(Some(&database))),
+        pool: Pool::new(server_opts_on(port, Some(&database))),
         namespace,
         database: database.clone(),
+        port,
         phids: std::sync::Arc::new(AtomicU64::new(1)),
     };
     let pool = db.pool.clone();
-    dropping_after(&database, async move {
+    dropping_after_on(port, &database, async move {
         db.exec(REQUEST_TABLE_DDL).await;
         db.exec(HOOK_TABLE_DDL).await;
         body(db).await;
@@ -212,7 +250,12 @@ where
 impl TestDb {
     /// A new store (its own pool) on this database.
     pub fn store(&self) -> MysqlStore {
-        MysqlStore::new(&config(&self.namespace)).expect("valid config")
+        MysqlStore::new(&self.config()).expect("valid config")
+    }
+
+    /// The store configuration for this database.
+    pub fn config(&self) -> MysqlConfig {
+        config_on(self.port, &self.namespace)
     }
 
     /// A raw session on this database.
@@ -429,21 +472,29 @@ pub struct PhorgeSide {
     pub config: String,
     /// `{namespace}_worker`.
     pub worker: String,
+    /// The server's port.
+    port: u16,
 }
 
 impl PhorgeSide {
     /// Creates both databases and their tables.
     pub async fn create(namespace: &str) -> Self {
+        Self::create_on(PORT, namespace).await
+    }
+
+    /// [`Self::create`] on the server at `port` (a private one).
+    pub async fn create_on(port: u16, namespace: &str) -> Self {
         let side = Self {
             config: format!("{namespace}_config"),
             worker: format!("{namespace}_worker"),
+            port,
         };
         for (database, ddls) in [
             (&side.config, &[CONFIG_ENTRY_DDL][..]),
             (&side.worker, &crate::worker_tasks::WORKER_DDL[..]),
         ] {
-            create_database(database).await;
-            let mut conn = Conn::new(server_opts(Some(database)))
+            create_database_on(port, database).await;
+            let mut conn = Conn::new(server_opts_on(port, Some(database)))
                 .await
                 .expect("connect to the side database");
             for ddl in ddls {
@@ -457,7 +508,9 @@ impl PhorgeSide {
     /// Sets (or, with `None`, removes) `phabricator.silent`, as
     /// `bin/config set` would.
     pub async fn set_silent(&self, value: Option<&str>) {
-        let mut conn = server_conn().await;
+        let mut conn = Conn::new(server_opts_on(self.port, None))
+            .await
+            .expect("connect to the server as root");
         let table = format!("`{}`.config_entry", self.config);
         conn.query_drop(format!("DELETE FROM {table}"))
             .await
@@ -479,8 +532,8 @@ impl PhorgeSide {
 
     /// Drops both databases.
     pub async fn drop(self) {
-        drop_database(&self.config).await;
-        drop_database(&self.worker).await;
+        drop_database_on(self.port, &self.config).await;
+        drop_database_on(self.port, &self.worker).await;
     }
 }
 

@@ -3,15 +3,18 @@
 //! leftover PHP delivery tasks — and what it says when those cannot be
 //! read; the account's privileges for delivery (an account that may only
 //! read fails the check, naming what it lacks); this host's clock against
-//! the server's, also with the tool's clock shifted an hour (libfaketime).
+//! the server's, also with the tool's clock shifted an hour (libfaketime);
+//! whether the server's binary log can be followed for new rows.
 
 use mysql_async::prelude::Queryable;
 use webhook_core::memory_store::NewRequest;
 use webhook_core::{LastResult, RequestStatus};
 use webhook_store_mysql::{MysqlStore, OBJECT_TABLES};
 use webhook_test_support::faketime::shifted_clock;
-use webhook_test_support::mariadb::{as_root, drop_database, with_account, with_phorge_side};
-use webhook_test_support::{with_db, LocalJson, TestDb};
+use webhook_test_support::mariadb::{
+    as_root, drop_database, with_account, with_db_on, with_phorge_side,
+};
+use webhook_test_support::{with_db, BinlogServer, LocalJson, TestDb};
 
 use crate::support::{db_env, on_db, run, Run};
 
@@ -458,6 +461,49 @@ async fn doctor_lists_overdue_rows_and_why_they_wait() {
             );
         })
         .await;
+    })
+    .await;
+}
+
+/// The wake check: on a server without a binary log it says the probe
+/// notices new rows and how to have the log followed; on one that keeps
+/// a log the account may read, that new rows are noticed as they commit;
+/// turned off, that the probe does the work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_says_how_new_rows_reach_the_daemon() {
+    let wake = |run: &Run| {
+        let checks = run.json()["checks"].clone();
+        let check = checks
+            .as_array()
+            .and_then(|all| all.iter().find(|c| c["check"] == "wake").cloned())
+            .unwrap_or_else(|| panic!("no wake check: {}", run.stdout));
+        let text = |key: &str| check[key].as_str().unwrap_or_default().to_owned();
+        (text("verdict"), text("finding"), text("advice"))
+    };
+    with_db(|db| async move {
+        let (verdict, finding, advice) = wake(&run(&db_env(&db, &[]), &["doctor", "--json"]).await);
+        assert_eq!(verdict, "ok");
+        assert!(finding.contains("keeps no binary log"), "{finding}");
+        assert!(advice.contains("GRANT REPLICATION SLAVE"), "{advice}");
+        let off = db_env(&db, &[("GORGE_WEBHOOK_WAKE_BINLOG", "false")]);
+        let (_, finding, _) = wake(&run(&off, &["doctor", "--json"]).await);
+        assert!(
+            finding.contains("GORGE_WEBHOOK_WAKE_BINLOG is off"),
+            "{finding}"
+        );
+    })
+    .await;
+    let server = &BinlogServer::start().await;
+    with_db_on(server.port(), |db| async move {
+        let port = server.port().to_string();
+        let env = db_env(&db, &[("GORGE_WEBHOOK_MYSQL_PORT", &port)]);
+        let (verdict, finding, advice) = wake(&run(&env, &["doctor", "--json"]).await);
+        assert_eq!(verdict, "ok");
+        assert!(
+            finding.contains("can follow the server's binary log"),
+            "{finding}"
+        );
+        assert_eq!(advice, "");
     })
     .await;
 }

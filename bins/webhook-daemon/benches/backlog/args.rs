@@ -48,6 +48,9 @@ pub(crate) const USAGE: &str = "usage: cargo xtask bench [options]
                       before them, the statements/s each idle instance sends
                       over --idle-secs (default 10 in this mode)
   --instances N       daemons sharing the queue in this mode (default 1)
+  --binlog            on a private MariaDB started for the run with its binary
+                      log on (the daemon follows it for new rows), instead of
+                      the local server
 
   scenario mode (issue 19; replaces the default run):
   --scenarios         10000 rows over 1000 hooks answering after 100 ms, once per
@@ -76,6 +79,9 @@ pub(crate) struct Args {
     pub(crate) scenarios: Option<Vec<Option<usize>>>,
     /// `--idle-wake`: the number of instances.
     pub(crate) idle_wake: Option<usize>,
+    /// `--binlog`: the idle-wake run on a private server keeping a binary
+    /// log.
+    pub(crate) binlog: bool,
 }
 
 pub(crate) fn parse_args() -> Result<Args, String> {
@@ -94,6 +100,7 @@ pub(crate) fn parse_args() -> Result<Args, String> {
         soak: None,
         scenarios: None,
         idle_wake: None,
+        binlog: false,
     };
     let mut instances = 1;
     let mut idle_secs_given = false;
@@ -142,6 +149,7 @@ pub(crate) fn parse_args() -> Result<Args, String> {
             }
             "--idle-wake" => args.idle_wake = Some(1),
             "--instances" => instances = number(value()?)? as usize,
+            "--binlog" => args.binlog = true,
             "--objects" => args.objects = true,
             "--daemon-bin" => args.daemon_bin = Some(PathBuf::from(value()?)),
             "--soak-secs" => soak.secs = number(value()?)?,
@@ -173,6 +181,9 @@ pub(crate) fn parse_args() -> Result<Args, String> {
         if !retained_given {
             args.retained = 1_000_000;
         }
+    }
+    if args.binlog && args.idle_wake.is_none() {
+        return Err("--binlog goes with --idle-wake".to_owned());
     }
     if let Some(n) = args.idle_wake.as_mut() {
         if instances == 0 || instances > 16 {

@@ -7,7 +7,8 @@
 //! `--timed` rows are inserted one at a time, 0.4–1.2 s apart (moments a
 //! person's edits come at, never in step with a poll), each timed from its
 //! INSERT's return to the receiver's first byte. Every row must arrive
-//! exactly once.
+//! exactly once. With `--binlog` it runs on a private server that keeps a
+//! binary log (which the daemons then follow) instead of the local one.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -49,7 +50,7 @@ struct IdleCost {
 /// Runs the idle-wake measurement on `db`.
 pub(crate) async fn run(db: TestDb, args: Args, instances: usize) -> Outcome {
     let mut failures = Vec::new();
-    let side = PhorgeSide::create(&db.namespace).await;
+    let side = PhorgeSide::create_on(db.port, &db.namespace).await;
     let receiver = Receiver::counting().await;
     let hooks = insert_hooks(&db, 1, receiver.addr()).await;
     daemon::answer_hooks(&receiver, 1, Reply::status(200));
@@ -60,7 +61,10 @@ pub(crate) async fn run(db: TestDb, args: Args, instances: usize) -> Outcome {
     };
     let mut daemons: Vec<DaemonProcess> = (0..instances)
         .map(|_| {
-            let settings = daemon_settings(&args, &db.namespace, free_listen_addr());
+            let mut settings = daemon_settings(&args, &db.namespace, free_listen_addr());
+            // The private server's, with `--binlog`.
+            let port = ("GORGE_WEBHOOK_MYSQL_PORT".to_owned(), db.port.to_string());
+            settings.env.push(port);
             daemon::spawn(&settings.env, args.daemon_bin.as_deref())
         })
         .collect();
@@ -171,11 +175,16 @@ fn report(
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     let table = format!(
-        "idle wake-up, {instances} instance(s), settings: {}\n\
+        "idle wake-up, {instances} instance(s), {}, settings: {}\n\
          idle insert→receipt ({} rows {GAP_MIN_MS}–{} ms apart): p50 {:.1} ms, p99 {:.1} ms, \
          max {:.1} ms\n\
          idle database cost over {:.0} s: {:.1} statements/s per instance, {:.1} index reads \
          per statement; daemon CPU {:.2} % per instance\n",
+        if args.binlog {
+            "private server, binary log on"
+        } else {
+            "local server"
+        },
         if settings.is_empty() {
             "defaults".to_owned()
         } else {
@@ -195,6 +204,7 @@ fn report(
         "mode": "idle-wake",
         "source": source_version(),
         "instances": instances,
+        "binlog": args.binlog,
         "settings": settings,
         "timed_rows": latency.n,
         "idle_latency_ms": {

@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 use webhook_test_support::daemon_process::free_port;
-use webhook_test_support::mariadb::PhorgeSide;
-use webhook_test_support::{with_db, Receiver, Reply, TestDb};
+use webhook_test_support::mariadb::{with_db_on, PhorgeSide};
+use webhook_test_support::{with_db, BinlogServer, Receiver, Reply, TestDb};
 
 mod args;
 mod baseline;
@@ -67,6 +67,15 @@ fn main() {
             let outcome = runtime.block_on(scenarios::run(args, list));
             *out.lock().expect("outcome slot") = Some(outcome);
         }
+        None if args.binlog => runtime.block_on(async move {
+            let server = BinlogServer::start().await;
+            let instances = args.idle_wake.unwrap_or(1);
+            with_db_on(server.port(), move |db| async move {
+                let outcome = idle_wake::run(db, args, instances).await;
+                *out.lock().expect("outcome slot") = Some(outcome);
+            })
+            .await;
+        }),
         None => runtime.block_on(with_db(move |db| async move {
             let outcome = match (args.soak.clone(), args.idle_wake) {
                 (Some(soak), _) => soak::run_soak(db, args, soak).await,

@@ -6,6 +6,7 @@
 
 mod adoption;
 mod allocator;
+mod binlog_wake;
 mod clock_skew;
 mod contention;
 mod contracts;

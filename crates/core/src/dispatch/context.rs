@@ -22,6 +22,7 @@ use crate::properties::Properties;
 use crate::signing::Signer;
 use crate::store::{Store, StoreError};
 use crate::transport::Transport;
+use crate::wake_hints::WakeHints;
 use crate::windows::Windows;
 
 use super::hooks::HookBook;
@@ -74,9 +75,17 @@ pub(super) struct Context {
     pub(super) told: Told,
     /// Delivery's operations the database refuses now.
     pub(super) refusals: Refusals,
+    /// Hints of new rows from a source that follows the table.
+    pub(super) wake_hints: Option<WakeHints>,
 }
 
 impl Context {
+    /// Whether a hint source follows the table now, so the wake-up probe
+    /// rests.
+    pub(super) fn hints_following(&self) -> bool {
+        self.wake_hints.as_ref().is_some_and(WakeHints::following)
+    }
+
     /// Time since `at` on the monotonic clock.
     pub(super) fn waited_since(&self, at: Duration) -> Duration {
         self.clock.monotonic().saturating_sub(at)

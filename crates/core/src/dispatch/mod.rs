@@ -9,7 +9,9 @@
 //! The loop and the run:
 //!
 //! - `run_loop`: [`Dispatcher::run`], its polls and wake-ups, the slots;
-//! - `wake`: the probe between polls that notices a new row at once;
+//! - `wake`: the probe between polls that notices a new row at once
+//!   (resting while [`WakeHints`](crate::WakeHints) from a source that
+//!   follows the table say so instead);
 //! - `backlog`: rows fetched and not finished, per hook;
 //! - `hook_run`: one hook's rows, one at a time, each through the pipeline
 //!   (`deliver_row`, the only function that knows the stages' order, and
@@ -72,6 +74,7 @@ use crate::pause::HookPauses;
 use crate::signing::{Signer, SigningSettings};
 use crate::store::{CandidateQuery, DueRow, QueueCounts, Store, StoreError};
 use crate::transport::Transport;
+use crate::wake_hints::WakeHints;
 use crate::windows::Windows;
 
 use self::context::Context;
@@ -122,6 +125,7 @@ impl Dispatcher {
                 signer: Signer::default(),
                 told: Told::default(),
                 refusals: Refusals::default(),
+                wake_hints: None,
             },
         }
     }
@@ -156,6 +160,20 @@ impl Dispatcher {
             silent_mode.rows_fail_while_silent();
         }
         self
+    }
+
+    /// Polls as soon as `hints` says a row may have been added, and rests
+    /// the wake-up probe while their source follows the table (see
+    /// [`WakeHints`]).
+    pub fn with_wake_hints(mut self, hints: WakeHints) -> Self {
+        self.cx.wake_hints = Some(hints);
+        self
+    }
+
+    /// The wake hints it listens to, if any (for reporting their source's
+    /// state).
+    pub fn wake_hints(&self) -> Option<&WakeHints> {
+        self.cx.wake_hints.as_ref()
     }
 
     /// Checks each request's object and loads its transactions from

@@ -1,8 +1,8 @@
 //! The loop: when to poll and how many rows to ask for, which hook runs
 //! take the free slots (hanging hooks share at most half), which kept
 //! locks to give up, and what wakes it (shutdown, a finished run, the poll
-//! timer, the wake-up probe between polls); poll failures said once per
-//! outage, and a periodic summary.
+//! timer, the wake-up probe between polls, a wake hint); poll failures
+//! said once per outage, and a periodic summary.
 //!
 //! It owns the [`Backlog`], the slots (the runs in flight) and the kept
 //! locks; a hook's rows are handled in `hook_run`.
@@ -26,6 +26,8 @@ use super::backlog::Backlog;
 use super::context::Context;
 use super::guard::release;
 use super::hook_run::{hook_run, HeldLock, RunReport};
+use crate::wake_hints::Hint;
+
 use super::wake::{Reading, WakeProbe};
 use super::LOG_TARGET;
 use super::{alongside, Dispatcher};
@@ -75,6 +77,7 @@ enum Wake {
     Shutdown,
     RunDone(RunReport),
     Timer,
+    Hint(Hint),
 }
 
 impl Dispatcher {
@@ -109,6 +112,7 @@ impl Dispatcher {
                 Wake::Shutdown => state.stop(),
                 Wake::RunDone(report) => state.book(report),
                 Wake::Timer => state.timer = None,
+                Wake::Hint(hint) => state.hinted(hint),
             }
         }
         info!(target: LOG_TARGET, event = "dispatcher_stopped");
@@ -171,7 +175,7 @@ impl<'a> Loop<'a> {
     /// changed; the runs go on meanwhile.
     async fn probe_if_due(&mut self) {
         let now = self.cx.clock.monotonic();
-        if !self.probe.take_due(now) {
+        if self.cx.hints_following() || !self.probe.take_due(now) {
             return;
         }
         self.timer = None;
@@ -326,11 +330,13 @@ impl<'a> Loop<'a> {
         let poll_wanted = self.poll_wanted();
         if poll_wanted && self.timer.is_none() {
             let now = self.cx.clock.monotonic();
-            let probe = self.probe.due_at().filter(|_| !self.cx.held());
+            let probe =
+                (self.probe.due_at()).filter(|_| !self.cx.held() && !self.cx.hints_following());
             let due = probe.map_or(self.next_poll, |p| p.min(self.next_poll));
             self.timer = Some(self.cx.clock.sleep(due.saturating_sub(now)));
         }
         let stopping = self.stopping;
+        let hints = self.cx.wake_hints.as_ref().filter(|_| poll_wanted);
         let (runs, timer) = (&mut self.runs, &mut self.timer);
         poll_fn(|task| {
             if !stopping && shutdown.as_mut().poll(task).is_ready() {
@@ -338,6 +344,9 @@ impl<'a> Loop<'a> {
             }
             if let Poll::Ready(Some(report)) = runs.poll_next_unpin(task) {
                 return Poll::Ready(Wake::RunDone(report));
+            }
+            if let Some(Poll::Ready(hint)) = hints.map(|h| h.poll_hint(task)) {
+                return Poll::Ready(Wake::Hint(hint));
             }
             if poll_wanted {
                 if let Some(t) = timer.as_mut() {
@@ -349,6 +358,19 @@ impl<'a> Loop<'a> {
             Poll::Pending
         })
         .await
+    }
+
+    /// Acts on a wake hint: a possible new row brings the poll forward to
+    /// now (unless delivery is held: the hold's own timer polls); a source
+    /// that started or stopped following sets the timer again, so the
+    /// probe rests or resumes.
+    fn hinted(&mut self, hint: Hint) {
+        self.timer = None;
+        if hint == Hint::Poll && !self.cx.held() {
+            bump(&self.cx.metrics.wakeups);
+            self.next_poll = self.next_poll.min(self.cx.clock.monotonic());
+            self.woken = true;
+        }
     }
 
     /// Stops claiming: runs finish what they have claimed, nothing new

@@ -9,7 +9,7 @@ use webhook_core::memory_store::StoreOp;
 use webhook_core::windows::Settings;
 use webhook_core::{
     verify, Clock, DeliveryResult, LastResult, Payload, Properties, RequestStatus, Store,
-    TransportFailure,
+    TransportFailure, WakeHints,
 };
 
 use crate::support::{hook, Harness, LineRecorder, Reply, KEY};
@@ -944,6 +944,45 @@ fn a_failing_probe_leaves_the_row_to_the_next_poll() {
     assert_eq!(h.transport.posts().len(), 1, "the poll found it");
     let snap = h.dispatcher.metrics().snapshot();
     assert_eq!(snap.poll_errors, 0, "a failed probe is no failed poll");
+}
+
+/// While a wake-hint source follows the table, the probe rests (polls
+/// stay at the interval), a hinted row goes out without the clock moving,
+/// and once the source stops following the probe is back.
+#[test]
+fn while_hints_follow_the_probe_rests_and_a_hint_polls_at_once() {
+    let hints = WakeHints::new();
+    let mut h = Harness::configured(Settings::default(), |d| d.with_wake_hints(hints.clone()));
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    hints.set_following(true);
+    h.start();
+    h.run_for(secs(3));
+    let (polls, probes) = (
+        h.store.calls(StoreOp::Candidates),
+        h.store.calls(StoreOp::NewestId),
+    );
+    h.run_for(secs(2));
+    assert_eq!(h.store.calls(StoreOp::NewestId), probes, "the probe rests");
+    assert_eq!(
+        h.store.calls(StoreOp::Candidates) - polls,
+        2,
+        "one poll per interval"
+    );
+
+    h.run_for(Duration::from_millis(330));
+    let inserted = h.clock.monotonic();
+    h.store.insert_request(NewRequest::queued(HOOK_A, NEVER));
+    hints.notify();
+    h.run_for(Duration::ZERO);
+    let posted = h.transport.posts().first().map(|p| p.started - inserted);
+    assert_eq!(posted, Some(Duration::ZERO), "sent at the hint");
+
+    hints.set_following(false);
+    h.run_for(Duration::from_millis(330));
+    assert!(
+        h.store.calls(StoreOp::NewestId) > probes,
+        "the probe is back"
+    );
 }
 
 /// The lag: a row nothing delivers (its hook held by another deliverer

@@ -4,6 +4,7 @@
 
 mod adoption;
 mod batch;
+mod binlog;
 mod claims;
 mod conformance;
 mod fixture;
