@@ -23,8 +23,8 @@ use webhook_daemon::server_clock::{skew_words, Measurement, SKEW_WARN_SECS};
 use webhook_store_mysql::config::WAKE_BINLOG;
 use webhook_store_mysql::local_config::{LocalConfig, LocalConfigError};
 use webhook_store_mysql::{
-    BinlogFollower, MysqlConfig, MysqlReader, NotFollowing, PhpDeliveryTasks, TaskRunners,
-    OBJECT_TABLES,
+    BinlogFollower, MysqlConfig, MysqlError, MysqlReader, NotFollowing, PhpDeliveryTasks,
+    TaskRunners, OBJECT_TABLES,
 };
 
 use crate::clock::span;
@@ -330,8 +330,9 @@ async fn privileges_check(reader: &MysqlReader) -> Check {
 async fn wake_check(config: &MysqlConfig) -> Check {
     let probe = "the wake-up probe notices new rows (within GORGE_WEBHOOK_WAKE_PROBE_MS)";
     let grant = "to have them read from the binary log as they commit, GRANT REPLICATION SLAVE, \
-                 BINLOG MONITOR ON *.* (MySQL: REPLICATION SLAVE, REPLICATION CLIENT) to the \
-                 daemon's account (docs/operations/settings.md, following the binary log)";
+                 BINLOG MONITOR ON *.* (MySQL, MariaDB before 10.5.2: REPLICATION SLAVE, \
+                 REPLICATION CLIENT) to the daemon's account (docs/operations/settings.md, \
+                 following the binary log)";
     let (verdict, finding, advice) = if !config.wake_binlog {
         let finding = format!("{} is off: {probe}", WAKE_BINLOG.name);
         (Verdict::Ok, finding, None)
@@ -349,11 +350,14 @@ async fn wake_check(config: &MysqlConfig) -> Check {
                 format!("the server keeps no binary log: {probe}"),
                 Some(format!("to wake on commit, turn log_bin on; then {grant}")),
             ),
-            Err(err) => (
-                Verdict::Warn,
-                format!("the binary log cannot be followed ({err}): {probe}"),
-                Some(grant.to_owned()),
-            ),
+            Err(err) => {
+                let refused = matches!(&err, NotFollowing::Database(MysqlError::Refused(_)));
+                (
+                    Verdict::Warn,
+                    format!("the binary log cannot be followed ({err}): {probe}"),
+                    refused.then(|| grant.to_owned()),
+                )
+            }
         }
     };
     Check {

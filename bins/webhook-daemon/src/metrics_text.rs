@@ -349,7 +349,7 @@ impl Collector for ScrapeCollector {
                 &mut encoder,
                 format,
                 "gorge_webhook_binlog_hints",
-                "Inserts into the request table read from the binary log, each a poll at once",
+                "Inserts into the request table read from the binary log, each asking for a poll",
                 &[(none(), wake.hints)],
             )?;
         }

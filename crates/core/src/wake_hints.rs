@@ -21,7 +21,9 @@ use futures::task::AtomicWaker;
 
 /// The two ends of a hint source: the source calls [`WakeHints::notify`]
 /// and [`WakeHints::set_following`]; the dispatcher given a clone
-/// ([`crate::Dispatcher::with_wake_hints`]) listens.
+/// ([`crate::Dispatcher::with_wake_hints`]) listens. One listener only: a
+/// hint is taken once, so two dispatchers sharing a clone would take
+/// each other's.
 #[derive(Clone, Default)]
 pub struct WakeHints {
     shared: Arc<Shared>,

@@ -330,6 +330,16 @@ impl Windows {
         (!probe.is_zero() && probe < self.settings.poll_interval).then_some(probe)
     }
 
+    /// How close together polls a wake-up (the probe, or a hint from a
+    /// source that follows the table) brings forward may come while rows
+    /// keep arriving: the probe's spacing, its default when the probe is
+    /// off, and never more than the busy poll spacing.
+    pub fn wake_spacing(&self) -> Duration {
+        self.wake_probe()
+            .unwrap_or_else(|| WAKE_PROBE.default_value())
+            .min(self.busy_poll_interval())
+    }
+
     /// Deadline for one whole HTTP exchange.
     pub fn delivery_timeout(&self) -> Duration {
         self.settings.delivery_timeout

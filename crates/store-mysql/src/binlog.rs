@@ -8,12 +8,14 @@
 //! end, asks for a heartbeat every [`HEARTBEAT`], and reads. An insert
 //! into `{namespace}_herald.herald_webhookrequest` is a hint, as a
 //! statement (`binlog_format` `STATEMENT` or `MIXED`) or as rows (`ROW`);
-//! updates, deletes and every other table are not. Nothing it reads is
+//! updates, deletes and every other table are not (MariaDB's compressed
+//! events, which the driver cannot read, all are). Nothing it reads is
 //! trusted beyond that: the poll still decides what is delivered.
 //!
-//! When the log cannot be followed — it is off, the account lacks
-//! `REPLICATION SLAVE` or the right to read the log's position, the
-//! connection is lost, or the server stays silent past three heartbeats —
+//! When the log cannot be followed — it is off or leaves the herald
+//! database out, the account lacks `REPLICATION SLAVE` or the right to
+//! read the log's position, the connection is lost, or the server stays
+//! silent past three heartbeats —
 //! it says so once, marks the hints as not following (the dispatcher's
 //! probe takes over at once), and tries again: after a [`HEARTBEAT`] when
 //! a followed stream ended, every [`RETRY_EVERY`] while one cannot be
@@ -23,7 +25,7 @@
 use std::collections::HashSet;
 use std::convert::Infallible;
 use std::hash::{BuildHasher, RandomState};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use mysql_async::binlog::events::{Event, EventData, RowsEventData};
@@ -59,6 +61,10 @@ pub enum NotFollowing {
     /// The server keeps no binary log.
     #[error("the server's binary log is off (log_bin = 0)")]
     LogOff,
+    /// The log leaves the herald database out (`binlog_do_db`,
+    /// `binlog_ignore_db`).
+    #[error("the server's binary log leaves {0} out (binlog_do_db / binlog_ignore_db)")]
+    Filtered(String),
     /// Connecting or a statement failed, or the server refused a
     /// privilege.
     #[error(transparent)]
@@ -112,27 +118,25 @@ impl BinlogFollower {
         self
     }
 
-    /// Follows, and follows again after every failure, until dropped.
+    /// Follows, and follows again after every failure, until dropped
+    /// (when dropped or if it panicked, the hints stop following, so the
+    /// probe never rests on a follower that is gone).
     pub async fn run(self) {
-        let mut said: Option<String> = None;
+        let _stopped = NotFollowingWhenDropped(self.hints.clone());
+        let mut log = FollowLog::default();
         loop {
-            let Err(reason) = self.follow(&mut said).await;
+            let started = Instant::now();
+            let Err(reason) = self.follow(&mut log).await;
             // A stream that was followed and ended (a server restart, a
-            // killed session) is opened again at once; one that could not
-            // be opened waits the retry spacing.
+            // killed session) is opened again a heartbeat later; one that
+            // could not be opened waits the retry spacing.
             let pause = if self.hints.following() {
                 HEARTBEAT
             } else {
                 self.retry_every
             };
             self.hints.set_following(false);
-            let reason = reason.to_string();
-            if said.as_deref() != Some(reason.as_str()) {
-                info!(event = "binlog_wake_unavailable", reason = %reason,
-                    retry_secs = pause.as_secs(),
-                    "new rows are noticed by the wake-up probe until the binary log can be followed");
-                said = Some(reason);
-            }
+            log.stopped(&reason.to_string(), started.elapsed(), pause);
             tokio::time::sleep(pause).await;
         }
     }
@@ -140,20 +144,18 @@ impl BinlogFollower {
     /// Whether the log can be followed now: opens a stream and reads its
     /// first event (what `webhook-admin doctor` asks).
     pub async fn check(&self) -> Result<(), NotFollowing> {
-        let mut stream = self.open().await?;
+        let mut stream = self.open(&self.database).await?;
         next_event(&mut stream).await.map(drop)
     }
 
     /// Opens the stream and reads it until it fails.
-    async fn follow(&self, said: &mut Option<String>) -> Result<Infallible, NotFollowing> {
-        let mut stream = self.open().await?;
+    async fn follow(&self, log: &mut FollowLog) -> Result<Infallible, NotFollowing> {
+        let mut stream = self.open(&self.database).await?;
         let mut inserts = RequestInserts::new(&self.database);
         loop {
             let event = next_event(&mut stream).await?;
             if !self.hints.following() {
-                info!(event = "binlog_wake_following", database = %self.database,
-                    "new rows are noticed as the server logs them");
-                *said = None;
+                log.following(&self.database);
                 self.hints.set_following(true);
             }
             if inserts.adds_a_request(&event) {
@@ -163,9 +165,9 @@ impl BinlogFollower {
     }
 
     /// A stream from the log's end, within the statement timeout.
-    async fn open(&self) -> Result<BinlogStream, NotFollowing> {
+    async fn open(&self, database: &str) -> Result<BinlogStream, NotFollowing> {
         let conn = self.connect().await?;
-        let setup = tokio::time::timeout(self.statement_timeout, start_stream(conn));
+        let setup = tokio::time::timeout(self.statement_timeout, start_stream(conn, database));
         setup.await.map_err(|_| MysqlError::Timeout {
             operation: "starting the binary log stream",
             after: self.statement_timeout,
@@ -181,6 +183,52 @@ impl BinlogFollower {
     }
 }
 
+/// Marks the hints not following when the follower's task ends.
+struct NotFollowingWhenDropped(WakeHints);
+
+impl Drop for NotFollowingWhenDropped {
+    fn drop(&mut self) {
+        self.0.set_following(false);
+    }
+}
+
+/// What the follower has said, so a stream that keeps dropping is told
+/// once, not at every reconnect: a reason is said again only after it
+/// changed or after the stream was followed for [`STEADY`].
+#[derive(Default)]
+struct FollowLog {
+    /// The last reason said, until a steady stream clears it.
+    said: Option<String>,
+    /// Following was said since the last reason.
+    said_following: bool,
+}
+
+/// How long a followed stream must last before its end is news again.
+const STEADY: Duration = Duration::from_secs(60);
+
+impl FollowLog {
+    fn following(&mut self, database: &str) {
+        if !self.said_following {
+            info!(event = "binlog_wake_following", database = %database,
+                "new rows are noticed as the server logs them");
+            self.said_following = true;
+        }
+    }
+
+    fn stopped(&mut self, reason: &str, lasted: Duration, retry: Duration) {
+        if lasted >= STEADY {
+            self.said = None;
+        }
+        if self.said.as_deref() == Some(reason) {
+            return;
+        }
+        info!(event = "binlog_wake_unavailable", reason = %reason, retry_secs = retry.as_secs(),
+            "new rows are noticed by the wake-up probe until the binary log can be followed");
+        self.said = Some(reason.to_owned());
+        self.said_following = false;
+    }
+}
+
 /// The stream's next event, within [`SILENCE_LIMIT`].
 async fn next_event(stream: &mut BinlogStream) -> Result<Event, NotFollowing> {
     match tokio::time::timeout(SILENCE_LIMIT, stream.next()).await {
@@ -190,31 +238,56 @@ async fn next_event(stream: &mut BinlogStream) -> Result<Event, NotFollowing> {
     }
 }
 
-/// Checks the log is on, reads where it ends, asks for heartbeats and
-/// turns `conn` into a stream from there.
-async fn start_stream(mut conn: Conn) -> Result<BinlogStream, NotFollowing> {
-    let log_bin: Option<u8> = conn
+/// Checks the log is on and keeps `database`, reads where it ends, asks
+/// for heartbeats and turns `conn` into a stream from there.
+async fn start_stream(mut conn: Conn, database: &str) -> Result<BinlogStream, NotFollowing> {
+    let log_bin: Option<Row> = conn
         .query_first("SELECT @@log_bin")
         .await
         .map_err(driver_failure)?;
-    if log_bin != Some(1) {
+    let on = log_bin.and_then(|mut row| row.take_opt::<u8, _>(0)?.ok()) == Some(1);
+    if !on {
         return Err(NotFollowing::LogOff);
     }
-    let (file, position) = log_end(&mut conn).await?;
+    let end = log_end(&mut conn).await?;
+    if !end.keeps(database) {
+        return Err(NotFollowing::Filtered(database.to_owned()));
+    }
+    // MySQL 8.4 reads the newer name; every server ignores the other.
     let heartbeat_ns = HEARTBEAT.as_nanos();
-    conn.query_drop(format!("SET @master_heartbeat_period = {heartbeat_ns}"))
-        .await
-        .map_err(driver_failure)?;
+    conn.query_drop(format!(
+        "SET @master_heartbeat_period = {heartbeat_ns}, @source_heartbeat_period = {heartbeat_ns}"
+    ))
+    .await
+    .map_err(driver_failure)?;
     let request = BinlogStreamRequest::new(replica_server_id())
-        .with_filename(file.as_bytes())
-        .with_pos(position)
+        .with_filename(end.file.as_bytes())
+        .with_pos(end.position)
         .with_hostname(REPLICA_NAME);
     let stream = conn.get_binlog_stream(request).await;
     stream.map_err(|err| driver_failure(err).into())
 }
 
-/// The current log file and the position of its end.
-async fn log_end(conn: &mut Conn) -> Result<(String, u64), NotFollowing> {
+/// Where the log ends now, and which databases it keeps.
+struct LogEnd {
+    file: String,
+    position: u64,
+    /// `binlog_do_db`: only these, when any.
+    only: Vec<String>,
+    /// `binlog_ignore_db`: never these.
+    ignored: Vec<String>,
+}
+
+impl LogEnd {
+    /// Whether writes to `database` reach the log.
+    fn keeps(&self, database: &str) -> bool {
+        let named = |list: &[String]| list.iter().any(|d| d.eq_ignore_ascii_case(database));
+        (self.only.is_empty() || named(&self.only)) && !named(&self.ignored)
+    }
+}
+
+/// The current log file, the position of its end and its filters.
+async fn log_end(conn: &mut Conn) -> Result<LogEnd, NotFollowing> {
     let status: Result<Option<Row>, _> = conn.query_first("SHOW MASTER STATUS").await;
     let status = match status {
         Err(mysql_async::Error::Server(err)) if err.code == ER_PARSE_ERROR => {
@@ -225,10 +298,29 @@ async fn log_end(conn: &mut Conn) -> Result<(String, u64), NotFollowing> {
     let Some(mut row) = status.map_err(driver_failure)? else {
         return Err(NotFollowing::LogOff);
     };
-    let file = row.take_opt::<String, _>("File").and_then(Result::ok);
+    let mut text = |column: &str| row.take_opt::<String, _>(column).and_then(Result::ok);
+    let list = |value: Option<String>| -> Vec<String> {
+        value
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|d| !d.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    let (file, only, ignored) = (
+        text("File"),
+        list(text("Binlog_Do_DB")),
+        list(text("Binlog_Ignore_DB")),
+    );
     let position = row.take_opt::<u64, _>("Position").and_then(Result::ok);
     match (file, position) {
-        (Some(file), Some(position)) => Ok((file, position)),
+        (Some(file), Some(position)) => Ok(LogEnd {
+            file,
+            position,
+            only,
+            ignored,
+        }),
         _ => Err(MysqlError::UnexpectedResult {
             statement: "SHOW MASTER STATUS",
             detail: format!("no File and Position in {row:?}"),
@@ -256,6 +348,10 @@ fn replica_server_id() -> u32 {
     (random as u32) | 0x8000_0000
 }
 
+/// MariaDB's compressed events (`log_bin_compress`) that may insert: a
+/// statement, and written rows in both versions.
+const MARIADB_COMPRESSED_INSERTS: [u8; 3] = [165, 166, 169];
+
 /// Which logged events add a row to the request table: an insert as a
 /// statement (`binlog_format` `STATEMENT`, `MIXED`) or as rows (`ROW`).
 /// Read the events of one stream in order: rows name their table through
@@ -279,6 +375,11 @@ impl RequestInserts {
     /// Whether `event` adds a row to the request table. An event the
     /// driver cannot read is no hint.
     pub fn adds_a_request(&mut self, event: &Event) -> bool {
+        if MARIADB_COMPRESSED_INSERTS.contains(&event.header().event_type_raw()) {
+            // MariaDB's `log_bin_compress`: the driver cannot read what it
+            // names, so any compressed insert or statement may be ours.
+            return true;
+        }
         match event.read_data() {
             Ok(Some(EventData::TableMapEvent(map))) => {
                 let ours = map

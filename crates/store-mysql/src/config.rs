@@ -133,8 +133,8 @@ pub const WAKE_BINLOG: Setting<bool> = Setting::new(
     "GORGE_WEBHOOK_WAKE_BINLOG",
     "true",
     "follow the server's binary log for new rows where it is on and the account holds \
-     REPLICATION SLAVE and BINLOG MONITOR (MySQL: REPLICATION CLIENT); otherwise, or when \
-     off, the wake-up probe notices them",
+     REPLICATION SLAVE and BINLOG MONITOR (MySQL, MariaDB before 10.5.2: REPLICATION CLIENT); \
+     otherwise, or when off, the wake-up probe notices them",
     switch,
 );
 

@@ -153,8 +153,8 @@ impl QueuedFloor {
     }
 
     /// Notes the table's highest id, as the wake-up probe read it: while it
-    /// stays below the frontier, polls skip the walk (which could only
-    /// read nothing). A reading gone stale is harmless: the candidate
+    /// stays below the frontier, the next poll skips the walk (which could
+    /// only read nothing). A reading gone stale is harmless: the candidate
     /// query covers every id from the frontier up whether or not the walk
     /// ran; the walk only keeps that range short.
     pub(crate) fn note_newest_id(&self, newest: u64) {
@@ -192,11 +192,16 @@ impl QueuedFloor {
                 debug!(event = "scan_floor_step_failed", step = "refresh", error = %err);
             }
         }
+        // Each reading serves one poll: while the probe rests (the binary
+        // log is followed) no new one comes, and an old one must not keep
+        // skipping the walk.
         let nothing_above = {
-            let state = self.state();
+            let mut state = self.state();
+            let frontier = state.frontier;
             state
                 .newest_id
-                .is_some_and(|newest| newest < state.frontier)
+                .take()
+                .is_some_and(|newest| newest < frontier)
         };
         if !nothing_above {
             if let Err(err) = self.walk(conn, now).await {

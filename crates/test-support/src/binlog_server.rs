@@ -8,8 +8,7 @@
 //! Test code: it panics with a clear message when the server cannot be
 //! set up.
 
-use std::net::{Ipv4Addr, TcpListener};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -17,11 +16,13 @@ use std::time::{Duration, Instant};
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 
+use crate::daemon_process::free_port;
 use crate::mariadb::server_opts_on;
 
 const INSTALL_DB: &str = "mariadb-install-db";
 const SERVER: &str = "mariadbd";
 const START_DEADLINE: Duration = Duration::from_secs(90);
+const START_TRIES: usize = 3;
 
 static STARTED: AtomicU64 = AtomicU64::new(0);
 
@@ -38,37 +39,31 @@ impl BinlogServer {
     /// on (`binlog_format` the server's default, `MIXED`), as root with no
     /// password on a free loopback port; returns once it answers.
     pub async fn start() -> Self {
-        let dir = std::env::temp_dir().join(format!(
+        let mut dir = Scratch(std::env::temp_dir().join(format!(
             "wh_binlog_{}_{}",
             std::process::id(),
             STARTED.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create the private server's directory");
-        std::fs::create_dir_all(dir.join("tmp")).expect("create its temporary directory");
-        install(&dir);
-        let port = free_port();
-        let child = Command::new(SERVER)
-            .arg("--no-defaults")
-            .arg(format!("--datadir={}", dir.join("data").display()))
-            .arg("--user=root")
-            .arg(format!("--port={port}"))
-            .arg("--bind-address=127.0.0.1")
-            .arg(format!("--socket={}", dir.join("sock").display()))
-            .arg(format!("--tmpdir={}", dir.join("tmp").display()))
-            .arg(format!("--pid-file={}", dir.join("pid").display()))
-            .arg(format!("--log-error={}", dir.join("error.log").display()))
-            .arg(format!("--log-bin={}", dir.join("data/binlog").display()))
-            .arg("--server-id=1")
-            .arg("--innodb-buffer-pool-size=32M")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {SERVER}: {e}"));
-        let server = Self { child, dir, port };
-        server.wait_until_answering().await;
-        server
+        )));
+        let _ = std::fs::remove_dir_all(&dir.0);
+        std::fs::create_dir_all(dir.0.join("tmp")).expect("create the private server's directory");
+        install(&dir.0);
+        // A port free a moment ago may be taken before the server binds
+        // it: then the server exits, and another port is tried.
+        for _ in 0..START_TRIES {
+            let port = free_port();
+            let mut child = spawn_server(&dir.0, port);
+            let answered = answers(&mut child, &dir.0, port).await;
+            if answered == Ok(true) {
+                let dir = std::mem::take(&mut dir.0);
+                return Self { child, dir, port };
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            if let Err(why) = answered {
+                panic!("{why}");
+            }
+        }
+        panic!("the private server did not start on any of {START_TRIES} ports");
     }
 
     /// Its loopback port.
@@ -91,22 +86,68 @@ impl BinlogServer {
             .unwrap_or_else(|e| panic!("{statement}: {e}"));
         let _ = conn.disconnect().await;
     }
+}
 
-    async fn wait_until_answering(&self) {
-        let started = Instant::now();
-        loop {
-            if let Ok(conn) = Conn::new(server_opts_on(self.port, None)).await {
-                let _ = conn.disconnect().await;
-                return;
-            }
-            let log = std::fs::read_to_string(self.dir.join("error.log")).unwrap_or_default();
-            assert!(
-                started.elapsed() < START_DEADLINE,
+/// Whether the server started on `dir` answers on `port` before
+/// [`START_DEADLINE`] (`false` when it exited first: the port was taken);
+/// an error says why it cannot be used.
+async fn answers(child: &mut Child, dir: &Path, port: u16) -> Result<bool, String> {
+    let started = Instant::now();
+    let ours = format!("{}/", dir.join("data").display());
+    loop {
+        if let Ok(Some(_exited)) = child.try_wait() {
+            return Ok(false);
+        }
+        if let Ok(mut conn) = Conn::new(server_opts_on(port, None)).await {
+            let datadir: Option<String> = conn.query_first("SELECT @@datadir").await.ok().flatten();
+            let _ = conn.disconnect().await;
+            return match datadir {
+                Some(datadir) if datadir == ours => Ok(true),
+                other => Err(format!("another server answers on port {port}: {other:?}")),
+            };
+        }
+        if started.elapsed() >= START_DEADLINE {
+            let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
+            return Err(format!(
                 "the private server did not answer within {START_DEADLINE:?}; its log:\n{log}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The data directory until a server owns it: removed if setting up
+/// fails (an empty path: taken by the server).
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !self.0.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&self.0);
         }
     }
+}
+
+/// Starts the server on `dir` and `port`.
+fn spawn_server(dir: &Path, port: u16) -> Child {
+    Command::new(SERVER)
+        .arg("--no-defaults")
+        .arg(format!("--datadir={}", dir.join("data").display()))
+        .arg("--user=root")
+        .arg(format!("--port={port}"))
+        .arg("--bind-address=127.0.0.1")
+        .arg(format!("--socket={}", dir.join("sock").display()))
+        .arg(format!("--tmpdir={}", dir.join("tmp").display()))
+        .arg(format!("--pid-file={}", dir.join("pid").display()))
+        .arg(format!("--log-error={}", dir.join("error.log").display()))
+        .arg(format!("--log-bin={}", dir.join("data/binlog").display()))
+        .arg("--server-id=1")
+        .arg("--innodb-buffer-pool-size=32M")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {SERVER}: {e}"))
 }
 
 impl Drop for BinlogServer {
@@ -133,10 +174,4 @@ fn install(dir: &std::path::Path) {
         "{INSTALL_DB} failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-}
-
-/// A loopback port nothing listens on just now.
-fn free_port() -> u16 {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind a loopback port");
-    listener.local_addr().expect("its address").port()
 }

@@ -27,6 +27,7 @@ use super::context::Context;
 use super::guard::release;
 use super::hook_run::{hook_run, HeldLock, RunReport};
 use crate::wake_hints::Hint;
+use crate::windows::Windows;
 
 use super::wake::{Reading, WakeProbe};
 use super::LOG_TARGET;
@@ -62,6 +63,8 @@ enum Found {
 struct LastPoll {
     at: Duration,
     excluded: Vec<String>,
+    /// It was a wake-up's: the new row may be a left-out hook's.
+    woken: bool,
 }
 
 impl LastPoll {
@@ -71,6 +74,20 @@ impl LastPoll {
             .is_ok()
     }
 }
+
+/// A poll was brought forward by a wake-up, and by which.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Woken {
+    /// The probe saw the highest id change.
+    Probe,
+    /// A hint said a row was logged.
+    Hint,
+}
+
+/// After a hinted poll that found nothing, the next one: the log is
+/// written before the storage engine commits, so a poll right on the
+/// hint may just miss the row.
+const HINT_RECHECK: Duration = Duration::from_millis(5);
 
 /// What woke the loop.
 enum Wake {
@@ -130,8 +147,10 @@ struct Loop<'a> {
     timer: Option<BoxFuture<'static, ()>>,
     next_poll: Duration,
     probe: WakeProbe,
-    /// The next poll runs because the probe saw a new row.
-    woken: bool,
+    /// The next poll runs because a wake-up saw a new row.
+    woken: Option<Woken>,
+    /// The last poll found new rows (the busy spacing is on).
+    busy: bool,
     last_poll: LastPoll,
     limit: usize,
     stopping: bool,
@@ -152,7 +171,8 @@ impl<'a> Loop<'a> {
             timer: None,
             next_poll: now,
             probe: WakeProbe::new(cx, now),
-            woken: false,
+            woken: None,
+            busy: false,
             last_poll: LastPoll::default(),
             limit: cx.windows.batch_size(),
             stopping: false,
@@ -190,7 +210,7 @@ impl<'a> Loop<'a> {
             Reading::First => self.next_poll = now,
             Reading::Changed => {
                 self.next_poll = now;
-                self.woken = true;
+                self.woken = Some(Woken::Probe);
             }
         }
     }
@@ -224,18 +244,9 @@ impl<'a> Loop<'a> {
             Found::Full => (self.limit * 2).min(windows.batch_size() * BACKLOG_BATCHES_MAX),
             _ => windows.batch_size(),
         };
-        let woken = std::mem::take(&mut self.woken);
-        self.next_poll = match found {
-            Found::Full => now,
-            // Rows are arriving: look again soon, so a steady stream waits
-            // a fraction of the interval, not all of it. So does a wake-up
-            // that found nothing to take: the new row may not be
-            // deliverable yet (with task adoption, Phorge queues its task
-            // just after it), and the highest id will not change again.
-            Found::Fresh => now + windows.busy_poll_interval(),
-            Found::Nothing if woken => now + windows.busy_poll_interval(),
-            Found::Nothing => now + windows.poll_interval(),
-        };
+        self.last_poll.woken = self.woken.is_some();
+        (self.next_poll, self.woken) = next_poll(windows, found, self.woken.take(), now);
+        self.busy = found != Found::Nothing;
         self.probe.polled(now);
         self.timer = None;
         self.summary.maybe_log(now, &cx.metrics);
@@ -364,12 +375,20 @@ impl<'a> Loop<'a> {
     /// now (unless delivery is held: the hold's own timer polls); a source
     /// that started or stopped following sets the timer again, so the
     /// probe rests or resumes.
+    /// While rows keep coming (the last poll found some), hinted polls
+    /// keep the probe's spacing, so a steady stream of inserts costs no
+    /// more polls than the probe would have run.
     fn hinted(&mut self, hint: Hint) {
         self.timer = None;
         if hint == Hint::Poll && !self.cx.held() {
             bump(&self.cx.metrics.wakeups);
-            self.next_poll = self.next_poll.min(self.cx.clock.monotonic());
-            self.woken = true;
+            let now = self.cx.clock.monotonic();
+            let earliest = match self.busy {
+                true => now.max(self.last_poll.at + self.cx.windows.wake_spacing()),
+                false => now,
+            };
+            self.next_poll = self.next_poll.min(earliest);
+            self.woken = Some(Woken::Hint);
         }
     }
 
@@ -380,6 +399,30 @@ impl<'a> Loop<'a> {
         self.stop.store(true, Ordering::Relaxed);
         self.backlog.drop_waiting();
         info!(target: LOG_TARGET, event = "dispatcher_stopping", in_flight_runs = self.runs.len());
+    }
+}
+
+/// When the poll after one that found `found` is due, and whether it is
+/// still a wake-up's.
+fn next_poll(
+    windows: &Windows,
+    found: Found,
+    woken: Option<Woken>,
+    now: Duration,
+) -> (Duration, Option<Woken>) {
+    match (found, woken) {
+        (Found::Full, _) => (now, None),
+        // Rows are arriving: look again soon, so a steady stream waits a
+        // fraction of the interval, not all of it. So does a wake-up that
+        // found nothing to take: the new row may not be deliverable yet
+        // (with task adoption, Phorge queues its task just after it), and
+        // the highest id will not change again.
+        (Found::Fresh, _) | (Found::Nothing, Some(Woken::Probe)) => {
+            (now + windows.busy_poll_interval(), None)
+        }
+        // Then once more as a probe's wake-up would.
+        (Found::Nothing, Some(Woken::Hint)) => (now + HINT_RECHECK, Some(Woken::Probe)),
+        (Found::Nothing, None) => (now + windows.poll_interval(), None),
     }
 }
 
@@ -405,7 +448,12 @@ fn run_finished(
         .map_or(next_poll, |ends| ends.max(next_poll));
     backlog.finish(&report, until);
     let due = if !report.exclude && last_poll.left_out(&report.hook) {
-        last_poll.at + cx.windows.busy_poll_interval()
+        // After a wake-up's poll, the new row may be this hook's.
+        last_poll.at
+            + match last_poll.woken {
+                true => cx.windows.wake_spacing(),
+                false => cx.windows.busy_poll_interval(),
+            }
     } else {
         Duration::MAX
     };

@@ -961,6 +961,7 @@ fn while_hints_follow_the_probe_rests_and_a_hint_polls_at_once() {
         h.store.calls(StoreOp::Candidates),
         h.store.calls(StoreOp::NewestId),
     );
+    assert_eq!(probes, 0, "following from the start");
     h.run_for(secs(2));
     assert_eq!(h.store.calls(StoreOp::NewestId), probes, "the probe rests");
     assert_eq!(
@@ -983,6 +984,49 @@ fn while_hints_follow_the_probe_rests_and_a_hint_polls_at_once() {
         h.store.calls(StoreOp::NewestId) > probes,
         "the probe is back"
     );
+}
+
+/// A hint can come before its row is visible (the log is written before
+/// the engine commits): a hinted poll that found nothing looks again a few
+/// milliseconds later, not a tenth of the interval later. While rows keep
+/// coming, hinted polls keep the probe's spacing.
+#[test]
+fn a_hint_that_found_nothing_looks_again_at_once_and_a_stream_keeps_the_spacing() {
+    let hints = WakeHints::new();
+    let mut h = Harness::configured(Settings::default(), |d| d.with_wake_hints(hints.clone()));
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    hints.set_following(true);
+    h.start();
+    h.run_for(Duration::from_millis(1330));
+    let polls = h.store.calls(StoreOp::Candidates);
+    hints.notify();
+    h.run_for(Duration::ZERO);
+    assert_eq!(
+        h.store.calls(StoreOp::Candidates) - polls,
+        1,
+        "the hinted poll"
+    );
+    let committed = h.clock.monotonic();
+    h.store.insert_request(NewRequest::queued(HOOK_A, NEVER));
+    h.run_for(Duration::from_millis(10));
+    let posted = h.transport.posts().first().map(|p| p.started - committed);
+    assert!(
+        posted.is_some_and(|d| d <= Duration::from_millis(5)),
+        "{posted:?}"
+    );
+
+    // The poll that found it is recent: a hint now waits for the spacing.
+    let polls = h.store.calls(StoreOp::Candidates);
+    h.store.insert_request(NewRequest::queued(HOOK_A, NEVER));
+    hints.notify();
+    h.run_for(Duration::from_millis(20));
+    assert_eq!(
+        h.store.calls(StoreOp::Candidates),
+        polls,
+        "not before the spacing"
+    );
+    h.run_for(Duration::from_millis(40));
+    assert_eq!(h.transport.posts().len(), 2, "within the probe's spacing");
 }
 
 /// The lag: a row nothing delivers (its hook held by another deliverer
@@ -1318,4 +1362,41 @@ fn a_hook_whose_run_outlasted_the_poll_gets_its_next_rows_soon_not_an_interval_l
     );
     h.run_for(secs(5));
     assert_eq!(h.transport.posts().len(), 160);
+}
+
+/// A row hinted while its hook's previous run is still in flight is left
+/// out of that poll (the hook is running); the run's end brings the next
+/// poll within the probe's default spacing, not a tenth of the interval,
+/// also with the probe off.
+#[test]
+fn a_row_hinted_while_its_hook_runs_goes_out_when_the_run_ends() {
+    let hints = WakeHints::new();
+    let settings = Settings {
+        poll_interval: secs(3600),
+        wake_probe: Duration::ZERO,
+        ..Settings::default()
+    };
+    let mut h = Harness::configured(settings, |d| d.with_wake_hints(hints.clone()));
+    h.store.put_hook(hook(HOOK_A, URI_A));
+    h.transport
+        .always(URI_A, Reply::status(200).after(Duration::from_millis(20)));
+    hints.set_following(true);
+    h.start();
+    h.run_for(secs(1));
+    h.store.insert_request(NewRequest::queued(HOOK_A, NEVER));
+    hints.notify();
+    h.run_for(Duration::from_millis(5));
+    assert_eq!(
+        h.transport.posts().len(),
+        1,
+        "the first row's call is in flight"
+    );
+    h.store.insert_request(NewRequest::queued(HOOK_A, NEVER));
+    hints.notify();
+    h.run_for(Duration::from_millis(200));
+    assert_eq!(
+        h.transport.posts().len(),
+        2,
+        "the second row after the first run"
+    );
 }

@@ -7,6 +7,7 @@
 //! account lacks the grants says why and follows once they are given, and
 //! one whose stream is killed follows again, each hinting at a new row.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -31,17 +32,20 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-/// An insert into the request table as Phorge writes one, on `conn`.
-async fn insert_request(conn: &mut Conn) {
-    conn.query_drop(
-        "INSERT INTO herald_webhookrequest (phid, webhookPHID, objectPHID, status, \
-         properties, lastRequestResult, lastRequestEpoch, dateCreated, dateModified) \
-         VALUES (CONCAT('PHID-HWBR-', UUID_SHORT()), 'PHID-HWBH-binlogaaaaaaaaaaaaa', \
-         'PHID-TASK-binlogaaaaaaaaaaaaa', 'queued', '{}', '', 0, \
-         UNIX_TIMESTAMP(), UNIX_TIMESTAMP())",
-    )
-    .await
-    .expect("insert request");
+/// An insert into the request table as Phorge writes one, on `conn`: the
+/// table named with its database in backticks, constant values (so
+/// `MIXED` logs it as a statement, `ROW` as rows).
+async fn insert_request(conn: &mut Conn, database: &str) {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let sql = format!(
+        "INSERT INTO `{database}`.`herald_webhookrequest` (`phid`, `webhookPHID`, \
+         `objectPHID`, `status`, `properties`, `lastRequestResult`, `lastRequestEpoch`, \
+         `dateCreated`, `dateModified`) VALUES ('PHID-HWBR-binlog{n:014}', \
+         'PHID-HWBH-binlogaaaaaaaaaaaaa', 'PHID-TASK-binlogaaaaaaaaaaaaa', 'queued', '{{}}', \
+         '', 0, 1700000000, 1700000000)"
+    );
+    conn.query_drop(&sql).await.expect("insert request");
 }
 
 /// Writes that are not a new request: another table, an update, a
@@ -83,9 +87,9 @@ async fn each_insert_into_the_request_table_is_a_hint_and_nothing_else_is() {
                 .await
                 .expect("set the session's log format");
             let from = log_end(server).await;
-            insert_request(&mut conn).await;
+            insert_request(&mut conn, &db.database).await;
             other_writes(&mut conn, &elsewhere).await;
-            insert_request(&mut conn).await;
+            insert_request(&mut conn, &db.database).await;
             let events = logged_since(server, &from).await;
             let mut inserts = RequestInserts::new(&db.database);
             let hints = events.iter().filter(|e| inserts.adds_a_request(e)).count();
@@ -182,7 +186,7 @@ async fn a_server_without_a_binary_log_is_said_so() {
 
 async fn hinted_by_an_insert(db: &TestDb, hints: &WakeHints) {
     let given = hints.given();
-    insert_request(&mut db.conn().await).await;
+    insert_request(&mut db.conn().await, &db.database).await;
     until("a hint for the insert", || hints.given() > given).await;
 }
 

@@ -334,8 +334,8 @@ async fn the_look_reads_one_key_ratelimit_range_per_hook() {
 /// While the wake-up probe's last reading of the highest id is below the
 /// frontier, polls skip the walk (it could read nothing); a reading gone
 /// stale misses nothing, as the candidate query covers every id from the
-/// frontier up; the next reading at or above the frontier brings the walk
-/// back.
+/// frontier up; each reading serves one poll, and one at or above the
+/// frontier brings the walk back.
 #[tokio::test]
 async fn polls_skip_the_walk_while_the_probe_saw_nothing_above_the_frontier() {
     with_db(|db| async move {
@@ -362,10 +362,15 @@ async fn polls_skip_the_walk_while_the_probe_saw_nothing_above_the_frontier() {
             "nothing missed"
         );
         assert_eq!(store.scan_floor(), end, "no walk on a stale reading");
-
-        assert_eq!(store.newest_id().await.expect("probe"), fresh);
+        // A reading serves one poll: without a new one (the probe rests
+        // while the binary log is followed) the next poll walks.
         assert_eq!(candidate_ids(&store, now).await, vec![fresh]);
         assert_eq!(store.scan_floor(), fresh + 1, "the walk passed the new row");
+
+        let second = db.insert_request(&NewRequest::queued(HOOK, "{}")).await;
+        assert_eq!(store.newest_id().await.expect("probe"), second);
+        assert_eq!(candidate_ids(&store, now).await, vec![fresh, second]);
+        assert_eq!(store.scan_floor(), second + 1, "a reading above walks");
         store.disconnect().await.expect("close pool");
     })
     .await;
