@@ -2,7 +2,7 @@
 //!
 //! - `ci`: everything a submission must pass (fmt, clippy, promtool's
 //!   checks, the whole test suite with MariaDB started when it is not
-//!   running and Prometheus and libfaketime installed when they are
+//!   running and Prometheus, libfaketime and tinyproxy installed when they are
 //!   missing, the supply-chain checks and a short fuzz round).
 //! - `layers`: the crate layering rules of docs/ARCHITECTURE.md, checked on
 //!   the real dependency graph.
@@ -27,7 +27,6 @@ mod deny;
 mod dist;
 #[cfg(test)]
 mod doc_paths;
-mod faketime;
 mod fuzz;
 mod image;
 mod layers;
@@ -35,6 +34,7 @@ mod mariadb;
 mod prometheus;
 #[cfg(test)]
 mod shape;
+mod test_packages;
 #[cfg(test)]
 mod tidy;
 
@@ -58,7 +58,7 @@ fn main() -> ExitCode {
                 "usage: cargo xtask <command>\n\n\
                  commands:\n  \
                  ci       fmt, clippy, promtool and the whole test suite (starts MariaDB and\n           \
-                 installs Prometheus and libfaketime if needed)\n  \
+                 installs Prometheus, libfaketime and tinyproxy if needed)\n  \
                  layers   check the crate layering rules\n  \
                  mariadb  start the local MariaDB if it is not running\n  \
                  contract-test  run contracts/api/*.json against the real daemon and check\n           \
@@ -108,7 +108,7 @@ fn ci() -> Result<(), String> {
     // Installs Prometheus when it is missing: the daemon's tests run a real
     // one against it.
     prometheus::check()?;
-    faketime::ensure_installed()?;
+    test_packages::ensure_installed()?;
     run("cargo", &["test", "--workspace"])?;
     deny::check()?;
     // The short round: every target for its default time, from the

@@ -7,7 +7,8 @@
 //! added up by the core's `Sight` as the daemon adds them up), leftover
 //! PHP delivery tasks, whether requests' objects can be checked as
 //! Phorge's worker does, whether the server's binary log can be followed
-//! for new rows (one attempt, as the daemon makes it), and which rows have
+//! for new rows (one attempt, as the daemon makes it), whether the egress
+//! proxy in force can be reached and how many hooks go through it, and which rows have
 //! been due for longer than two
 //! claim leases (what the stall alert counts), each with why it waits as
 //! `explain` judges it — each with what to do about it. Read-only, like
@@ -18,7 +19,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use webhook_core::hold::{ConfigUnreadable, PhorgeConfig};
 use webhook_core::hold::{Reading, Sight, Visibility};
-use webhook_core::{CandidateQuery, DueRow, UnixTime, WakeHints};
+use webhook_core::{CandidateQuery, DueRow, LocalFailure, UnixTime, WakeHints};
 use webhook_daemon::server_clock::{skew_words, Measurement, SKEW_WARN_SECS};
 use webhook_store_mysql::config::WAKE_BINLOG;
 use webhook_store_mysql::local_config::{LocalConfig, LocalConfigError};
@@ -26,6 +27,7 @@ use webhook_store_mysql::{
     BinlogFollower, MysqlConfig, MysqlError, MysqlReader, NotFollowing, PhpDeliveryTasks,
     TaskRunners, OBJECT_TABLES,
 };
+use webhook_transport_hyper::{HyperTransport, Proxies};
 
 use crate::clock::span;
 use crate::error::{exit, AdminError};
@@ -154,6 +156,7 @@ pub async fn run(
     });
     checks.push(objects_check(reader).await);
     checks.push(wake_check(&config.mysql).await);
+    checks.push(proxy_check(reader, config).await);
     checks.push(overdue_check(db, config, now, daemon).await?);
     report(&checks, json_out)?;
     Ok(if checks.iter().any(|c| c.verdict == Verdict::Fail) {
@@ -366,6 +369,69 @@ async fn wake_check(config: &MysqlConfig) -> Check {
         finding,
         advice,
     }
+}
+
+/// The egress proxy, where one is in force: whether each proxy can be
+/// reached as the daemon reaches it, and how many callable hooks go
+/// through it.
+async fn proxy_check(reader: &MysqlReader, config: &AdminConfig) -> Check {
+    let proxies = &config.transport.config().proxies;
+    let check = |verdict, finding, advice| Check {
+        name: "proxy",
+        verdict,
+        finding,
+        advice,
+    };
+    if !proxies.any() {
+        return check(
+            Verdict::Ok,
+            "no egress proxy: calls go straight to receivers".to_owned(),
+            None,
+        );
+    }
+    let transport = match HyperTransport::new(config.transport.clone()) {
+        Ok(transport) => transport,
+        Err(err) => return check(Verdict::Warn, err.to_string(), None),
+    };
+    let mut unreachable = Vec::new();
+    for (proxy, reached) in transport.reach_proxies().await {
+        if let Err(why) = reached {
+            unreachable.push(format!("{proxy}: {}", LocalFailure::Proxy(why)));
+        }
+    }
+    let routes = match reader.callable_hook_phids().await {
+        Ok(phids) => hook_routes(reader, proxies, &phids).await,
+        Err(err) => format!("cannot list the hooks: {err}"),
+    };
+    let finding = format!("{}; {routes}", proxies.shown());
+    if unreachable.is_empty() {
+        check(Verdict::Ok, finding, None)
+    } else {
+        check(
+            Verdict::Fail,
+            format!("{finding}; cannot reach {}", unreachable.join(", ")),
+            Some(
+                "calls through it wait, unwritten, until it answers (gorge_webhook_proxy_failures_total)"
+                    .to_owned(),
+            ),
+        )
+    }
+}
+
+/// How many of the hooks `phids` names go through the proxy, and how many
+/// directly.
+async fn hook_routes(reader: &MysqlReader, proxies: &Proxies, phids: &[String]) -> String {
+    let (mut through, mut direct) = (0usize, 0usize);
+    for phid in phids {
+        if let Ok(Some(hook)) = reader.hook(phid).await {
+            if proxies.proxied(&hook.uri) {
+                through += 1;
+            } else {
+                direct += 1;
+            }
+        }
+    }
+    format!("{through} callable hook(s) go through it, {direct} directly")
 }
 
 /// Whether the daemon can check requests' objects as Phorge's worker does:

@@ -583,6 +583,12 @@ pub(crate) async fn judge(
     );
     explanation.notes.extend(daemon_note);
     explanation.notes.extend(transport_note);
+    if let (true, Some(hook)) = (queued, &hook) {
+        let route = config.transport.config().proxies.describe(&hook.uri);
+        explanation
+            .notes
+            .extend(route.map(|route| format!("the call goes {route}")));
+    }
     Ok(Judged {
         hook,
         object: checked.object,

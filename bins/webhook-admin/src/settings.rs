@@ -277,6 +277,15 @@ fn details(config: &AdminConfig, get: Lookup<'_>) -> HashMap<&'static str, Strin
             "a buffer growing to about 100 KiB, as cURL accepts".to_owned(),
         ));
     }
+    details.push((transport::PROXY.name, t.proxies.shown()));
+    details.push((
+        transport::NO_PROXY.name,
+        if t.proxies.any() {
+            t.proxies.no_proxy_shown()
+        } else {
+            "no proxy to bypass".to_owned()
+        },
+    ));
     if SERVICE_TOKEN.info().text(get).is_empty() {
         details.push((
             SERVICE_TOKEN.name,

@@ -16,7 +16,7 @@ use webhook_core::hold::{PhorgeConfig, SilentMode};
 use webhook_core::windows::Windows;
 use webhook_core::{Clock, Dispatcher, EventSink, PhorgeObjects, QueueCounts, Store, WakeHints};
 use webhook_store_mysql::{BinlogFollower, MysqlConfig, MysqlStore};
-use webhook_transport_hyper::HyperTransport;
+use webhook_transport_hyper::{HyperTransport, Proxies};
 
 use crate::access::{check_delivery_access, DeliveryAccess};
 use crate::adoption::{adopt_php_tasks, hand_back_at_stop};
@@ -127,6 +127,14 @@ pub fn log_windows(windows: &Windows) {
     }
 }
 
+/// Logs the egress proxies in force once (credentials withheld), when any.
+fn log_proxies(proxies: &Proxies) {
+    if proxies.any() {
+        info!(event = "egress_proxy", proxies = %proxies.shown(), no_proxy = %proxies.no_proxy_shown(),
+              "calls go through the egress proxy; the outbound check still applies to each target");
+    }
+}
+
 /// Runs until SIGTERM, SIGINT or SIGQUIT, then stops claiming, waits (up
 /// to the grace period) for in-flight deliveries to finish and write their
 /// results, archives the finished tasks it leases when adopting them
@@ -149,6 +157,7 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
     })?);
     let transport = Arc::new(HyperTransport::new(config.delivery.transport.clone())?);
     log_windows(&config.delivery.windows);
+    log_proxies(&config.delivery.transport.config().proxies);
     let mut silent_mode = SilentMode::new(Arc::clone(&store) as Arc<dyn PhorgeConfig>);
     match &config.delivery.local_config {
         Some(local_config) => {

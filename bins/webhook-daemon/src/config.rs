@@ -476,7 +476,15 @@ mod tests {
                     }
                     refused += 1;
                     let text = format!("{err} {err:?}");
-                    assert!(!v.secret, "a secret was refused: {text}");
+                    if v.secret {
+                        // A proxy URL may carry a password.
+                        assert!(
+                            !text.contains(value) && text.contains("characters, not shown"),
+                            "{}: {text}",
+                            v.name
+                        );
+                        continue;
+                    }
                     assert!(
                         text.contains(&format!("{value:?}")),
                         "{}={value}: {text}",

@@ -240,13 +240,26 @@ impl Collector for ScrapeCollector {
             ),
             (
                 "gorge_webhook_local_failures",
-                "Calls this host could not make (out of file descriptors or memory); nothing written, retried after the lease",
+                "Calls this side could not make (out of file descriptors or memory, or the egress proxy failed them); nothing written, retried after the lease",
                 d.local_failures,
             ),
         ];
         for (name, help, value) in simple {
             counter(&mut encoder, format, name, help, &[(none(), value)])?;
         }
+        let proxy_failures: Vec<(Labels, u64)> = d
+            .proxy_failures
+            .iter()
+            .map(|(why, count)| (vec![("reason", why.as_str())], *count))
+            .collect();
+        counter(
+            &mut encoder,
+            format,
+            "gorge_webhook_proxy_failures",
+            "Calls the egress proxy failed, by reason (counted in local_failures too: nothing written, \
+             the hook's breaker untouched, retried after the lease)",
+            &proxy_failures,
+        )?;
         if let Some(skipped) = self.scrape.rows_unreadable {
             counter(
                 &mut encoder,

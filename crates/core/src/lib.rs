@@ -66,7 +66,7 @@ pub use model::{phid_type, Hook, LastResult, RequestRow, RequestStatus, UnixTime
 pub use objects::{ObjectLookup, PhorgeObjects, Unseen};
 pub use outcome::{
     attempt_write, hook_error_write, AttemptOutcome, DeliveryResult, HookError, LocalFailure,
-    ResultWrite, TransportFailure, UriRefusal,
+    ProxyFailure, ResultWrite, TransportFailure, UriRefusal,
 };
 pub use pause::{HookPause, HookPauses};
 pub use payload::{sign, verify, Payload};

@@ -5,6 +5,8 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::outcome::ProxyFailure;
+
 /// Upper bounds (seconds) of the delivery latency histogram buckets.
 pub const LATENCY_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -136,6 +138,9 @@ pub struct Metrics {
     pub(crate) writeback_stale: AtomicU64,
     pub(crate) lock_lost: AtomicU64,
     pub(crate) local_failures: AtomicU64,
+    /// Of `local_failures`, the egress proxy's, by [`ProxyFailure::ALL`]'s
+    /// order.
+    proxy_failures: [AtomicU64; ProxyFailure::ALL.len()],
     pub(crate) in_flight: AtomicU64,
     pub(crate) breaker_open_hooks: AtomicU64,
     pub(crate) retry_after_pauses: AtomicU64,
@@ -201,9 +206,13 @@ pub struct MetricsSnapshot {
     /// Hook runs stopped because the hook lock's database session was
     /// lost (the claimed row was not sent; retried after its lease).
     pub lock_lost: u64,
-    /// Calls this host could not make (out of file descriptors or memory):
-    /// nothing written, the row retried after its lease.
+    /// Calls this side could not make (out of file descriptors or memory,
+    /// or the egress proxy failed them): nothing written, the row retried
+    /// after its lease.
     pub local_failures: u64,
+    /// Of `local_failures`, the egress proxy's, by how it failed, in
+    /// [`ProxyFailure::ALL`]'s order.
+    pub proxy_failures: Vec<(ProxyFailure, u64)>,
     /// Deliveries in flight now.
     pub in_flight: u64,
     /// Hooks whose breaker this instance last saw open.
@@ -253,6 +262,12 @@ impl Metrics {
         self.latency.observe(latency);
     }
 
+    pub(crate) fn count_proxy_failure(&self, failure: ProxyFailure) {
+        if let Some(at) = ProxyFailure::ALL.iter().position(|f| *f == failure) {
+            bump(&self.proxy_failures[at]);
+        }
+    }
+
     pub(crate) fn observe_queue_time(&self, waited: Duration) {
         self.queue_time.observe(waited);
     }
@@ -283,6 +298,11 @@ impl Metrics {
             writeback_stale: get(&self.writeback_stale),
             lock_lost: get(&self.lock_lost),
             local_failures: get(&self.local_failures),
+            proxy_failures: ProxyFailure::ALL
+                .iter()
+                .zip(&self.proxy_failures)
+                .map(|(failure, count)| (*failure, get(count)))
+                .collect(),
             in_flight: get(&self.in_flight),
             breaker_open_hooks: get(&self.breaker_open_hooks),
             retry_after_pauses: get(&self.retry_after_pauses),

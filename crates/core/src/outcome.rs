@@ -142,12 +142,13 @@ pub enum DeliveryResult {
     /// A hop (e.g. a redirect) led to a URI the outbound check refuses.
     Refused(UriRefusal),
     /// This host could not make the call (out of file descriptors or
-    /// memory): nothing reached the receiver and nothing is the receiver's
-    /// fault, so nothing is written and the row is tried again.
+    /// memory, or its egress proxy failed): nothing reached the receiver
+    /// and nothing is the receiver's fault, so nothing is written and the
+    /// row is tried again.
     Local(LocalFailure),
 }
 
-/// A failure of the deliverer's own host, not of the receiver.
+/// A failure of the deliverer's own side, not of the receiver.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LocalFailure {
     /// The process or the system ran out of file descriptors (EMFILE,
@@ -155,6 +156,8 @@ pub enum LocalFailure {
     Descriptors,
     /// The kernel had no memory or buffers for a socket (ENOMEM, ENOBUFS).
     Memory,
+    /// The egress proxy the call had to go through failed it.
+    Proxy(ProxyFailure),
 }
 
 impl LocalFailure {
@@ -163,6 +166,79 @@ impl LocalFailure {
         match self {
             Self::Descriptors => "descriptors",
             Self::Memory => "memory",
+            Self::Proxy(_) => "proxy",
+        }
+    }
+
+    /// What an operator can do about it, in a few words.
+    pub fn advice(self) -> &'static str {
+        match self {
+            Self::Descriptors | Self::Memory => "raise LimitNOFILE or free memory?",
+            Self::Proxy(failure) => failure.advice(),
+        }
+    }
+}
+
+/// How the egress proxy failed a call. Each is this side's failure: the
+/// receiver was never asked, or its answer never came back through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ProxyFailure {
+    /// The proxy's host name could not be resolved.
+    Lookup,
+    /// No connection to the proxy (refused, unreachable, timed out).
+    Unreachable,
+    /// The proxy accepted the connection but did not answer the tunnel
+    /// request within the connect timeout.
+    Silent,
+    /// The TLS handshake with an `https://` proxy failed.
+    Tls,
+    /// The proxy answered 407: its credentials are missing or wrong.
+    AuthRequired,
+    /// The proxy refused to open the tunnel (a 4xx other than 407).
+    TunnelRefused,
+    /// The proxy could not open the tunnel (a 5xx: it could not reach the
+    /// receiver, or is failing itself).
+    TunnelFailed,
+    /// The proxy's answer to the tunnel request was not HTTP, or the
+    /// connection closed before it.
+    Protocol,
+}
+
+impl ProxyFailure {
+    /// Every failure, in the order metrics list them.
+    pub const ALL: [Self; 8] = [
+        Self::Lookup,
+        Self::Unreachable,
+        Self::Silent,
+        Self::Tls,
+        Self::AuthRequired,
+        Self::TunnelRefused,
+        Self::TunnelFailed,
+        Self::Protocol,
+    ];
+
+    /// A stable name for logs and the `reason` label of metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Lookup => "lookup",
+            Self::Unreachable => "unreachable",
+            Self::Silent => "silent",
+            Self::Tls => "tls",
+            Self::AuthRequired => "auth_required",
+            Self::TunnelRefused => "tunnel_refused",
+            Self::TunnelFailed => "tunnel_failed",
+            Self::Protocol => "protocol",
+        }
+    }
+
+    fn advice(self) -> &'static str {
+        match self {
+            Self::Lookup | Self::Unreachable | Self::Silent | Self::Tls | Self::Protocol => {
+                "is the egress proxy up and reachable?"
+            }
+            Self::AuthRequired => "check the proxy URL's credentials",
+            Self::TunnelRefused => "does the proxy allow CONNECT to this port?",
+            Self::TunnelFailed => "the proxy could not reach the receiver",
         }
     }
 }
@@ -185,12 +261,22 @@ impl fmt::Display for DeliveryResult {
     }
 }
 
-/// In words for a log: what this host ran out of.
+/// In words for a log: what this host ran out of, or how its proxy failed.
 impl fmt::Display for LocalFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Self::Descriptors => "this host is out of file descriptors",
             Self::Memory => "this host is out of socket memory",
+            Self::Proxy(failure) => match failure {
+                ProxyFailure::Lookup => "the egress proxy's name does not resolve",
+                ProxyFailure::Unreachable => "the egress proxy is unreachable",
+                ProxyFailure::Silent => "the egress proxy did not answer the tunnel request",
+                ProxyFailure::Tls => "the TLS handshake with the egress proxy failed",
+                ProxyFailure::AuthRequired => "the egress proxy wants credentials (407)",
+                ProxyFailure::TunnelRefused => "the egress proxy refused the tunnel",
+                ProxyFailure::TunnelFailed => "the egress proxy could not open the tunnel",
+                ProxyFailure::Protocol => "the egress proxy's answer was not HTTP",
+            },
         })
     }
 }

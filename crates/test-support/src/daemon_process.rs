@@ -37,6 +37,19 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// The environment's proxy variables, which the daemon reads unless told
+/// otherwise: removed from what a child inherits, so a proxy set where the
+/// tests run does not change what they test.
+pub const PROXY_VARIABLES: [&str; 7] = [
+    "http_proxy",
+    "HTTP_PROXY",
+    "https_proxy",
+    "HTTPS_PROXY",
+    "no_proxy",
+    "NO_PROXY",
+    "REQUEST_METHOD",
+];
+
 /// The settings every daemon on the local MariaDB gets: root, no password,
 /// the test's namespace.
 pub fn database_env(namespace: &str) -> Vec<(String, String)> {
@@ -232,6 +245,9 @@ impl DaemonCommand {
             if name.to_string_lossy().starts_with("GORGE_") {
                 command.env_remove(name);
             }
+        }
+        for name in PROXY_VARIABLES {
+            command.env_remove(name);
         }
         command.env_remove("RUST_LOG");
         command.envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));

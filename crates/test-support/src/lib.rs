@@ -10,7 +10,9 @@
 //! HTTP/1.1 client for its diagnostics listener ([`raw_http`]), a reader
 //! of its `/metrics` text ([`metrics_text`]), and libfaketime's variables
 //! to run it with its wall clock shifted ([`faketime`]), and a private
-//! MariaDB with its binary log on ([`binlog_server`]).
+//! MariaDB with its binary log on ([`binlog_server`]), a real egress
+//! proxy ([`tinyproxy`]), and a test CA for TLS receivers and proxies
+//! ([`tls`]).
 //!
 //! Test-only code: failures panic with a message saying what was expected.
 
@@ -28,6 +30,8 @@ pub mod process_sessions;
 pub mod raw_http;
 pub mod receipts;
 pub mod receiver;
+pub mod tinyproxy;
+pub mod tls;
 pub mod worker_tasks;
 
 pub use applications::{with_application_tables, ApplicationTables};
@@ -39,3 +43,4 @@ pub use mariadb::{with_db, TestDb};
 pub use raw_http::HttpResponse;
 pub use receipts::Receipt;
 pub use receiver::{Receiver, Recorded, Replied, Reply};
+pub use tinyproxy::Tinyproxy;

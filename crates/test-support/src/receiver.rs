@@ -178,10 +178,28 @@ impl Receiver {
         Self::listen(false).await
     }
 
+    /// A recording receiver behind TLS on `ip` (a loopback address) on a
+    /// free port, its certificate for that address signed by a test CA;
+    /// with the CA's PEM, for `GORGE_WEBHOOK_CA_FILE`.
+    pub async fn start_https(ip: std::net::IpAddr) -> (Self, String) {
+        let pki = crate::tls::test_pki_for_ip(ip);
+        let tls = tokio_rustls::TlsAcceptor::from(pki.server);
+        let receiver = Self::listen_on(ip, true, Some(tls)).await;
+        (receiver, pki.ca_pem)
+    }
+
     async fn listen(record: bool) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0")
+        Self::listen_on(std::net::Ipv4Addr::LOCALHOST.into(), record, None).await
+    }
+
+    async fn listen_on(
+        ip: std::net::IpAddr,
+        record: bool,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> Self {
+        let listener = TcpListener::bind((ip, 0))
             .await
-            .expect("receiver: bind 127.0.0.1:0");
+            .unwrap_or_else(|e| panic!("receiver: bind {ip}:0: {e}"));
         let addr = listener.local_addr().expect("receiver: local address");
         let serving = Serving {
             state: Arc::default(),
@@ -190,7 +208,7 @@ impl Receiver {
             started: Instant::now(),
             record,
         };
-        let task = tokio::spawn(accept_loop(listener, serving.clone()));
+        let task = tokio::spawn(accept_loop(listener, serving.clone(), tls));
         Self {
             addr,
             state: serving.state,
@@ -213,6 +231,12 @@ impl Receiver {
     /// `http://127.0.0.1:<port><path>`.
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
+    }
+
+    /// `https://<ip>:<port><path>`, for a receiver started with
+    /// [`Self::start_https`].
+    pub fn https_url(&self, path: &str) -> String {
+        format!("https://{}{path}", self.addr)
     }
 
     /// The receiver's clock: time since it started, the scale of
@@ -300,7 +324,11 @@ impl Receiver {
     }
 }
 
-async fn accept_loop(listener: TcpListener, serving: Serving) {
+async fn accept_loop(
+    listener: TcpListener,
+    serving: Serving,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) {
     let builder = auto::Builder::new(TokioExecutor::new());
     loop {
         // An accept error (out of descriptors) passes; the listener stays.
@@ -314,10 +342,25 @@ async fn accept_loop(listener: TcpListener, serving: Serving) {
             let serving = serving.clone();
             async move { Ok::<_, std::convert::Infallible>(answer(request, serving).await) }
         });
-        let connection = builder
-            .serve_connection(TokioIo::new(stream), service)
-            .into_owned();
-        tokio::spawn(connection);
+        match &tls {
+            None => {
+                let connection = builder
+                    .serve_connection(TokioIo::new(stream), service)
+                    .into_owned();
+                tokio::spawn(connection);
+            }
+            Some(acceptor) => {
+                let accepting = acceptor.accept(stream);
+                let builder = builder.clone();
+                tokio::spawn(async move {
+                    if let Ok(stream) = accepting.await {
+                        let _ = builder
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                    }
+                });
+            }
+        }
     }
 }
 

@@ -114,14 +114,26 @@ impl BasicAuth {
         if !hop.same_origin(&self.first) {
             return None;
         }
-        let mut pair = user.clone();
-        pair.push(b':');
-        pair.extend_from_slice(self.password.as_deref().unwrap_or_default());
-        // Base64 is always a valid header value, so this never fails.
-        let mut value = HeaderValue::try_from(format!("Basic {}", STANDARD.encode(pair))).ok()?;
-        value.set_sensitive(true);
-        Some(value)
+        basic(user, self.password.as_deref())
     }
+}
+
+impl UserInfo {
+    /// `Basic base64(user ":" password)`, marked sensitive: the value of
+    /// `Proxy-Authorization` for a proxy URL's user-info.
+    pub(crate) fn basic(&self) -> Option<HeaderValue> {
+        basic(&self.user, self.password.as_deref())
+    }
+}
+
+fn basic(user: &[u8], password: Option<&[u8]>) -> Option<HeaderValue> {
+    let mut pair = user.to_vec();
+    pair.push(b':');
+    pair.extend_from_slice(password.unwrap_or_default());
+    // Base64 is always a valid header value, so this never fails.
+    let mut value = HeaderValue::try_from(format!("Basic {}", STANDARD.encode(pair))).ok()?;
+    value.set_sensitive(true);
+    Some(value)
 }
 
 #[cfg(test)]

@@ -48,6 +48,8 @@ pub(crate) struct Facts {
     /// An I/O error in the chain says this host ran out of descriptors or
     /// memory.
     pub(crate) local: Option<LocalFailure>,
+    /// The egress proxy failed the connection.
+    pub(crate) proxy: Option<webhook_core::ProxyFailure>,
 }
 
 /// Linux's errno values for this host running out of something: EMFILE,
@@ -78,6 +80,9 @@ impl Facts {
                 HopError::Lookup(_) => self.lookup_failed = true,
                 HopError::Tcp(_) => self.tcp_failed = true,
                 HopError::SetupTimeout => self.setup_timeout = true,
+                HopError::Proxy(why) => {
+                    self.proxy.get_or_insert(*why);
+                }
             }
         } else if let Some(io) = cause.downcast_ref::<io::Error>() {
             if io.kind() == io::ErrorKind::TimedOut {
@@ -99,7 +104,8 @@ impl Facts {
         }
     }
 
-    /// The outcome, by precedence: a refusal, then name lookup, then the
+    /// The outcome, by precedence: a refusal, then the egress proxy's
+    /// failure (this side's, not the receiver's), then name lookup, then the
     /// connection setup (this host out of descriptors or memory, timeout,
     /// TCP, else TLS), then send, protocol, empty reply, and finally
     /// receive.
@@ -107,6 +113,9 @@ impl Facts {
         use TransportFailure as F;
         if let Some(why) = &self.refused {
             return DeliveryResult::Refused(why.clone());
+        }
+        if let Some(why) = self.proxy {
+            return DeliveryResult::Local(LocalFailure::Proxy(why));
         }
         if self.lookup_failed {
             return DeliveryResult::Failed(F::Resolve);

@@ -23,6 +23,8 @@ use webhook_core::setting::{
 };
 
 use crate::policy::phorge_deny_list;
+use crate::proxy::Proxies;
+pub use crate::proxy::{NO_PROXY, PROXY};
 
 /// Phorge's signature header (newer Phorge sends
 /// `X-Phorge-Webhook-Signature` instead; configure both to serve either).
@@ -176,6 +178,8 @@ pub const VARIABLES: &[SettingInfo] = &[
     OUTBOUND_ALLOW.info(),
     CA_FILE.info(),
     REQUEST_ID_HEADER.info(),
+    PROXY.info(),
+    NO_PROXY.info(),
 ];
 
 /// How the transport talks to receivers. `Default` gives Phorge's
@@ -220,6 +224,9 @@ pub struct TransportConfig {
     pub extra_root_certificates_pem: Vec<u8>,
     /// Header carrying the request row's PHID, if set. Default off.
     pub request_id_header: Option<String>,
+    /// The egress proxies and the hosts exempt from them
+    /// ([`crate::proxy`]). Default: none.
+    pub proxies: Proxies,
 }
 
 impl Default for TransportConfig {
@@ -249,6 +256,7 @@ impl fmt::Debug for TransportConfig {
                 &self.extra_root_certificates_pem.len(),
             )
             .field("request_id_header", &self.request_id_header)
+            .field("proxies", &self.proxies.shown())
             .finish()
     }
 }
@@ -284,6 +292,7 @@ impl TransportConfig {
                 .map(|file| file.pem)
                 .unwrap_or_default(),
             request_id_header: REQUEST_ID_HEADER.read(get)?,
+            proxies: Proxies::read(get)?,
         })
     }
 

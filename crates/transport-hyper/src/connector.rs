@@ -3,10 +3,16 @@
 //! only to addresses [`OutboundPolicy`] permitted, looked up once.
 //!
 //! Layers, outermost first: [`GuardedConnector`] bounds the whole setup
-//! (lookup, TCP, TLS) by the connect timeout; hyper-rustls adds TLS;
-//! [`TcpConnector`] checks IP-literal hosts, tags TCP failures and wraps
-//! the stream in [`TaggedIo`]; hyper-util's `HttpConnector` connects, asking
-//! [`CheckedResolver`] for names. The tags and [`HopError`] exist so that
+//! (lookup, TCP, TLS) by the connect timeout (twice that through a proxy:
+//! one for the proxy, one for the receiver's handshake); hyper-rustls adds
+//! TLS; [`TcpConnector`] checks IP-literal hosts, tags TCP failures and
+//! wraps the stream in [`TaggedIo`]; hyper-util's `HttpConnector` connects,
+//! asking [`CheckedResolver`] for names. Where [`Proxies::route`] sends a
+//! hop through the egress proxy, [`TcpConnector`] checks the target's
+//! addresses first, then connects to the proxy ([`crate::tunnel`]): a
+//! tunnel goes to the first checked address the proxy could reach; a
+//! forwarded `http` request is marked proxied so hyper writes it in
+//! absolute form. The tags and [`HopError`] exist so that
 //! [`crate::classify`] can tell a refused address from a DNS failure, a TCP
 //! failure from a TLS one, and a send failure from a receive failure;
 //! [`ConnectionUsage`] lets the transport recognise a pooled connection the
@@ -27,12 +33,13 @@ use hyper_util::client::legacy::connect::dns::Name;
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 use tower_service::Service;
-use webhook_core::UriRefusal;
+use webhook_core::{ProxyFailure, UriRefusal};
 
 use crate::lookup::{LookupError, NameLookup};
 use crate::policy::OutboundPolicy;
+use crate::proxy::{Proxies, ProxyServer, Route};
+use crate::tunnel::{ProxyDialer, Stream};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
@@ -52,6 +59,9 @@ pub(crate) enum HopError {
     /// Setting up the connection took longer than the connect timeout.
     #[error("connection setup exceeded the connect timeout")]
     SetupTimeout,
+    /// The egress proxy failed the connection.
+    #[error("{}", webhook_core::LocalFailure::Proxy(*.0))]
+    Proxy(ProxyFailure),
 }
 
 /// Looks `host` up and applies the outbound check to every address: one
@@ -101,21 +111,27 @@ impl Service<Name> for CheckedResolver {
     }
 }
 
-/// TCP connections to checked addresses only.
+/// TCP connections to checked addresses only, straight or through the
+/// egress proxy.
 #[derive(Debug, Clone)]
 pub(crate) struct TcpConnector {
     http: HttpConnector<CheckedResolver>,
+    lookup: Arc<dyn NameLookup>,
     policy: Arc<OutboundPolicy>,
+    proxies: Arc<Proxies>,
+    dialer: ProxyDialer,
 }
 
 impl TcpConnector {
     pub(crate) fn new(
         lookup: Arc<dyn NameLookup>,
         policy: Arc<OutboundPolicy>,
+        proxies: Arc<Proxies>,
+        dialer: ProxyDialer,
         connect_timeout: Duration,
     ) -> Self {
         let mut http = HttpConnector::new_with_resolver(CheckedResolver {
-            lookup,
+            lookup: Arc::clone(&lookup),
             policy: Arc::clone(&policy),
         });
         // https URIs pass through here on their way to TLS.
@@ -124,8 +140,82 @@ impl TcpConnector {
         // Split across a host's addresses, so one black-holed address does
         // not use up the whole budget.
         http.set_connect_timeout(Some(connect_timeout));
-        Self { http, policy }
+        Self {
+            http,
+            lookup,
+            policy,
+            proxies,
+            dialer,
+        }
     }
+
+    fn direct(&mut self, uri: Uri) -> BoxFuture<TokioIo<TaggedIo>, HopError> {
+        // HttpConnector connects to IP literals without asking the resolver,
+        // so they are checked here; names are checked by CheckedResolver.
+        if let Ok(ip) = bare_host(&uri).parse::<IpAddr>() {
+            if !self.policy.permits(ip) {
+                return Box::pin(
+                    async move { Err(HopError::Refused(UriRefusal::DeniedAddress(ip))) },
+                );
+            }
+        }
+        let connecting = self.http.call(uri);
+        Box::pin(async move {
+            connecting
+                .await
+                .map(|io| TokioIo::new(TaggedIo::new(Stream::Plain(io.into_inner()), false)))
+                .map_err(|err| HopError::Tcp(err.into()))
+        })
+    }
+
+    /// Through `proxy`: the target's addresses are checked before the
+    /// proxy is asked for anything.
+    fn proxied(
+        &self,
+        uri: &Uri,
+        proxy: ProxyServer,
+        tunnel: bool,
+    ) -> BoxFuture<TokioIo<TaggedIo>, HopError> {
+        let host = bare_host(uri).to_owned();
+        let port = uri.port_u16().unwrap_or(if tunnel { 443 } else { 80 });
+        let lookup = Arc::clone(&self.lookup);
+        let policy = Arc::clone(&self.policy);
+        let dialer = self.dialer.clone();
+        Box::pin(async move {
+            let ips = match host.parse::<IpAddr>() {
+                Ok(ip) if policy.permits(ip) => vec![ip],
+                Ok(ip) => return Err(HopError::Refused(UriRefusal::DeniedAddress(ip))),
+                Err(_) => resolve_checked(lookup.as_ref(), &policy, &host).await?,
+            };
+            if !tunnel {
+                let stream = dialer.connect(&proxy).await?;
+                return Ok(TokioIo::new(TaggedIo::new(stream, true)));
+            }
+            let mut failed = HopError::Proxy(ProxyFailure::TunnelFailed);
+            for ip in ips {
+                match dialer.tunnel(&proxy, SocketAddr::new(ip, port)).await {
+                    Ok(stream) => return Ok(TokioIo::new(TaggedIo::new(stream, false))),
+                    // The proxy could not reach this address: try the next.
+                    Err(HopError::Proxy(ProxyFailure::TunnelFailed)) => {}
+                    Err(other) => return Err(other),
+                }
+                failed = HopError::Proxy(ProxyFailure::TunnelFailed);
+            }
+            Err(failed)
+        })
+    }
+}
+
+/// The URI's host without IPv6 brackets.
+fn bare_host(uri: &Uri) -> &str {
+    let host = uri.host().unwrap_or_default();
+    host.strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
+}
+
+fn is_https(uri: &Uri) -> bool {
+    uri.scheme() == Some(&http::uri::Scheme::HTTPS)
 }
 
 impl Service<Uri> for TcpConnector {
@@ -140,43 +230,34 @@ impl Service<Uri> for TcpConnector {
     }
 
     fn call(&mut self, uri: Uri) -> Self::Future {
-        // HttpConnector connects to IP literals without asking the resolver,
-        // so they are checked here; names are checked by CheckedResolver.
-        let host = uri.host().unwrap_or_default();
-        let host = host
-            .strip_prefix('[')
-            .and_then(|h| h.strip_suffix(']'))
-            .unwrap_or(host);
-        if let Ok(ip) = host.parse::<IpAddr>() {
-            if !self.policy.permits(ip) {
-                return Box::pin(
-                    async move { Err(HopError::Refused(UriRefusal::DeniedAddress(ip))) },
-                );
-            }
+        match self.proxies.route(is_https(&uri), bare_host(&uri)) {
+            Route::Direct => self.direct(uri),
+            Route::Tunnel(proxy) => self.proxied(&uri, proxy.clone(), true),
+            Route::Forward(proxy) => self.proxied(&uri, proxy.clone(), false),
         }
-        let connecting = self.http.call(uri);
-        Box::pin(async move {
-            connecting
-                .await
-                .map(|io| TokioIo::new(TaggedIo::new(io.into_inner())))
-                .map_err(|err| HopError::Tcp(err.into()))
-        })
     }
 }
 
 /// The connector the client uses: TLS over [`TcpConnector`], the whole
-/// setup bounded by the connect timeout. The bound also covers a TLS
-/// handshake the client finishes in the background for the pool.
+/// setup bounded by the connect timeout (twice it through the proxy). The
+/// bound also covers a TLS handshake the client finishes in the background
+/// for the pool.
 #[derive(Debug, Clone)]
 pub(crate) struct GuardedConnector {
     inner: HttpsConnector<TcpConnector>,
+    proxies: Arc<Proxies>,
     connect_timeout: Duration,
 }
 
 impl GuardedConnector {
-    pub(crate) fn new(inner: HttpsConnector<TcpConnector>, connect_timeout: Duration) -> Self {
+    pub(crate) fn new(
+        inner: HttpsConnector<TcpConnector>,
+        proxies: Arc<Proxies>,
+        connect_timeout: Duration,
+    ) -> Self {
         Self {
             inner,
+            proxies,
             connect_timeout,
         }
     }
@@ -192,8 +273,13 @@ impl Service<Uri> for GuardedConnector {
     }
 
     fn call(&mut self, uri: Uri) -> Self::Future {
+        let limit = match self.proxies.route(is_https(&uri), bare_host(&uri)) {
+            Route::Direct => self.connect_timeout,
+            // The proxy's steps are bounded on their own (a proxy
+            // failure); the receiver's handshake gets a bound of its own.
+            Route::Tunnel(_) | Route::Forward(_) => self.connect_timeout.saturating_mul(2),
+        };
         let connecting = self.inner.call(uri);
-        let limit = self.connect_timeout;
         Box::pin(async move {
             match tokio::time::timeout(limit, connecting).await {
                 Ok(result) => result,
@@ -253,8 +339,9 @@ impl ConnectionUsage {
     }
 }
 
-/// A TCP stream that tags send-side errors with [`WriteFailed`] and counts
-/// received bytes into [`ConnectionUsage`].
+/// A connection that tags send-side errors with [`WriteFailed`] and counts
+/// received bytes into [`ConnectionUsage`]; `proxied` when it goes to the
+/// proxy for forwarded (absolute-form) requests.
 ///
 /// A peer that resets the connection while a request is still being sent
 /// is usually seen first by hyper's read (it watches for an early response
@@ -262,16 +349,18 @@ impl ConnectionUsage {
 /// buffer space counts as a send failure too.
 #[derive(Debug)]
 pub(crate) struct TaggedIo {
-    inner: TcpStream,
+    inner: Stream,
+    proxied: bool,
     usage: ConnectionUsage,
     write_waiting: bool,
     next_write_starts_request: bool,
 }
 
 impl TaggedIo {
-    fn new(inner: TcpStream) -> Self {
+    fn new(inner: Stream, proxied: bool) -> Self {
         Self {
             inner,
+            proxied,
             usage: ConnectionUsage::default(),
             write_waiting: false,
             next_write_starts_request: true,
@@ -367,6 +456,9 @@ impl AsyncWrite for TaggedIo {
 
 impl Connection for TaggedIo {
     fn connected(&self) -> Connected {
-        self.inner.connected().extra(self.usage.clone())
+        self.inner
+            .connected()
+            .proxy(self.proxied)
+            .extra(self.usage.clone())
     }
 }

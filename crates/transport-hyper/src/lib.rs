@@ -26,6 +26,11 @@
 //!   directly and names go through a resolver that yields only checked
 //!   addresses. A refused hop ends the delivery with
 //!   [`DeliveryResult::Refused`](webhook_core::DeliveryResult::Refused).
+//! - **Egress proxy** ([`proxy`]), read as cURL and Go read it: `https`
+//!   hops go through a `CONNECT` tunnel to an address the outbound check
+//!   passed (TLS inside it for the hook's host name), `http` hops to the
+//!   proxy in absolute form once their host was checked; the proxy's own
+//!   address is not held to the deny list.
 //! - **Deadline.** `OutboundRequest::timeout` bounds the whole exchange,
 //!   redirects and the bounded body read included.
 //! - **Redirects**, as PHP's cURL follows them: 301/302/303 become a POST
@@ -52,6 +57,7 @@
 //! | the resolver failed temporarily while connecting | `Failed(Resolve)` (6) |
 //! | TCP connect refused / unreachable | `Failed(Connect)` (7) |
 //! | creating or connecting the socket failed for want of descriptors (EMFILE, ENFILE) or memory (ENOMEM, ENOBUFS) | `Local(Descriptors / Memory)`: this host's failure, nothing written (cURL would say 7) |
+//! | the egress proxy failed: its name unresolvable, unreachable, silent to `CONNECT`, TLS to it failed, 407 (or 401) to `CONNECT` or 407 to a forwarded request, another refusal or failure of `CONNECT`, a non-HTTP answer | `Local(Proxy(..))`: this side's failure, nothing written, the breaker untouched |
 //! | the response is not HTTP | `Failed(Protocol)` (8) |
 //! | TLS handshake or certificate failure, or the peer hung up mid-handshake | `Failed(Tls)` (35) |
 //! | more redirects than `max_redirects` | `Failed(TooManyRedirects)` (47) |
@@ -77,8 +83,10 @@ pub mod config;
 mod connector;
 mod lookup;
 mod policy;
+pub mod proxy;
 mod retry_after;
 mod transport;
+mod tunnel;
 mod uri;
 
 pub use client_tls::BuildError;
@@ -87,4 +95,5 @@ pub use config::{
 };
 pub use lookup::{LookupError, NameLookup, SystemLookup};
 pub use policy::{phorge_deny_list, OutboundPolicy, PHORGE_DENY_LIST};
+pub use proxy::Proxies;
 pub use transport::HyperTransport;

@@ -13,7 +13,8 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use bytes::Bytes;
 use http::header::{
-    HeaderValue, ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CONTENT_TYPE, LOCATION, USER_AGENT,
+    HeaderValue, ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CONTENT_TYPE, LOCATION,
+    PROXY_AUTHORIZATION, USER_AGENT,
 };
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
@@ -22,9 +23,11 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::capture_connection;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tokio_rustls::TlsConnector;
 use tracing::debug;
 use webhook_core::{
-    DeliveryResult, OutboundRequest, Resolution, Target, Transport, TransportFailure, UriRefusal,
+    DeliveryResult, LocalFailure, OutboundRequest, ProxyFailure, Resolution, Target, Transport,
+    TransportFailure, UriRefusal,
 };
 
 use crate::auth::BasicAuth;
@@ -39,7 +42,9 @@ use crate::connector::{
 };
 use crate::lookup::{NameLookup, SystemLookup};
 use crate::policy::OutboundPolicy;
+use crate::proxy::{Proxies, Route};
 use crate::retry_after::final_response;
+use crate::tunnel::ProxyDialer;
 use crate::uri::HookUri;
 
 /// Request bodies: the payload, or nothing after a 301/302/303. Boxed:
@@ -54,6 +59,8 @@ pub struct HyperTransport {
     client: Client<GuardedConnector, RequestBody>,
     lookup: Arc<dyn NameLookup>,
     policy: Arc<OutboundPolicy>,
+    proxies: Arc<Proxies>,
+    dialer: ProxyDialer,
     headers: FixedHeaders,
     max_redirects: u32,
     response_body_limit: usize,
@@ -156,10 +163,17 @@ impl HyperTransport {
             config.outbound_allow.clone(),
         ));
         let tls = client_config(valid.extra_roots)?;
-
+        let proxies = Arc::new(config.proxies.clone());
+        let dialer = ProxyDialer {
+            lookup: Arc::clone(&lookup),
+            tls: TlsConnector::from(Arc::new(tls.clone())),
+            timeout: config.connect_timeout,
+        };
         let tcp = TcpConnector::new(
             Arc::clone(&lookup),
             Arc::clone(&policy),
+            Arc::clone(&proxies),
+            dialer.clone(),
             config.connect_timeout,
         );
         // ALPN offers h2 and http/1.1; plain http:// stays HTTP/1.1.
@@ -169,7 +183,7 @@ impl HyperTransport {
             .enable_http1()
             .enable_http2()
             .wrap_connector(tcp);
-        let connector = GuardedConnector::new(https, config.connect_timeout);
+        let connector = GuardedConnector::new(https, Arc::clone(&proxies), config.connect_timeout);
         let mut client = Client::builder(TokioExecutor::new());
         match config.response_head_max {
             // hyper's buffer, growing from 8 KiB as a head needs, up to
@@ -192,6 +206,8 @@ impl HyperTransport {
             client,
             lookup,
             policy,
+            proxies,
+            dialer,
             headers: FixedHeaders {
                 previous_signature: valid.previous_signature_headers,
                 signature: valid.signature_headers,
@@ -217,6 +233,13 @@ impl HyperTransport {
             .uri(hop.uri.uri().clone());
         if let Some(authorization) = &hop.authorization {
             builder = builder.header(AUTHORIZATION, authorization.clone());
+        }
+        if let Route::Forward(proxy) = self.route(hop.uri) {
+            // The proxy reads it from a forwarded request; a tunnel carries
+            // it in its CONNECT instead, never to the receiver.
+            if let Some(credentials) = proxy.authorization() {
+                builder = builder.header(PROXY_AUTHORIZATION, credentials.clone());
+            }
         }
         builder = builder
             .header(USER_AGENT, self.headers.user_agent.clone())
@@ -253,6 +276,32 @@ impl HyperTransport {
         }
     }
 
+    /// Reaches each egress proxy in force as a call would (TCP, then TLS
+    /// for an `https://` proxy), asking it nothing: each proxy as
+    /// [`Proxies::shown`] names it, and how reaching it failed.
+    pub async fn reach_proxies(&self) -> Vec<(String, Result<(), ProxyFailure>)> {
+        let mut reached = Vec::new();
+        for server in self.proxies.servers() {
+            let result = match self.dialer.connect(server).await {
+                Ok(_) => Ok(()),
+                Err(HopError::Proxy(why)) => Err(why),
+                Err(_) => Err(ProxyFailure::Unreachable),
+            };
+            reached.push((server.shown(), result));
+        }
+        reached
+    }
+
+    /// The egress proxies in force.
+    pub fn proxies(&self) -> &Proxies {
+        &self.proxies
+    }
+
+    /// How a hop to `uri` goes out.
+    fn route(&self, uri: &HookUri) -> Route<'_> {
+        self.proxies.route(uri.scheme() == "https", uri.host())
+    }
+
     /// The whole exchange, without the deadline (the caller applies it).
     async fn exchange(&self, request: &OutboundRequest) -> DeliveryResult {
         let mut uri = match HookUri::parse(&request.target.uri) {
@@ -274,6 +323,13 @@ impl HyperTransport {
                 Err(result) => return result,
             };
             let status = response.status();
+            if status == StatusCode::PROXY_AUTHENTICATION_REQUIRED
+                && matches!(self.route(&uri), Route::Forward(_))
+            {
+                // The proxy's own answer to a forwarded request: its
+                // credentials are wrong, the receiver was not asked.
+                return DeliveryResult::Local(LocalFailure::Proxy(ProxyFailure::AuthRequired));
+            }
             let next = if self.max_redirects == 0 {
                 Next::Final
             } else {

@@ -188,3 +188,58 @@ async fn the_daemons_own_variables_are_checked_as_the_daemon_checks_them() {
         assert!(out.stdout.is_empty(), "{}", out.stdout);
     }
 }
+
+/// The proxies in force, read from the environment as the daemon reads
+/// them, are shown without their credentials; a bad one stops `config` as
+/// it stops the daemon, naming the variable and never the password.
+#[tokio::test]
+async fn the_egress_proxy_is_shown_with_its_credentials_withheld() {
+    let proxied = env(&[
+        ("HTTPS_PROXY", "http://hooks:pw-0xc0ffee@proxy.corp:3128"),
+        ("no_proxy", "internal.corp, 10.0.0.0/8"),
+    ]);
+    let out = run(&proxied, &["config"]).await;
+    assert_eq!(out.status, 0, "{out:?}");
+    assert!(!out.stdout.contains("0xc0ffee"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains(
+            "https: http://proxy.corp:3128 (with credentials) from HTTPS_PROXY; http: (none)"
+        ),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("internal.corp,10.0.0.0/8 from no_proxy"),
+        "{}",
+        out.stdout
+    );
+    let json = run(&proxied, &["config", "--json"]).await;
+    assert_eq!(json.status, 0, "{json:?}");
+    assert!(!json.stdout.contains("0xc0ffee"), "{}", json.stdout);
+
+    let own = run(
+        &env(&[
+            ("HTTPS_PROXY", "http://proxy.corp:3128"),
+            ("GORGE_WEBHOOK_PROXY", "none"),
+        ]),
+        &["config"],
+    )
+    .await;
+    assert!(own.stdout.contains("no proxy"), "{}", own.stdout);
+
+    let bad = run(
+        &env(&[("https_proxy", "socks5://hooks:pw-0xc0ffee@proxy.corp:1080")]),
+        &["config"],
+    )
+    .await;
+    assert_eq!(bad.status, 2, "{bad:?}");
+    assert!(
+        bad.stderr.starts_with(
+            "webhook-admin: https_proxy: the proxy's scheme \"socks5\" is not http or https"
+        ),
+        "{}",
+        bad.stderr
+    );
+    assert!(!bad.stderr.contains("0xc0ffee"), "{}", bad.stderr);
+}

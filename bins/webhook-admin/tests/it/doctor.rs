@@ -14,7 +14,7 @@ use webhook_test_support::faketime::shifted_clock;
 use webhook_test_support::mariadb::{
     as_root, drop_database, with_account, with_db_on, with_phorge_side,
 };
-use webhook_test_support::{with_db, BinlogServer, LocalJson, TestDb};
+use webhook_test_support::{with_db, BinlogServer, LocalJson, TestDb, Tinyproxy};
 
 use crate::support::{db_env, on_db, run, Run};
 
@@ -504,6 +504,67 @@ async fn doctor_says_how_new_rows_reach_the_daemon() {
             "{finding}"
         );
         assert_eq!(advice, "");
+    })
+    .await;
+}
+
+/// The proxy check: none in force is fine; a proxy that answers is
+/// reached, with the callable hooks counted by route; one that is down
+/// fails the check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_reaches_the_egress_proxy_and_counts_the_hooks_through_it() {
+    let proxy_check = |run: &Run| {
+        let checks = run.json()["checks"].clone();
+        let check = checks
+            .as_array()
+            .and_then(|all| all.iter().find(|c| c["check"] == "proxy").cloned())
+            .unwrap_or_else(|| panic!("no proxy check: {}", run.stdout));
+        let text = |key: &str| check[key].as_str().unwrap_or_default().to_owned();
+        (text("verdict"), text("finding"))
+    };
+    let mut proxy = Tinyproxy::start().await;
+    let proxy = &mut proxy;
+    with_db(|db| async move {
+        for (phid, uri) in [
+            (
+                "PHID-HWBH-proxythroughaaaaaaaa",
+                "https://hooks.example.com/x",
+            ),
+            (
+                "PHID-HWBH-proxydirectaaaaaaaaa",
+                "https://ci.internal.corp/x",
+            ),
+        ] {
+            db.insert_hook(&webhook_core::Hook {
+                phid: phid.to_owned(),
+                name: phid.to_owned(),
+                uri: uri.to_owned(),
+                status: "enabled".to_owned(),
+                hmac_key: "k".to_owned(),
+            })
+            .await;
+        }
+        let (verdict, finding) = proxy_check(&run(&db_env(&db, &[]), &["doctor", "--json"]).await);
+        assert_eq!(
+            (verdict.as_str(), finding.as_str()),
+            ("ok", "no egress proxy: calls go straight to receivers")
+        );
+        let url = proxy.url(None);
+        let vars = db_env(&db, &[("HTTPS_PROXY", &url), ("NO_PROXY", "internal.corp")]);
+        let (verdict, finding) = proxy_check(&run(&vars, &["doctor", "--json"]).await);
+        assert_eq!(verdict, "ok", "{finding}");
+        assert!(
+            finding.ends_with("1 callable hook(s) go through it, 1 directly"),
+            "{finding}"
+        );
+        proxy.stop();
+        let (verdict, finding) = proxy_check(&run(&vars, &["doctor", "--json"]).await);
+        assert_eq!(verdict, "fail", "{finding}");
+        assert!(
+            finding.contains("cannot reach http://127.0.0.1:")
+                && finding.contains("the egress proxy is unreachable"),
+            "{finding}"
+        );
     })
     .await;
 }

@@ -726,3 +726,50 @@ async fn a_row_behind_one_the_breaker_holds_back_waits_with_it() {
     })
     .await;
 }
+
+/// With an egress proxy in force, `explain` says whether the row's hook
+/// goes through it (and how: a tunnel to the checked address) or directly
+/// (its host exempt); without one, it says nothing of proxies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_says_whether_the_hook_goes_through_the_egress_proxy() {
+    with_db(|db| async move {
+        db.insert_hook(&hook(HOOK_OK, "ok hook", "enabled")).await;
+        let id = db
+            .insert_request(&NewRequest::queued(HOOK_OK, "{}"))
+            .await
+            .to_string();
+        let proxy_notes = |vars: Vec<(String, String)>| {
+            let id = id.clone();
+            async move {
+                let out = run(&vars, &["explain", &id, "--json"]).await;
+                assert_eq!(out.status, 0, "{out:?}");
+                out.json()["notes"]
+                    .as_array()
+                    .map(|notes| {
+                        notes
+                            .iter()
+                            .filter_map(Value::as_str)
+                            .filter(|note| note.contains("proxy") || note.contains("directly"))
+                            .map(str::to_owned)
+                            .collect::<Vec<_>>()
+                    })
+                    .unwrap_or_default()
+            }
+        };
+        let proxy = ("HTTPS_PROXY", "http://hooks:pw@proxy.corp:3128");
+        assert_eq!(
+            proxy_notes(db_env(&db, &[proxy])).await,
+            vec![
+                "the call goes through the proxy http://proxy.corp:3128 (with credentials) \
+                 (HTTPS_PROXY): a CONNECT tunnel to the address checked here"
+                    .to_owned()
+            ]
+        );
+        assert_eq!(
+            proxy_notes(db_env(&db, &[proxy, ("NO_PROXY", "192.0.2.0/24")])).await,
+            vec!["the call goes directly: NO_PROXY exempts 192.0.2.1".to_owned()]
+        );
+        assert!(proxy_notes(db_env(&db, &[])).await.is_empty());
+    })
+    .await;
+}

@@ -49,7 +49,8 @@ impl Run {
     }
 }
 
-/// The binary with every inherited `GORGE_*` variable removed and `env` set.
+/// The binary with every inherited `GORGE_*` and proxy variable removed
+/// and `env` set.
 pub fn command(env: &[(String, String)]) -> Command {
     let mut cmd = Command::new(BIN);
     for (name, _) in std::env::vars_os() {
@@ -57,6 +58,9 @@ pub fn command(env: &[(String, String)]) -> Command {
         if name_text.starts_with("GORGE_") || name_text == "WEBHOOK_HMAC_KEY" {
             cmd.env_remove(name);
         }
+    }
+    for name in webhook_test_support::daemon_process::PROXY_VARIABLES {
+        cmd.env_remove(name);
     }
     cmd.envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     cmd.kill_on_drop(true);

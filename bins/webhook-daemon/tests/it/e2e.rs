@@ -35,7 +35,7 @@ use webhook_core::vectors::{
 
 /// The vector's properties as PHP stores them, plus a key Phorge does not
 /// know (with PHP's `\/` and `\u00e9`, and a nested order) in the middle.
-const VECTOR_PROPERTIES: &str = r#"{"retry":"forever","transactionPHIDs":{"PHID-XACT-TASK-aaaaaaaaaaaaaaa":"PHID-XACT-TASK-aaaaaaaaaaaaaaa","PHID-XACT-TASK-bbbbbbbbbbbbbbb":"PHID-XACT-TASK-bbbbbbbbbbbbbbb"},"gorgeTestUnknown":{"z":[1,2.5,null],"a":"https:\/\/x\/\u00e9"},"triggerPHIDs":["PHID-HRUL-abcdefghijklmnopqrst"],"silent":false,"secure":false}"#;
+pub(crate) const VECTOR_PROPERTIES: &str = r#"{"retry":"forever","transactionPHIDs":{"PHID-XACT-TASK-aaaaaaaaaaaaaaa":"PHID-XACT-TASK-aaaaaaaaaaaaaaa","PHID-XACT-TASK-bbbbbbbbbbbbbbb":"PHID-XACT-TASK-bbbbbbbbbbbbbbb"},"gorgeTestUnknown":{"z":[1,2.5,null],"a":"https:\/\/x\/\u00e9"},"triggerPHIDs":["PHID-HRUL-abcdefghijklmnopqrst"],"silent":false,"secure":false}"#;
 
 /// `retry=forever`, PHP's map-shaped transaction PHIDs.
 const RETRY_PROPERTIES: &str = r#"{"retry":"forever","triggerPHIDs":["PHID-HRUL-aaaaaaaaaaaaaaaaaaaa"],"transactionPHIDs":{"PHID-XACT-TASK-ccccccccccccccc":"PHID-XACT-TASK-ccccccccccccccc"}}"#;

@@ -25,6 +25,7 @@ mod logging;
 mod objects;
 mod outage;
 mod prometheus;
+mod proxy;
 mod raw;
 mod reliability;
 mod requeue;

@@ -26,6 +26,7 @@ use crate::wake_hints::WakeHints;
 use crate::windows::Windows;
 
 use super::hooks::HookBook;
+use super::local_streak::LocalStreak;
 use super::refusals::Refusals;
 use super::stages::Transactions;
 use super::told::Told;
@@ -75,6 +76,9 @@ pub(super) struct Context {
     pub(super) told: Told,
     /// Delivery's operations the database refuses now.
     pub(super) refusals: Refusals,
+    /// The latest local failure, while no call has reached a receiver
+    /// since.
+    pub(super) local_streak: LocalStreak,
     /// Hints of new rows from a source that follows the table.
     pub(super) wake_hints: Option<WakeHints>,
 }

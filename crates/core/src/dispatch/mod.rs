@@ -36,7 +36,8 @@
 //! What they share: `context` (the effects and the services several stages
 //! use), `hooks` (what is known about each hook), `told` (what has been
 //! said once or at a pace), `refusals` (which operations the database
-//! refuses now).
+//! refuses now), `local_streak` (whether every call lately failed on this
+//! side).
 
 mod backlog;
 mod call;
@@ -46,6 +47,7 @@ mod context;
 mod guard;
 mod hook_run;
 mod hooks;
+mod local_streak;
 mod prepare;
 mod record;
 mod refusals;
@@ -79,6 +81,7 @@ use crate::windows::Windows;
 
 use self::context::Context;
 use self::hooks::HookBook;
+use self::local_streak::LocalStreak;
 use self::refusals::Refusals;
 use self::told::Told;
 
@@ -125,6 +128,7 @@ impl Dispatcher {
                 signer: Signer::default(),
                 told: Told::default(),
                 refusals: Refusals::default(),
+                local_streak: LocalStreak::default(),
                 wake_hints: None,
             },
         }
@@ -201,13 +205,19 @@ impl Dispatcher {
         Arc::clone(&self.cx.pauses)
     }
 
-    /// Why delivery cannot go on, while the database refuses one of its
-    /// operations (a privilege the account lacks, or its login): the
-    /// operation refused first of those still refused, and the store's
-    /// words for its latest refusal. `None` once each refused operation
-    /// has succeeded again.
+    /// Why delivery cannot go on: while the database refuses one of its
+    /// operations (a privilege the account lacks, or its login), the
+    /// operation refused first of those still refused and the store's
+    /// words for its latest refusal; otherwise, while every call since
+    /// the last one to reach a receiver failed on this side (the egress
+    /// proxy down, descriptors used up), the latest such failure. `None`
+    /// once each refused operation has succeeded again and a call reached
+    /// a receiver.
     pub fn refusal(&self) -> Option<String> {
-        self.cx.refusals.first()
+        self.cx
+            .refusals
+            .first()
+            .or_else(|| self.cx.local_streak.reason())
     }
 
     /// The windows in force.

@@ -18,7 +18,7 @@ use crate::metrics::bump;
 use crate::model::RequestRow;
 use crate::outcome::{
     attempt_error, attempt_write, hook_error_write, AttemptOutcome, DeliveryResult, HookError,
-    ResultWrite,
+    LocalFailure, ResultWrite,
 };
 use crate::pause::whole_secs;
 use crate::properties::{ErrorCode, Properties};
@@ -110,18 +110,25 @@ fn count_result(cx: &Context, result: &DeliveryResult) {
         DeliveryResult::Local(_) => &metrics.local_failures,
     };
     bump(counter);
+    if let DeliveryResult::Local(LocalFailure::Proxy(failure)) = result {
+        metrics.count_proxy_failure(*failure);
+    }
+    cx.local_streak.note(result);
 }
 
-/// This host could not make the call: nothing reached the receiver and
+/// This side (the host, or its egress proxy) could not make the call: nothing reached the receiver and
 /// nothing is written; the row waits out its lease like a dead
 /// deliverer's, and the run stops.
 fn local_failure(row: &RequestRow, result: &DeliveryResult, claimed_at: Duration) -> Exit {
-    let kind = match result {
-        DeliveryResult::Local(failure) => failure.as_str(),
-        _ => "unknown",
-    };
-    warn!(target: LOG_TARGET, event = "delivery_local_failure", request = %row.phid, hook = %row.webhook_phid,
-          kind, "this host could not make the call (raise LimitNOFILE?); nothing written");
+    if let DeliveryResult::Local(failure) = result {
+        let reason = match failure {
+            LocalFailure::Proxy(why) => why.as_str(),
+            _ => "",
+        };
+        warn!(target: LOG_TARGET, event = "delivery_local_failure", request = %row.phid, hook = %row.webhook_phid,
+              kind = failure.as_str(), reason, error = %failure,
+              "this side could not make the call ({}); nothing written, the row waits its lease", failure.advice());
+    }
     Exit::Leave {
         claimed_at,
         reason: "local_failure",

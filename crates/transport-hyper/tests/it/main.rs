@@ -5,6 +5,7 @@ mod credentials;
 mod exchange;
 mod failures;
 mod outbound;
+mod proxy;
 mod redirects;
 mod standard;
 mod support;

@@ -1,6 +1,7 @@
 //! Loopback receivers and helpers shared by the integration tests: a
 //! recording hyper server (plain or TLS), raw TCP servers that misbehave on
-//! purpose or keep requests' bytes as sent, a test CA, a fixed-table name lookup, and request builders.
+//! purpose or keep requests' bytes as sent, a fixed-table name lookup, and request builders;
+//! the test CA is the shared fixtures'.
 //! Every server binds 127.0.0.1 on an ephemeral port and stops when its
 //! handle is dropped.
 
@@ -28,6 +29,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use webhook_core::signing::Signatures;
 use webhook_core::{sign, DeliveryResult, OutboundRequest, Target, Transport};
+pub use webhook_test_support::tls::{test_pki, TestPki};
 use webhook_transport_hyper::{
     parse_cidr_list, HyperTransport, LookupError, NameLookup, TransportConfig,
 };
@@ -438,54 +440,4 @@ pub async fn deliver(transport: &HyperTransport, request: OutboundRequest) -> De
     tokio::time::timeout(GUARD, transport.deliver(request))
         .await
         .expect("deliver returned within the guard")
-}
-
-/// A test CA and a receiver certificate it signed for `names`.
-pub struct TestPki {
-    pub ca_pem: String,
-    pub server: Arc<rustls::ServerConfig>,
-}
-
-pub fn test_pki(names: &[&str]) -> TestPki {
-    use rcgen::{
-        BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose,
-    };
-    let ca_key = KeyPair::generate().expect("ca key");
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("ca params");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "gorge-webhook test CA");
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca_cert = ca_params.self_signed(&ca_key).expect("ca cert");
-    let issuer = Issuer::new(ca_params, ca_key);
-
-    let leaf_key = KeyPair::generate().expect("leaf key");
-    let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
-    let mut leaf_params = CertificateParams::new(names).expect("leaf params");
-    leaf_params
-        .distinguished_name
-        .push(DnType::CommonName, "receiver");
-    let leaf_cert = leaf_params
-        .signed_by(&leaf_key, &issuer)
-        .expect("leaf cert");
-
-    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into());
-    let mut server = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("versions")
-    .with_no_client_auth()
-    .with_single_cert(vec![leaf_cert.der().clone()], key)
-    .expect("server config");
-    server.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    TestPki {
-        ca_pem: ca_cert.pem(),
-        server: Arc::new(server),
-    }
 }

@@ -1,0 +1,255 @@
+//! Reaching a receiver through the egress proxy: the connection to the
+//! proxy (TCP, then TLS for an `https://` proxy) and, for a tunnel, the
+//! `CONNECT` exchange to an address the outbound check passed. Every way
+//! this fails is the proxy's failure ([`ProxyFailure`]), never the
+//! receiver's; what goes through the tunnel afterwards is the receiver's.
+//!
+//! The proxy's own address is not held to the outbound check: an egress
+//! proxy is usually internal, and it is the operator's choice, not a hook
+//! author's.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper_util::client::legacy::connect::{Connected, Connection};
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::TlsConnector;
+use webhook_core::ProxyFailure;
+
+use crate::connector::HopError;
+use crate::lookup::NameLookup;
+use crate::proxy::ProxyServer;
+
+/// The longest answer head a proxy may give to `CONNECT`.
+const ANSWER_HEAD_MAX: usize = 16 * 1024;
+
+/// A connection: straight to a receiver or to a plain-HTTP proxy, or TLS
+/// to an `https://` proxy.
+#[derive(Debug)]
+pub(crate) enum Stream {
+    /// A TCP connection.
+    Plain(TcpStream),
+    /// TLS to the proxy, over TCP.
+    ProxyTls(Box<TlsStream<TcpStream>>),
+}
+
+impl Stream {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Self::Plain(tcp) => tcp,
+            Self::ProxyTls(tls) => tls.get_ref().0,
+        }
+    }
+}
+
+/// What the connection to the proxy needs besides the proxy itself.
+#[derive(Clone)]
+pub(crate) struct ProxyDialer {
+    pub(crate) lookup: Arc<dyn NameLookup>,
+    /// The receivers' roots (webpki's and the configured ones), without
+    /// ALPN: the proxy is spoken to in HTTP/1.1.
+    pub(crate) tls: TlsConnector,
+    /// Bound on reaching the proxy and on its answer to `CONNECT`.
+    pub(crate) timeout: Duration,
+}
+
+impl std::fmt::Debug for ProxyDialer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxyDialer")
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProxyDialer {
+    /// A connection to `proxy`, within the timeout.
+    pub(crate) async fn connect(&self, proxy: &ProxyServer) -> Result<Stream, HopError> {
+        tokio::time::timeout(self.timeout, self.reach(proxy))
+            .await
+            .unwrap_or(Err(failure(ProxyFailure::Unreachable)))
+    }
+
+    /// A tunnel through `proxy` to `target`, a checked address, within
+    /// the timeout for each of its two steps.
+    pub(crate) async fn tunnel(
+        &self,
+        proxy: &ProxyServer,
+        target: SocketAddr,
+    ) -> Result<Stream, HopError> {
+        let mut stream = self.connect(proxy).await?;
+        tokio::time::timeout(self.timeout, open_tunnel(&mut stream, proxy, target))
+            .await
+            .unwrap_or(Err(failure(ProxyFailure::Silent)))?;
+        Ok(stream)
+    }
+
+    async fn reach(&self, proxy: &ProxyServer) -> Result<Stream, HopError> {
+        let ips = match proxy.host().parse::<IpAddr>() {
+            Ok(ip) => vec![ip],
+            Err(_) => self
+                .lookup
+                .lookup(proxy.host())
+                .await
+                .ok()
+                .filter(|ips| !ips.is_empty())
+                .ok_or(failure(ProxyFailure::Lookup))?,
+        };
+        let mut tcp = None;
+        for ip in ips {
+            if let Ok(stream) = TcpStream::connect(SocketAddr::new(ip, proxy.port())).await {
+                tcp = Some(stream);
+                break;
+            }
+        }
+        let tcp = tcp.ok_or(failure(ProxyFailure::Unreachable))?;
+        let _ = tcp.set_nodelay(true);
+        if !proxy.tls() {
+            return Ok(Stream::Plain(tcp));
+        }
+        let name = ServerName::try_from(proxy.host().to_owned())
+            .map_err(|_| failure(ProxyFailure::Tls))?;
+        let tls = self
+            .tls
+            .connect(name, tcp)
+            .await
+            .map_err(|_| failure(ProxyFailure::Tls))?;
+        Ok(Stream::ProxyTls(Box::new(tls)))
+    }
+}
+
+fn failure(why: ProxyFailure) -> HopError {
+    HopError::Proxy(why)
+}
+
+/// Asks the proxy for a tunnel to `target` and reads its answer: a 2xx
+/// opens it; the rest is how the proxy failed.
+async fn open_tunnel(
+    stream: &mut Stream,
+    proxy: &ProxyServer,
+    target: SocketAddr,
+) -> Result<(), HopError> {
+    let mut request = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n").into_bytes();
+    if let Some(authorization) = proxy.authorization() {
+        request.extend_from_slice(b"Proxy-Authorization: ");
+        request.extend_from_slice(authorization.as_bytes());
+        request.extend_from_slice(b"\r\n");
+    }
+    request.extend_from_slice(b"\r\n");
+    stream
+        .write_all(&request)
+        .await
+        .map_err(|_| failure(ProxyFailure::Unreachable))?;
+    let status = read_answer(stream).await?;
+    match status {
+        200..=299 => Ok(()),
+        // 407 is the standard answer; tinyproxy answers wrong credentials
+        // with 401. To a CONNECT either can only be the proxy's.
+        401 | 407 => Err(failure(ProxyFailure::AuthRequired)),
+        400..=499 => Err(failure(ProxyFailure::TunnelRefused)),
+        500..=599 => Err(failure(ProxyFailure::TunnelFailed)),
+        _ => Err(failure(ProxyFailure::Protocol)),
+    }
+}
+
+/// The status of the proxy's answer head. Nothing may follow the head of a
+/// 2xx: the receiver has not been spoken to yet.
+async fn read_answer(stream: &mut Stream) -> Result<u16, HopError> {
+    let mut head = Vec::with_capacity(512);
+    let mut chunk = [0u8; 1024];
+    loop {
+        let read = stream
+            .read(&mut chunk)
+            .await
+            .map_err(|_| failure(ProxyFailure::Protocol))?;
+        if read == 0 {
+            return Err(failure(ProxyFailure::Protocol));
+        }
+        head.extend_from_slice(&chunk[..read]);
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        let mut answer = httparse::Response::new(&mut headers);
+        match answer.parse(&head) {
+            // A refusal may come with a page; an opened tunnel carries
+            // nothing before the receiver is spoken to.
+            Ok(httparse::Status::Complete(end)) => {
+                return match answer.code {
+                    Some(200..=299) if end != head.len() => Err(failure(ProxyFailure::Protocol)),
+                    Some(code) => Ok(code),
+                    None => Err(failure(ProxyFailure::Protocol)),
+                };
+            }
+            Ok(httparse::Status::Partial) if head.len() < ANSWER_HEAD_MAX => {}
+            _ => return Err(failure(ProxyFailure::Protocol)),
+        }
+    }
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(tcp) => Pin::new(tcp).poll_read(cx, buf),
+            Self::ProxyTls(tls) => Pin::new(tls.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Self::Plain(tcp) => Pin::new(tcp).poll_write(cx, buf),
+            Self::ProxyTls(tls) => Pin::new(tls.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(tcp) => Pin::new(tcp).poll_flush(cx),
+            Self::ProxyTls(tls) => Pin::new(tls.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(tcp) => Pin::new(tcp).poll_shutdown(cx),
+            Self::ProxyTls(tls) => Pin::new(tls.as_mut()).poll_shutdown(cx),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Self::Plain(tcp) => tcp.is_write_vectored(),
+            Self::ProxyTls(tls) => tls.is_write_vectored(),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Self::Plain(tcp) => Pin::new(tcp).poll_write_vectored(cx, bufs),
+            Self::ProxyTls(tls) => Pin::new(tls.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+}
+
+impl Connection for Stream {
+    fn connected(&self) -> Connected {
+        self.tcp().connected()
+    }
+}
