@@ -12,7 +12,11 @@
 //! addresses first, then connects to the proxy ([`crate::tunnel`]): a
 //! tunnel goes to the first checked address the proxy could reach; a
 //! forwarded `http` request is marked proxied so hyper writes it in
-//! absolute form. The tags and [`HopError`] exist so that
+//! absolute form (and asks the proxy to close it after the answer, so no
+//! pooled connection carries a later request past a new check). The
+//! proxy's steps end within the connect timeout as a proxy failure; the
+//! outer bound is twice that, so the receiver's handshake through a tunnel
+//! keeps a connect timeout of its own. The tags and [`HopError`] exist so that
 //! [`crate::classify`] can tell a refused address from a DNS failure, a TCP
 //! failure from a TLS one, and a send failure from a receive failure;
 //! [`ConnectionUsage`] lets the transport recognise a pooled connection the
@@ -191,17 +195,12 @@ impl TcpConnector {
                 let stream = dialer.connect(&proxy).await?;
                 return Ok(TokioIo::new(TaggedIo::new(stream, true)));
             }
-            let mut failed = HopError::Proxy(ProxyFailure::TunnelFailed);
-            for ip in ips {
-                match dialer.tunnel(&proxy, SocketAddr::new(ip, port)).await {
-                    Ok(stream) => return Ok(TokioIo::new(TaggedIo::new(stream, false))),
-                    // The proxy could not reach this address: try the next.
-                    Err(HopError::Proxy(ProxyFailure::TunnelFailed)) => {}
-                    Err(other) => return Err(other),
-                }
-                failed = HopError::Proxy(ProxyFailure::TunnelFailed);
-            }
-            Err(failed)
+            let targets: Vec<SocketAddr> = ips
+                .into_iter()
+                .map(|ip| SocketAddr::new(ip, port))
+                .collect();
+            let stream = dialer.tunnel(&proxy, &targets).await?;
+            Ok(TokioIo::new(TaggedIo::new(stream, false)))
         })
     }
 }

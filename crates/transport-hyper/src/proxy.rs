@@ -10,8 +10,9 @@
 //!   `HTTPS_PROXY` for `https` targets, `http_proxy` or `HTTP_PROXY` for
 //!   `http` targets. The lower-case name wins when both are set (as cURL
 //!   reads them); an empty value counts as unset (as Go reads them);
-//!   `HTTP_PROXY` is ignored when `REQUEST_METHOD` is set, as both do
-//!   under CGI, where a request's `Proxy:` header would arrive as it.
+//!   `HTTP_PROXY` (which cURL never reads) is ignored when
+//!   `REQUEST_METHOD` is set: under CGI a request's `Proxy:` header
+//!   arrives as it.
 //! - `GORGE_WEBHOOK_NO_PROXY`: the hosts called directly, `none` for no
 //!   exemption, or empty/unset for `no_proxy` / `NO_PROXY` (same
 //!   precedence).
@@ -24,8 +25,8 @@
 //! a CIDR network, or a name, which matches itself and every name under
 //! it (`example.com` and `.example.com` both match `a.example.com`); a
 //! `:port` after a name or a bracketed address is ignored. Names and
-//! addresses are matched as the hook URI writes its host, as cURL and Go
-//! match them: a name is not resolved to be compared with a CIDR.
+//! addresses are matched as the hook URI writes its host, as cURL matches
+//! them: a name is not resolved to be compared with a CIDR.
 //!
 //! How a proxied call goes ([`Route`]): `https` targets through a
 //! `CONNECT` tunnel to the address the outbound check passed (TLS inside

@@ -13,8 +13,8 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use bytes::Bytes;
 use http::header::{
-    HeaderValue, ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CONTENT_TYPE, LOCATION,
-    PROXY_AUTHORIZATION, USER_AGENT,
+    HeaderValue, ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CONNECTION, CONTENT_TYPE, LOCATION,
+    PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, USER_AGENT,
 };
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
@@ -240,6 +240,10 @@ impl HyperTransport {
             if let Some(credentials) = proxy.authorization() {
                 builder = builder.header(PROXY_AUTHORIZATION, credentials.clone());
             }
+            // The host was checked when this connection to the proxy was
+            // made, and the proxy resolves it again for every request: a
+            // pooled connection would carry the next request unchecked.
+            builder = builder.header(CONNECTION, HeaderValue::from_static("close"));
         }
         builder = builder
             .header(USER_AGENT, self.headers.user_agent.clone())
@@ -324,10 +328,12 @@ impl HyperTransport {
             };
             let status = response.status();
             if status == StatusCode::PROXY_AUTHENTICATION_REQUIRED
+                && response.headers().contains_key(PROXY_AUTHENTICATE)
                 && matches!(self.route(&uri), Route::Forward(_))
             {
-                // The proxy's own answer to a forwarded request: its
-                // credentials are wrong, the receiver was not asked.
+                // The proxy's own answer to a forwarded request (a proxy
+                // asking for credentials names its scheme): the receiver
+                // was not asked.
                 return DeliveryResult::Local(LocalFailure::Proxy(ProxyFailure::AuthRequired));
             }
             let next = if self.max_redirects == 0 {

@@ -11,6 +11,7 @@
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -56,7 +57,8 @@ pub(crate) struct ProxyDialer {
     /// The receivers' roots (webpki's and the configured ones), without
     /// ALPN: the proxy is spoken to in HTTP/1.1.
     pub(crate) tls: TlsConnector,
-    /// Bound on reaching the proxy and on its answer to `CONNECT`.
+    /// Bound on reaching the proxy and on its answers to `CONNECT`, all
+    /// addresses tried included.
     pub(crate) timeout: Duration,
 }
 
@@ -71,26 +73,55 @@ impl std::fmt::Debug for ProxyDialer {
 impl ProxyDialer {
     /// A connection to `proxy`, within the timeout.
     pub(crate) async fn connect(&self, proxy: &ProxyServer) -> Result<Stream, HopError> {
-        tokio::time::timeout(self.timeout, self.reach(proxy))
-            .await
-            .unwrap_or(Err(failure(ProxyFailure::Unreachable)))
+        let reached = AtomicBool::new(false);
+        self.bounded(&reached, self.reach(proxy, &reached)).await
     }
 
-    /// A tunnel through `proxy` to `target`, a checked address, within
-    /// the timeout for each of its two steps.
+    /// A tunnel through `proxy` to the first of `targets` (checked
+    /// addresses) the proxy can reach, all within the timeout: a proxy
+    /// failure is told as such before any outer bound could make it the
+    /// receiver's timeout.
     pub(crate) async fn tunnel(
         &self,
         proxy: &ProxyServer,
-        target: SocketAddr,
+        targets: &[SocketAddr],
     ) -> Result<Stream, HopError> {
-        let mut stream = self.connect(proxy).await?;
-        tokio::time::timeout(self.timeout, open_tunnel(&mut stream, proxy, target))
-            .await
-            .unwrap_or(Err(failure(ProxyFailure::Silent)))?;
-        Ok(stream)
+        let reached = AtomicBool::new(false);
+        self.bounded(&reached, async {
+            let mut failed = failure(ProxyFailure::TunnelFailed);
+            for target in targets {
+                let mut stream = self.reach(proxy, &reached).await?;
+                match open_tunnel(&mut stream, proxy, *target).await {
+                    Ok(()) => return Ok(stream),
+                    // The proxy could not reach this address: try the next.
+                    Err(HopError::Proxy(ProxyFailure::TunnelFailed)) => {}
+                    Err(other) => return Err(other),
+                }
+                failed = failure(ProxyFailure::TunnelFailed);
+            }
+            Err(failed)
+        })
+        .await
     }
 
-    async fn reach(&self, proxy: &ProxyServer) -> Result<Stream, HopError> {
+    /// `work` within the timeout; past it, the proxy was `Silent` once a
+    /// connection to it was made, else `Unreachable`.
+    async fn bounded<T>(
+        &self,
+        reached: &AtomicBool,
+        work: impl std::future::Future<Output = Result<T, HopError>>,
+    ) -> Result<T, HopError> {
+        match tokio::time::timeout(self.timeout, work).await {
+            Ok(result) => result,
+            Err(_) if reached.load(Ordering::Relaxed) => Err(failure(ProxyFailure::Silent)),
+            Err(_) => Err(failure(ProxyFailure::Unreachable)),
+        }
+    }
+
+    /// A connection to the proxy: its addresses in turn, each given an
+    /// even share of the time left, so one that swallows packets does not
+    /// use up the whole bound.
+    async fn reach(&self, proxy: &ProxyServer, reached: &AtomicBool) -> Result<Stream, HopError> {
         let ips = match proxy.host().parse::<IpAddr>() {
             Ok(ip) => vec![ip],
             Err(_) => self
@@ -101,14 +132,19 @@ impl ProxyDialer {
                 .filter(|ips| !ips.is_empty())
                 .ok_or(failure(ProxyFailure::Lookup))?,
         };
+        let started = tokio::time::Instant::now();
         let mut tcp = None;
-        for ip in ips {
-            if let Ok(stream) = TcpStream::connect(SocketAddr::new(ip, proxy.port())).await {
+        for (tried, ip) in ips.iter().enumerate() {
+            let left = self.timeout.saturating_sub(started.elapsed());
+            let share = left / u32::try_from(ips.len() - tried).unwrap_or(u32::MAX);
+            let connecting = TcpStream::connect(SocketAddr::new(*ip, proxy.port()));
+            if let Ok(Ok(stream)) = tokio::time::timeout(share, connecting).await {
                 tcp = Some(stream);
                 break;
             }
         }
         let tcp = tcp.ok_or(failure(ProxyFailure::Unreachable))?;
+        reached.store(true, Ordering::Relaxed);
         let _ = tcp.set_nodelay(true);
         if !proxy.tls() {
             return Ok(Stream::Plain(tcp));

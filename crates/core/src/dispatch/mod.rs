@@ -208,9 +208,10 @@ impl Dispatcher {
     /// Why delivery cannot go on: while the database refuses one of its
     /// operations (a privilege the account lacks, or its login), the
     /// operation refused first of those still refused and the store's
-    /// words for its latest refusal; otherwise, while every call since
-    /// the last one to reach a receiver failed on this side (the egress
-    /// proxy down, descriptors used up), the latest such failure. `None`
+    /// words for its latest refusal; otherwise, while the last three calls
+    /// or more, and every call since the last one to reach a receiver,
+    /// failed on this side (the egress proxy down, descriptors used up),
+    /// the latest such failure. `None`
     /// once each refused operation has succeeded again and a call reached
     /// a receiver.
     pub fn refusal(&self) -> Option<String> {

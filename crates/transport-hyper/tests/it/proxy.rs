@@ -366,3 +366,160 @@ async fn a_proxy_that_never_answers_the_tunnel_request_is_silent() {
     );
     held.abort();
 }
+
+#[tokio::test]
+async fn forwarded_requests_carry_the_proxy_s_credentials_and_redirects_are_routed_hop_by_hop() {
+    let proxy = Tinyproxy::with_credentials("hooks", "s3cret").await;
+    let pki = test_pki(&["receiver.test"]);
+    let plain = http_server(handler(|_| async { respond(200, "ok") })).await;
+    let next = format!("http://localhost:{}/next", plain.addr.port());
+    let tls = https_server(
+        handler(move |seen| {
+            let next = next.clone();
+            async move {
+                match seen.path.as_str() {
+                    "/inside" => redirect(307, "https://inside.test/hook"),
+                    _ => redirect(307, &next),
+                }
+            }
+        }),
+        pki.server.clone(),
+    )
+    .await;
+    let transport = transport_with(
+        through(&proxy.url(Some(("hooks", "s3cret"))), "", &pki),
+        lookup(),
+    );
+    // https through a tunnel, then the 307 to an http receiver forwarded
+    // with the proxy's credentials: tinyproxy lets neither through
+    // without them.
+    let uri = format!("https://receiver.test:{}/hook", tls.addr.port());
+    assert_eq!(
+        deliver(&transport, outbound(&uri, GUARD)).await,
+        DeliveryResult::Response { status: 200 }
+    );
+    let forwarded = plain.requests();
+    assert_eq!(forwarded.len(), 1);
+    assert_eq!(
+        forwarded[0].body.as_ref(),
+        PAYLOAD,
+        "a 307 repeats the body"
+    );
+    assert_eq!(proxy.tunnels(), 1, "{}", proxy.log());
+    assert_eq!(proxy.requests(), 2, "{}", proxy.log());
+
+    // A redirect into the deny list is refused before the proxy hears of it.
+    let inside = format!("https://receiver.test:{}/inside", tls.addr.port());
+    let result = deliver(&transport, outbound(&inside, GUARD)).await;
+    assert!(
+        matches!(
+            result,
+            DeliveryResult::Refused(UriRefusal::DeniedAddress(_))
+        ),
+        "{result:?}"
+    );
+    // The first hop may ride the pooled tunnel; the second never asked.
+    let log = proxy.log();
+    assert!(
+        !log.contains("10.1.2.3") && !log.contains("inside.test"),
+        "{log}"
+    );
+}
+
+/// A name whose lookup the test changes between calls.
+#[derive(Debug, Clone)]
+struct Rebinding(Arc<std::sync::Mutex<Vec<std::net::IpAddr>>>);
+
+impl Rebinding {
+    fn answer(&self, ip: &str) {
+        *self.0.lock().expect("lock") = vec![ip.parse().expect("ip")];
+    }
+}
+
+#[async_trait::async_trait]
+impl webhook_transport_hyper::NameLookup for Rebinding {
+    async fn lookup(
+        &self,
+        _host: &str,
+    ) -> Result<Vec<std::net::IpAddr>, webhook_transport_hyper::LookupError> {
+        Ok(self.0.lock().expect("lock").clone())
+    }
+}
+
+/// A forwarding proxy that answers every request itself with `answer` and
+/// keeps the connection open for the next, as squid does.
+async fn keep_alive_forwarder(answer: &'static str) -> std::net::SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                loop {
+                    if read_request(&mut stream).await.is_empty() {
+                        return;
+                    }
+                    if stream.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_forwarded_request_is_checked_again_even_where_the_proxy_keeps_connections() {
+    let proxy = keep_alive_forwarder("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n").await;
+    let pki = test_pki(&["receiver.test"]);
+    let names = Rebinding(Arc::default());
+    names.answer("127.0.0.1");
+    let config = through(&format!("http://127.0.0.1:{}", proxy.port()), "", &pki);
+    let transport = webhook_transport_hyper::HyperTransport::with_lookup(
+        config.check().expect("config"),
+        Arc::new(names.clone()),
+    )
+    .expect("transport");
+    let uri = "http://rebinding.test/hook";
+    assert_eq!(
+        deliver(&transport, outbound(uri, GUARD)).await,
+        DeliveryResult::Response { status: 200 }
+    );
+    // The name now points inside: the proxy would resolve it there, so the
+    // next call must not ride the connection checked for the old answer.
+    names.answer("10.1.2.3");
+    let result = deliver(&transport, outbound(uri, GUARD)).await;
+    assert!(
+        matches!(
+            result,
+            DeliveryResult::Refused(UriRefusal::DeniedAddress(_))
+        ),
+        "{result:?}"
+    );
+}
+
+#[tokio::test]
+async fn only_a_407_asking_for_proxy_credentials_is_the_proxy_s() {
+    let pki = test_pki(&["receiver.test"]);
+    for (answer, expected) in [
+        (
+            "HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm=\"p\"\r\nContent-Length: 0\r\n\r\n",
+            proxy_failure(ProxyFailure::AuthRequired),
+        ),
+        (
+            "HTTP/1.1 407 Odd Receiver\r\nContent-Length: 0\r\n\r\n",
+            DeliveryResult::Response { status: 407 },
+        ),
+    ] {
+        let proxy = keep_alive_forwarder(answer).await;
+        let transport = transport_with(
+            through(&format!("http://127.0.0.1:{}", proxy.port()), "", &pki),
+            lookup(),
+        );
+        assert_eq!(
+            deliver(&transport, outbound("http://localhost/hook", GUARD)).await,
+            expected,
+            "{answer:?}"
+        );
+    }
+}
