@@ -88,7 +88,6 @@ impl ProxyDialer {
     ) -> Result<Stream, HopError> {
         let reached = AtomicBool::new(false);
         self.bounded(&reached, async {
-            let mut failed = failure(ProxyFailure::TunnelFailed);
             for target in targets {
                 let mut stream = self.reach(proxy, &reached).await?;
                 match open_tunnel(&mut stream, proxy, *target).await {
@@ -97,9 +96,8 @@ impl ProxyDialer {
                     Err(HopError::Proxy(ProxyFailure::TunnelFailed)) => {}
                     Err(other) => return Err(other),
                 }
-                failed = failure(ProxyFailure::TunnelFailed);
             }
-            Err(failed)
+            Err(failure(ProxyFailure::TunnelFailed))
         })
         .await
     }

@@ -523,3 +523,54 @@ async fn only_a_407_asking_for_proxy_credentials_is_the_proxy_s() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_tunnel_the_proxy_cannot_open_to_one_checked_address_is_tried_to_the_next() {
+    let pki = test_pki(&["two.test"]);
+    let server = https_receiver(&pki).await;
+    let port = server.addr.port();
+    // A proxy that cannot reach 127.0.0.1 and reaches the receiver for
+    // 127.0.0.2; the targets it was asked for, in order.
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let proxy = listener.local_addr().expect("addr");
+    let asked = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&asked);
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let head = String::from_utf8_lossy(&read_request(&mut client).await).into_owned();
+            let target = head.split(' ').nth(1).unwrap_or_default().to_owned();
+            seen.lock().expect("lock").push(target.clone());
+            if target.starts_with("127.0.0.1:") {
+                let _ = client.write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n").await;
+                continue;
+            }
+            tokio::spawn(async move {
+                let Ok(mut upstream) = TcpStream::connect(("127.0.0.1", port)).await else {
+                    return;
+                };
+                let _ = client
+                    .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    .await;
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            });
+        }
+    });
+    let config = TransportConfig {
+        outbound_allow: webhook_transport_hyper::parse_cidr_list("127.0.0.0/30").expect("allow"),
+        ..through(&format!("http://{proxy}"), "", &pki)
+    };
+    let transport = transport_with(
+        config,
+        TableLookup::default().with("two.test", &["127.0.0.1", "127.0.0.2"]),
+    );
+    let uri = format!("https://two.test:{port}/hook");
+    assert_eq!(
+        deliver(&transport, outbound(&uri, GUARD)).await,
+        DeliveryResult::Response { status: 200 }
+    );
+    assert_signed_payload(&server);
+    assert_eq!(
+        *asked.lock().expect("lock"),
+        vec![format!("127.0.0.1:{port}"), format!("127.0.0.2:{port}")]
+    );
+}
