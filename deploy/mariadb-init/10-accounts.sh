@@ -22,6 +22,11 @@
 #                        (GORGE_WEBHOOK_ADOPT_PHP_TASKS=true): adds the
 #                        task-queue writes adoption needs. Those grants
 #                        name tables, so Phorge's storage must exist.
+#   HISTORY              `true` with the attempt history on
+#                        (GORGE_WEBHOOK_HISTORY=true): CREATE, SELECT,
+#                        INSERT and DELETE on its own database,
+#   HISTORY_DATABASE     {namespace}_webhook_history unless named (as
+#                        GORGE_WEBHOOK_HISTORY_DATABASE names it)
 #   PHORGE_DB_PASSWORD   when set, also creates Phorge's account
 #   PHORGE_DB_USER       (phorge) with every privilege on {namespace}_*,
 #                        as a fresh Compose deployment needs
@@ -33,6 +38,9 @@
 #   {namespace}_config   SELECT: Phorge's global silent mode (config_entry)
 #   {namespace}_worker   SELECT: PHP delivery tasks still queued, and who
 #                        ran the recent ones (doctor's checks)
+#   {namespace}_webhook_history (HISTORY=true): CREATE, SELECT, INSERT,
+#                        DELETE: the daemon's own attempt history, which
+#                        it creates, writes and prunes
 #   the applications' databases whose objects Herald calls webhooks
 #   about: SELECT, to check each request's object before its call as
 #   Phorge's worker does (a test in crates/store-mysql keeps this list
@@ -56,6 +64,10 @@ for value in "$WEBHOOK_DB_PASSWORD" "${PHORGE_DB_PASSWORD:-}" "$webhook_user" "$
 done
 case "$namespace" in
   *[!A-Za-z0-9_]*|'') echo "10-accounts.sh: PHORGE_NAMESPACE must be letters, digits and _" >&2; exit 1 ;;
+esac
+history_database="${HISTORY_DATABASE:-${namespace}_webhook_history}"
+case "$history_database" in
+  *[!A-Za-z0-9_]*|'') echo "10-accounts.sh: HISTORY_DATABASE must be letters, digits and _" >&2; exit 1 ;;
 esac
 
 # Outside the image's entrypoint there is no server session to feed:
@@ -89,6 +101,12 @@ for application in $object_applications; do
 GRANT SELECT ON \`${ns_pattern}\\_${application}\`.* TO ${account};
 SQL
 done
+
+if [ "${HISTORY:-false}" = true ]; then
+  docker_process_sql <<SQL
+GRANT CREATE, SELECT, INSERT, DELETE ON \`${history_database//_/\\_}\`.* TO ${account};
+SQL
+fi
 
 if [ "${ADOPT_PHP_TASKS:-false}" = true ]; then
   docker_process_sql <<SQL

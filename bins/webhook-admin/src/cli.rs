@@ -42,6 +42,19 @@ meanwhile; 1 when a named row does not exist (nothing is written then).
 Reads the daemon's GORGE_* environment (GORGE_WEBHOOK_MYSQL_HOST/_PORT/_USER/
 _PASS, GORGE_WEBHOOK_NAMESPACE, ...) and validates it as the daemon does.";
 
+/// `history`'s own note.
+const HISTORY_HELP: &str = "\
+Reads the daemon's attempt history (GORGE_WEBHOOK_HISTORY=on), a database of
+its own (GORGE_WEBHOOK_HISTORY_DATABASE, by default {namespace}_webhook_history),
+never Phorge's table: a request Phorge has already deleted is still listed.
+The filters AND together. TIME is Unix seconds (1764666000), an RFC 3339 UTC
+timestamp (2026-12-02T09:00:00Z), HH:MM (today, UTC) or an age before now
+(45s, 30m, 2h, 7d). --json prints one JSON array of the attempts with the
+history's field names (id, number, instance, request_id, request_phid,
+hook_phid, object_phid, claim_version, started_ms, duration_ms, status,
+error_type, error_code, http_status, sent, exchange). Exit status 3 when the
+history database does not exist (the history is off or never ran).";
+
 /// Operator's tool for the gorge-webhook daemon: inspect settings and the
 /// queue, explain why a request is (not) being delivered, test receivers
 /// and signatures, and requeue failed requests. Every command only reads,
@@ -148,6 +161,23 @@ pub enum Command {
         /// pauses (e.g. http://127.0.0.1:8160).
         #[arg(long, value_name = "URL")]
         url: Option<String>,
+    },
+
+    /// Every attempt the daemon recorded in its attempt history, newest
+    /// first: when, which request, its outcome, the HTTP status, each
+    /// redirect hop, what was sent and what came back.
+    #[command(after_help = format!("{HISTORY_HELP}\n\n{ENVIRONMENT_HELP}\n\n{EXIT_STATUS_HELP}"))]
+    History {
+        /// Which attempts.
+        #[command(flatten)]
+        filters: HistoryFilters,
+        /// Also show the request and response headers, the whole kept
+        /// response body, the claim version and the history's attempt id.
+        #[arg(long, short)]
+        verbose: bool,
+        /// Script-friendly output: one JSON array of the attempts.
+        #[command(flatten)]
+        output: Output,
     },
 
     /// Put failed requests back in the queue (dry run unless --apply): the
@@ -333,4 +363,33 @@ pub struct KeyArgs {
     /// A file holding the hook's HMAC key; a trailing newline is ignored.
     #[arg(long, value_name = "PATH")]
     pub key_file: Option<PathBuf>,
+}
+
+/// `history`'s filters, as typed; `history::HistoryFilters::query` reads
+/// them.
+#[derive(Debug, Default, clap::Args)]
+pub struct HistoryFilters {
+    /// Only this request's attempts: a row id (42) or a request PHID.
+    #[arg(long, value_name = "ID|PHID")]
+    pub request: Option<String>,
+    /// Only attempts on this hook's requests.
+    #[arg(long, value_name = "PHID")]
+    pub hook: Option<String>,
+    /// Only attempts on this object's requests.
+    #[arg(long, value_name = "PHID")]
+    pub object: Option<String>,
+    /// Only attempts whose status, error type or error code is TEXT
+    /// (sent, failed, timeout, 503, not-found, ...).
+    #[arg(long, value_name = "TEXT")]
+    pub outcome: Option<String>,
+    /// Only attempts started at or after TIME (or an age: 2h, 7d, 30m).
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+    /// Only attempts started before TIME (or an age: 2h, 7d, 30m).
+    #[arg(long, value_name = "TIME")]
+    pub until: Option<String>,
+    /// Show at most N attempts.
+    #[arg(long, value_name = "N", default_value_t = 20,
+          value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub limit: u64,
 }

@@ -80,6 +80,14 @@ pub fn utc(t: UnixTime) -> String {
     )
 }
 
+/// `2023-11-14 22:13:20.123 UTC`: Unix milliseconds, as the attempt
+/// history records them.
+pub fn utc_ms(ms: u64) -> String {
+    let secs = utc(ms / 1_000);
+    let stamp = secs.strip_suffix(" UTC").unwrap_or(&secs);
+    format!("{stamp}.{:03} UTC", ms % 1_000)
+}
+
 /// `2023-11-14 22:13:20 UTC (1700000000, in 1m 40s)`: a moment with its raw
 /// value and its distance from `now`.
 pub fn moment(t: UnixTime, now: UnixTime) -> String {
@@ -170,6 +178,35 @@ pub fn parse_time(text: &str, now: UnixTime) -> Result<UnixTime, String> {
     Ok(days_from_civil(year, month, day) * 86_400 + hour * 3_600 + minute * 60 + second)
 }
 
+/// A `TIME` or an age before `now`: what [`parse_time`] reads, or a
+/// whole number of seconds, minutes, hours or days ago (`45s`, `30m`,
+/// `2h`, `7d`). The error says what is accepted.
+pub fn parse_time_or_age(text: &str, now: UnixTime) -> Result<UnixTime, String> {
+    let text = text.trim();
+    let unit = match text.as_bytes().last() {
+        Some(b's') => Some(1),
+        Some(b'm') => Some(60),
+        Some(b'h') => Some(3_600),
+        Some(b'd') => Some(86_400),
+        _ => None,
+    };
+    let Some(unit) = unit else {
+        return parse_time(text, now).map_err(|reason| format!("{reason}, or an age (2h, 7d)"));
+    };
+    let count = &text[..text.len() - 1];
+    count
+        .parse::<u64>()
+        .ok()
+        .filter(|_| !count.is_empty() && count.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|count| count.checked_mul(unit))
+        .map(|age| now.saturating_sub(age))
+        .ok_or_else(|| {
+            format!(
+                "{text:?} is not an age: use a whole number of seconds, minutes, hours or days                  (45s, 30m, 2h, 7d)"
+            )
+        })
+}
+
 /// Exactly two ASCII digits.
 fn two_digits(text: &str) -> Option<u64> {
     (text.len() == 2 && text.bytes().all(|b| b.is_ascii_digit()))
@@ -252,6 +289,40 @@ mod tests {
         ] {
             assert!(parse_time(bad, 1_700_000_000).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn ages_count_back_from_now_and_times_still_read() {
+        let now = 1_700_000_000;
+        assert_eq!(parse_time_or_age("45s", now), Ok(now - 45));
+        assert_eq!(parse_time_or_age("30m", now), Ok(now - 1_800));
+        assert_eq!(parse_time_or_age(" 2h ", now), Ok(now - 7_200));
+        assert_eq!(parse_time_or_age("7d", now), Ok(now - 604_800));
+        assert_eq!(parse_time_or_age("1700000123", now), Ok(1_700_000_123));
+        assert_eq!(
+            parse_time_or_age("2023-11-14T22:13:20Z", 0),
+            Ok(1_700_000_000)
+        );
+        assert_eq!(parse_time_or_age("99999d", 5), Ok(0));
+        for bad in [
+            "d",
+            "-2h",
+            "2x",
+            "2 h",
+            "1.5h",
+            "h2",
+            "99999999999999999999d",
+            "soon",
+        ] {
+            let err = parse_time_or_age(bad, now).expect_err(bad);
+            assert!(err.contains("2h"), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn milliseconds_show_after_the_seconds() {
+        assert_eq!(utc_ms(1_700_000_000_123), "2023-11-14 22:13:20.123 UTC");
+        assert_eq!(utc_ms(5), "1970-01-01 00:00:00.005 UTC");
     }
 
     #[test]

@@ -76,6 +76,17 @@ pub enum AdminError {
         /// The store's error, with the driver's reason as its source.
         source: StoreError,
     },
+    /// The attempt history's database does not exist: the daemon keeps
+    /// no history, or has not run with it on yet.
+    #[error(
+        "the attempt history database {database} does not exist: the history is off \
+         (GORGE_WEBHOOK_HISTORY) or no daemon has run with it on yet (its database is \
+         GORGE_WEBHOOK_HISTORY_DATABASE, by default {{namespace}}_webhook_history)"
+    )]
+    HistoryMissing {
+        /// The history database looked for.
+        database: String,
+    },
     /// Writing the answer failed (e.g. a closed pipe).
     #[error("cannot write output: {0}")]
     Output(#[source] std::io::Error),
@@ -112,7 +123,7 @@ impl AdminError {
                 source: StoreError::MalformedRow { .. },
                 ..
             } => exit::CHECK_FAILED,
-            Self::Database { .. } => exit::DATABASE,
+            Self::Database { .. } | Self::HistoryMissing { .. } => exit::DATABASE,
             Self::Stream { .. } => exit::STREAM,
         }
     }
@@ -151,6 +162,13 @@ mod tests {
             exit::CHECK_FAILED
         );
         assert_eq!(AdminError::NotFound("x".into()).exit_status(), 1);
+        assert_eq!(
+            AdminError::HistoryMissing {
+                database: "phorge_webhook_history".into()
+            }
+            .exit_status(),
+            exit::DATABASE
+        );
         let stream = AdminError::Stream {
             url: "http://127.0.0.1:1/api/webhook/events".into(),
             reason: "cannot connect".into(),

@@ -5,7 +5,8 @@
 //! (`daemon_api`), since that lives in the daemon's memory, and makes the
 //! daemon's own checks with the daemon's code: silent mode, the outbound
 //! check of the hook's URI (which resolves its host, as the daemon does)
-//! and the object check.
+//! and the object check. `explain` shows the request's last attempts from
+//! the attempt history too, when there is one (`history`).
 //!
 //! A hook's HMAC key is loaded only to sign a payload and is never printed;
 //! a hook's URI is printed only when asked for.
@@ -26,6 +27,7 @@ use crate::daemon_api::{self, DaemonHooks};
 use crate::error::{exit, AdminError};
 use crate::explain::checks::{object_check, Ports};
 use crate::explain::{explain, row_summary, Explanation, Facts};
+use crate::history::{self, Recent};
 use crate::out::{emit, emit_bytes, emit_line};
 use crate::settings::AdminConfig;
 use crate::watch::StreamUrl;
@@ -80,6 +82,16 @@ impl Db {
     pub(crate) fn fail(&self, source: StoreError) -> AdminError {
         AdminError::Database {
             database: self.reader.database().to_owned(),
+            address: self.address.clone(),
+            source,
+        }
+    }
+
+    /// The error for a failed statement on another database of the same
+    /// server (the attempt history's).
+    pub(crate) fn fail_on(&self, database: &str, source: StoreError) -> AdminError {
+        AdminError::Database {
+            database: database.to_owned(),
             address: self.address.clone(),
             source,
         }
@@ -474,7 +486,9 @@ pub async fn explain_request(
         _ => None,
     };
     let headers = &config.transport.config().signature_headers;
+    let recent = history::recent(db, config, row.id).await;
     let explained = Explained {
+        recent: &recent,
         row: &row,
         hook: hook.as_ref(),
         explanation: &explanation,
@@ -615,6 +629,7 @@ struct Explained<'a> {
     payload: &'a Result<Payload, String>,
     signature: Option<&'a str>,
     headers: &'a [String],
+    recent: &'a Recent,
 }
 
 impl Explained<'_> {
@@ -644,6 +659,7 @@ impl Explained<'_> {
             "noPayloadReason": self.payload.as_ref().err(),
             "signature": self.signature,
             "signatureHeaders": self.headers,
+            "history": self.recent.to_json(),
         })
     }
 
@@ -680,6 +696,7 @@ impl Explained<'_> {
         for note in &e.notes {
             out.push_str(&format!("note: {note}\n"));
         }
+        out.push_str(&self.recent.to_text());
         match self.payload {
             Ok(body) => {
                 out.push_str(&format!(

@@ -3,7 +3,8 @@
 //! request is or is not being delivered (by the dispatcher's own rules),
 //! the exact bytes and signature it would send, a local receiver to try
 //! hooks against, a live view of the daemon's events, and `requeue` for
-//! failed requests.
+//! failed requests, and `history`, the attempts the daemon recorded in its
+//! attempt history.
 //!
 //! It composes the workspace's libraries and holds no delivery logic of
 //! its own. Every command reads Phorge's tables through the read-only
@@ -17,6 +18,7 @@ mod daemon_api;
 mod doctor;
 mod error;
 mod explain;
+mod history;
 mod inspect;
 mod listen;
 mod out;
@@ -199,6 +201,19 @@ fn run(cli: Cli) -> Result<u8, AdminError> {
             selection.check()?;
             let config = AdminConfig::from_lookup(&env_lookup)?;
             runtime()?.block_on(requeue::run(&config, &selection, apply, output.json))
+        }
+        Command::History {
+            filters,
+            verbose,
+            output,
+        } => {
+            let query = filters.query(clock::now())?;
+            let (config, db, rt) = open_db()?;
+            let database = history::database(&config)?;
+            rt.block_on(closing(
+                &db,
+                history::run(&db, &database, &query, output.json, verbose),
+            ))
         }
         Command::Payload { request } => {
             let which = RequestRef::parse(&request)?;

@@ -14,6 +14,13 @@
 //! slow delivery down or pile up without bound. `/readyz` and `/metrics`
 //! answer within [`PROBE_BOUND`] whatever the database does: 503, or
 //! `gorge_webhook_database_up 0`, never a hang.
+//!
+//! `/api/webhook/requests/{id-or-PHID}/attempts` answers from the attempt
+//! history (`history`), when the daemon keeps one, in the same turns; a
+//! history that cannot be read is an opaque 503 `ERR_HISTORY_UNAVAILABLE`,
+//! logged like the store's failures.
+
+mod history;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,13 +36,16 @@ use webhook_core::adoption::AdoptionTotals;
 use webhook_core::{
     Dispatcher, HookPauses, Metrics, QueueCounts, QueueStats, StoreError, UnixTime,
 };
+use webhook_store_mysql::HistoryReader;
 
+pub use self::history::{AttemptHistory, ATTEMPTS_DEFAULT, ATTEMPTS_MAX};
 use crate::handoff::HandOff;
+use crate::history::HistoryFigures;
 use crate::live::{EventHub, Subscription};
 use crate::metrics_text::{self, BinlogWake, Format, Scrape};
 
 /// Database-backed requests (`/api/webhook/stats`, `/api/webhook/hooks`,
-/// the queue count of `/metrics`) running at once.
+/// the queue count of `/metrics`, a request's attempts) running at once.
 pub const DB_ROUTES_AT_ONCE: usize = 2;
 
 /// How long a database-backed request waits for its turn before 503.
@@ -162,6 +172,8 @@ pub struct Api {
     key_grace: Option<KeysInGrace>,
     clock_skew: Option<ClockSkew>,
     lag: Option<Arc<Dispatcher>>,
+    history: Option<Arc<dyn AttemptHistory>>,
+    history_figures: Option<HistoryFiguresRead>,
 }
 
 impl std::fmt::Debug for Api {
@@ -170,6 +182,7 @@ impl std::fmt::Debug for Api {
             .field("token", &self.token)
             .field("handoff", &self.handoff.is_some())
             .field("events", &self.events.is_some())
+            .field("history", &self.history.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -197,6 +210,9 @@ pub type KeysInGrace = Arc<dyn Fn() -> Vec<(String, UnixTime)> + Send + Sync>;
 /// Reads task adoption's totals.
 pub type AdoptionCounts = Arc<dyn Fn() -> Option<AdoptionTotals> + Send + Sync>;
 
+/// Reads the attempt history's figures for `/metrics`, when it is on.
+pub type HistoryFiguresRead = Arc<dyn Fn() -> Option<HistoryFigures> + Send + Sync>;
+
 /// Reads the skew of this host's clock against the database server's, in
 /// seconds, once measured.
 pub type ClockSkew = Arc<dyn Fn() -> Option<f64> + Send + Sync>;
@@ -210,6 +226,7 @@ enum Route {
     HookState,
     Metrics,
     Events,
+    Attempts,
 }
 
 impl Route {
@@ -222,6 +239,7 @@ impl Route {
             HOOK_STATE_PATH => Some(Self::HookState),
             "/metrics" => Some(Self::Metrics),
             EVENTS_PATH => Some(Self::Events),
+            _ if history::key_in(path).is_some() => Some(Self::Attempts),
             _ => None,
         }
     }
@@ -229,7 +247,12 @@ impl Route {
     fn needs_token(self) -> bool {
         matches!(
             self,
-            Self::Stats | Self::Hooks | Self::HookState | Self::Metrics | Self::Events
+            Self::Stats
+                | Self::Hooks
+                | Self::HookState
+                | Self::Metrics
+                | Self::Events
+                | Self::Attempts
         )
     }
 }
@@ -255,7 +278,9 @@ impl Api {
             pauses: None,
             key_grace: None,
             clock_skew: None,
+            history_figures: None,
             lag: None,
+            history: None,
             db_turns: Semaphore::new(DB_ROUTES_AT_ONCE),
         }
     }
@@ -287,6 +312,24 @@ impl Api {
                 .await
                 .unwrap_or(Err(Unanswered::Late)),
         }
+    }
+
+    /// Answers `/api/webhook/requests/{id-or-PHID}/attempts` from the
+    /// attempt history; without it that route answers 404 `ERR_HISTORY_OFF`.
+    pub fn with_history(self, reader: Arc<HistoryReader>) -> Self {
+        self.with_attempt_history(reader)
+    }
+
+    /// [`Api::with_history`] over any [`AttemptHistory`].
+    pub fn with_attempt_history(mut self, history: Arc<dyn AttemptHistory>) -> Self {
+        self.history = Some(history);
+        self
+    }
+
+    /// Reports the attempt history's figures in `/metrics`.
+    pub fn with_history_figures(mut self, figures: HistoryFiguresRead) -> Self {
+        self.history_figures = Some(figures);
+        self
     }
 
     /// Reports task adoption's totals in `/metrics`.
@@ -421,6 +464,7 @@ impl Api {
             Route::Hooks => self.hooks().await,
             Route::HookState => self.hook_state(),
             Route::Metrics => self.metrics(headers).await,
+            Route::Attempts => self.attempts(path, query).await,
             Route::Events => Reply {
                 status: StatusCode::OK,
                 content_type: EVENT_STREAM,
@@ -478,6 +522,28 @@ impl Api {
             // How many hooks exist, never which.
             Ok(total) => Reply::json(StatusCode::OK, &json!({"data": {"total": total}})),
             Err(why) => unanswered("hooks", why),
+        }
+    }
+
+    /// One request's attempts from the history, in a database turn.
+    async fn attempts(&self, path: &str, query: Option<&str>) -> Reply {
+        let Some(key) = history::key_in(path) else {
+            return Reply::error(StatusCode::NOT_FOUND, "ERR_NOT_FOUND", "not found");
+        };
+        let asked = match history::query_of(key, query) {
+            Ok(asked) => asked,
+            Err(reply) => return reply,
+        };
+        let Some(reader) = &self.history else {
+            return history::off();
+        };
+        match self
+            .with_turn(DB_QUEUE_WAIT, None, reader.attempts(&asked))
+            .await
+        {
+            Ok(attempts) => history::found(key, &attempts),
+            Err(Unanswered::Store(err)) => history::failed(&err),
+            Err(why) => unanswered("attempts", why),
         }
     }
 
@@ -567,6 +633,7 @@ impl Api {
             adoption: self.adoption.as_ref().and_then(|totals| totals()),
             clock_skew_secs: self.clock_skew.as_ref().and_then(|skew| skew()),
             oldest_due_secs,
+            history: self.history_figures.as_ref().and_then(|figures| figures()),
             claim_lease_secs: self.lag.as_ref().map(|d| d.windows().lease_secs()),
             binlog_wake: (self.lag.as_ref())
                 .and_then(|d| d.wake_hints())
@@ -630,6 +697,7 @@ fn internal(route: &str, err: &webhook_core::StoreError) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use webhook_core::history::{Attempt, AttemptQuery, RecordedAttempt, RequestKey};
     use webhook_core::memory_store::StoreOp;
     use webhook_core::memory_store::{MemoryStore, NewRequest};
     use webhook_core::{Hook, ManualClock};
@@ -917,6 +985,148 @@ mod tests {
                 "{path}"
             );
         }
+    }
+
+    /// A history holding `attempts` (or failing), answering as the
+    /// MySQL one does: the request's, newest first, at most `limit`.
+    struct Recorded(Result<Vec<RecordedAttempt>, String>);
+
+    #[async_trait]
+    impl AttemptHistory for Recorded {
+        async fn attempts(&self, query: &AttemptQuery) -> Result<Vec<RecordedAttempt>, StoreError> {
+            let all = self
+                .0
+                .clone()
+                .map_err(|why| StoreError::Unavailable(why.into()))?;
+            let mut found: Vec<RecordedAttempt> = all
+                .into_iter()
+                .filter(|a| match &query.request {
+                    Some(RequestKey::Id(id)) => a.attempt.request_id == *id,
+                    Some(RequestKey::Phid(phid)) => &a.attempt.request_phid == phid,
+                    None => true,
+                })
+                .collect();
+            found.sort_by_key(|a| std::cmp::Reverse(a.attempt.started_ms));
+            found.truncate(query.limit);
+            Ok(found)
+        }
+    }
+
+    fn recorded(id: u64, request_id: u64, number: u32, started_ms: u64) -> RecordedAttempt {
+        RecordedAttempt {
+            id,
+            number,
+            instance: "host:1".into(),
+            attempt: Attempt {
+                request_id,
+                request_phid: format!("PHID-HWBR-{request_id}"),
+                hook_phid: "PHID-HWBH-a".into(),
+                object_phid: "PHID-TASK-a".into(),
+                claim_version: Some(1_700_000_000),
+                started_ms,
+                duration_ms: 12,
+                status: "queued".into(),
+                error_type: "http".into(),
+                error_code: "503".into(),
+                http_status: Some(503),
+                sent: None,
+                exchange: None,
+            },
+        }
+    }
+
+    #[tokio::test]
+    async fn attempts_answer_from_the_history_newest_first() {
+        let (api, _) = api("s3cret", Ok(()));
+        let api = api.with_attempt_history(Arc::new(Recorded(Ok(vec![
+            recorded(1, 7, 1, 1_000),
+            recorded(2, 8, 1, 1_500),
+            recorded(3, 7, 2, 2_000),
+        ]))));
+        let path = "/api/webhook/requests/7/attempts";
+        assert_eq!(get(&api, path, None, None).await.0, 401);
+        let (status, body) = get(&api, path, None, Some("s3cret")).await;
+        assert_eq!((status, &body["request"]), (200, &json!("7")));
+        let ids: Vec<&Value> = body["attempts"]
+            .as_array()
+            .expect("attempts")
+            .iter()
+            .map(|a| &a["id"])
+            .collect();
+        assert_eq!(ids, [&json!(3), &json!(1)]);
+        assert_eq!(body["attempts"][0]["request_id"], json!(7));
+        assert_eq!(body["attempts"][0]["error_code"], json!("503"));
+        let (status, body) = get(
+            &api,
+            "/api/webhook/requests/PHID-HWBR-8/attempts",
+            Some("limit=1&token=s3cret"),
+            None,
+        )
+        .await;
+        assert_eq!(
+            (
+                status,
+                body["request"].clone(),
+                body["attempts"][0]["id"].clone()
+            ),
+            (200, json!("PHID-HWBR-8"), json!(2))
+        );
+        let (status, body) = get(&api, path, Some("limit=0"), Some("s3cret")).await;
+        assert_eq!(
+            (status, &body["error"]["code"]),
+            (400, &json!("ERR_BAD_REQUEST"))
+        );
+        let (status, body) = get(
+            &api,
+            "/api/webhook/requests/nope/attempts",
+            None,
+            Some("s3cret"),
+        )
+        .await;
+        assert_eq!(
+            (status, &body["error"]["code"]),
+            (400, &json!("ERR_BAD_REQUEST"))
+        );
+        let reply = api
+            .handle(&Method::POST, path, None, &headers(Some("s3cret")))
+            .await;
+        assert_eq!(
+            (reply.status, reply.allow),
+            (StatusCode::METHOD_NOT_ALLOWED, Some("GET, HEAD"))
+        );
+    }
+
+    #[tokio::test]
+    async fn attempts_say_when_the_history_is_off_or_fails() {
+        let (api, _) = api("", Ok(()));
+        let path = "/api/webhook/requests/7/attempts";
+        let (status, body) = get(&api, path, None, None).await;
+        assert_eq!(
+            (status, &body["error"]["code"]),
+            (404, &json!("ERR_HISTORY_OFF"))
+        );
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("GORGE_WEBHOOK_HISTORY")),
+            "{body}"
+        );
+        let api = api.with_attempt_history(Arc::new(Recorded(Err(
+            "cannot reach 10.1.2.3:3306 (gorge_webhook_history)".into(),
+        ))));
+        let reply = api
+            .handle(&Method::GET, path, None, &HeaderMap::new())
+            .await;
+        let text = String::from_utf8_lossy(&reply.body).into_owned();
+        assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            serde_json::from_str::<Value>(&text).unwrap_or(Value::Null),
+            json!({"error": {"code": "ERR_HISTORY_UNAVAILABLE", "message": "the attempt history cannot be read now; try again later"}})
+        );
+        assert!(
+            !text.contains("10.1.2.3") && !text.contains("3306"),
+            "{text}"
+        );
     }
 
     #[tokio::test]

@@ -15,6 +15,7 @@ use webhook_core::adoption::TaskAdoption;
 use webhook_core::hold::{PhorgeConfig, SilentMode};
 use webhook_core::windows::Windows;
 use webhook_core::{Clock, Dispatcher, EventSink, PhorgeObjects, QueueCounts, Store, WakeHints};
+use webhook_store_mysql::history::{HistoryError, MysqlHistory};
 use webhook_store_mysql::{BinlogFollower, MysqlConfig, MysqlStore};
 use webhook_transport_hyper::{HyperTransport, Proxies};
 
@@ -23,6 +24,7 @@ use crate::adoption::{adopt_php_tasks, hand_back_at_stop};
 use crate::api::{Api, Readiness, ServiceToken};
 use crate::config::DaemonConfig;
 use crate::handoff::HandOff;
+use crate::history::{keep, HistoryStatus};
 use crate::live::EventHub;
 use crate::logging::{report_dropped_lines, DroppedLines};
 use crate::server;
@@ -61,6 +63,13 @@ pub enum StartError {
         .0.join(", ")
     )]
     AdoptionGrants(Vec<String>),
+    /// The attempt history cannot be kept: its schema is newer than this
+    /// build, or the account lacks a privilege it needs.
+    #[error("GORGE_WEBHOOK_HISTORY is on but {0}")]
+    History(#[from] HistoryError),
+    /// Preparing the attempt history ended unexpectedly (a bug).
+    #[error("preparing the attempt history stopped unexpectedly: {0}")]
+    HistoryCrashed(String),
     /// The check of delivery's privileges ended unexpectedly (a bug).
     #[error("the check of the database account's privileges stopped unexpectedly: {0}")]
     AccessCheckCrashed(String),
@@ -80,13 +89,14 @@ pub enum StartError {
 
 /// Ready when delivery can go on: the database answers, its server's
 /// clock was measured and the account's privileges checked (delivery
-/// waits for both), and the database refuses none of delivery's
-/// operations now.
+/// waits for both), the database refuses none of delivery's operations
+/// now, and the attempt history, when on, is being written.
 struct MysqlReadiness {
     store: Arc<MysqlStore>,
     clock: Arc<ServerClock>,
     access: Arc<DeliveryAccess>,
     dispatcher: Arc<Dispatcher>,
+    history: Option<Arc<HistoryStatus>>,
 }
 
 #[async_trait]
@@ -98,7 +108,13 @@ impl Readiness for MysqlReadiness {
                 "the database server's clock is not measured yet; delivery waits for it".to_owned(),
             );
         }
-        match self.access.not_yet().or_else(|| self.dispatcher.refusal()) {
+        let history_failing = || self.history.as_ref().and_then(|h| h.failing());
+        match self
+            .access
+            .not_yet()
+            .or_else(|| self.dispatcher.refusal())
+            .or_else(history_failing)
+        {
             Some(reason) => Err(reason),
             None => Ok(()),
         }
@@ -150,6 +166,17 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
     if let Some(adoption) = &task_adoption {
         store = store.with_task_adoption(Arc::clone(adoption));
     }
+    let history = match &config.delivery.history {
+        Some(settings) => Some(MysqlHistory::new(
+            &config.delivery.mysql,
+            settings.clone(),
+            format!("{}:{}", host_name(), std::process::id()),
+        )?),
+        None => None,
+    };
+    if let Some(history) = &history {
+        store = store.with_history(history.queue());
+    }
     let store = Arc::new(store);
     let api_store = Arc::new(MysqlStore::new(&MysqlConfig {
         pool_max: API_POOL,
@@ -197,7 +224,12 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
     if let Some(hints) = &binlog_hints {
         dispatcher = dispatcher.with_wake_hints(hints.clone());
     }
+    if let Some(history) = &history {
+        let body_kept = history.config().body_kept;
+        dispatcher = dispatcher.with_history(Arc::new(history.queue()), body_kept);
+    }
     let dispatcher = Arc::new(dispatcher);
+    let history_status = history.as_ref().map(|h| Arc::new(HistoryStatus::new(h)));
     let access = Arc::new(DeliveryAccess::default());
     let listener = TcpListener::bind(config.listen)
         .await
@@ -218,43 +250,50 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
                {}, or listen on loopback", config.listen, crate::config::SERVICE_TOKEN.name);
     }
 
-    let api = Arc::new(
-        Api::new(
-            Arc::clone(&api_store) as Arc<dyn QueueCounts>,
-            Arc::new(MysqlReadiness {
-                store: Arc::clone(&api_store),
-                clock: Arc::clone(&clock),
-                access: Arc::clone(&access),
-                dispatcher: Arc::clone(&dispatcher),
-            }),
-            dispatcher.metrics(),
-            ServiceToken::new(&config.service_token),
-        )
-        .with_handoff(Arc::clone(&handoff))
-        .with_events(Arc::clone(&events))
-        .with_pauses(dispatcher.pauses())
-        .with_lag(Arc::clone(&dispatcher))
-        .with_key_grace({
-            let dispatcher = Arc::clone(&dispatcher);
-            Arc::new(move || dispatcher.keys_in_grace())
-        })
-        .with_rows_unreadable({
-            let store = Arc::clone(&store);
-            Arc::new(move || store.rows_unreadable())
-        })
-        .with_adoption({
-            let adoption = task_adoption.clone();
-            Arc::new(move || adoption.as_ref().map(|adoption| adoption.totals()))
-        })
-        .with_log_lines_dropped({
-            let dropped = log_dropped.clone();
-            Arc::new(move || dropped.total())
-        })
-        .with_clock_skew({
-            let clock = Arc::clone(&clock);
-            Arc::new(move || clock.skew_secs())
+    let mut api = Api::new(
+        Arc::clone(&api_store) as Arc<dyn QueueCounts>,
+        Arc::new(MysqlReadiness {
+            store: Arc::clone(&api_store),
+            clock: Arc::clone(&clock),
+            access: Arc::clone(&access),
+            dispatcher: Arc::clone(&dispatcher),
+            history: history_status.clone(),
         }),
-    );
+        dispatcher.metrics(),
+        ServiceToken::new(&config.service_token),
+    )
+    .with_handoff(Arc::clone(&handoff))
+    .with_events(Arc::clone(&events))
+    .with_pauses(dispatcher.pauses())
+    .with_lag(Arc::clone(&dispatcher))
+    .with_key_grace({
+        let dispatcher = Arc::clone(&dispatcher);
+        Arc::new(move || dispatcher.keys_in_grace())
+    })
+    .with_rows_unreadable({
+        let store = Arc::clone(&store);
+        Arc::new(move || store.rows_unreadable())
+    })
+    .with_adoption({
+        let adoption = task_adoption.clone();
+        Arc::new(move || adoption.as_ref().map(|adoption| adoption.totals()))
+    })
+    .with_log_lines_dropped({
+        let dropped = log_dropped.clone();
+        Arc::new(move || dropped.total())
+    })
+    .with_clock_skew({
+        let clock = Arc::clone(&clock);
+        Arc::new(move || clock.skew_secs())
+    });
+    if let (Some(history), Some(status)) = (&history, &history_status) {
+        let status = Arc::clone(status);
+        let clock = Arc::clone(&clock);
+        api = api
+            .with_history(Arc::new(api_store.reader().history(history.database())))
+            .with_history_figures(Arc::new(move || Some(status.figures(clock.now_ms()))));
+    }
+    let api = Arc::new(api);
     // Left running to the end: lines dropped during the stop are reported
     // if the log drains before the exit.
     tokio::spawn(report_dropped_lines(log_dropped));
@@ -271,14 +310,30 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
         Arc::clone(&access),
         Arc::clone(&clock),
     ));
+    let (history_prepared, mut history_checked) = watch::channel(history.is_none());
+    let mut keeping_history = tokio::spawn({
+        let history = history.clone().zip(history_status.clone());
+        let clock = Arc::clone(&clock) as Arc<dyn Clock>;
+        async move {
+            match history {
+                Some((history, status)) => keep(history, status, clock, history_prepared).await,
+                None => std::future::pending().await,
+            }
+        }
+    });
     let delivering = {
         let dispatcher = Arc::clone(&dispatcher);
         tokio::spawn(async move {
             let stop = signalled(stopped.clone());
-            // Then the account's privileges, checked once the clock is.
+            // Then the account's privileges, checked once the clock is,
+            // and the attempt history's schema, when it is on.
             let checked = async {
+                let ready = async {
+                    access.granted().await;
+                    let _ = history_checked.wait_for(|prepared| *prepared).await;
+                };
                 tokio::select! {
-                    () = access.granted() => dispatcher.run(signalled(stopped.clone())).await,
+                    () = ready => dispatcher.run(signalled(stopped.clone())).await,
                     () = signalled(stopped.clone()) => {}
                 }
             };
@@ -310,6 +365,16 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
                 Err(join) => StartError::AccessCheckCrashed(join.to_string()),
             });
         }
+        refused = &mut keeping_history => {
+            outcome = Err(match refused {
+                Ok(err) => {
+                    error!(event = "history_refused", error = %err,
+                           "the attempt history cannot be kept; stopping");
+                    StartError::History(err)
+                }
+                Err(join) => StartError::HistoryCrashed(join.to_string()),
+            });
+        }
         ended = &mut adoption => {
             outcome = Err(match ended {
                 Ok(missing) => {
@@ -332,6 +397,7 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
     let _ = stop.send(true);
     schema.abort();
     checking.abort();
+    keeping_history.abort();
     php_watch.abort();
     measuring.abort();
     if let Some(following) = &following {
@@ -360,6 +426,20 @@ pub async fn run(config: DaemonConfig, log_dropped: DroppedLines) -> Result<(), 
         }
     };
     let (_, ()) = tokio::join!(server, archive);
+    // The attempts of the deliveries drained above, still waiting for the
+    // history's writer, within the pools' bound.
+    if let Some(history) = &history {
+        if !history.queue().settled(POOL_CLOSE_BOUND).await {
+            warn!(
+                event = "history_unsettled",
+                pending = history.queue().pending(),
+                "attempts still waiting for the history at the stop are not kept"
+            );
+        }
+        if let Ok(Err(err)) = tokio::time::timeout(POOL_CLOSE_BOUND, history.disconnect()).await {
+            warn!(event = "pool_close_failed", pool = "history", error = %err);
+        }
+    }
     let (delivery, api) = tokio::join!(
         store.disconnect_within(POOL_CLOSE_BOUND),
         api_store.disconnect_within(POOL_CLOSE_BOUND)

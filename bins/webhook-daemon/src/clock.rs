@@ -38,6 +38,10 @@ impl Clock for SystemClock {
         system_time().as_secs()
     }
 
+    fn now_ms(&self) -> u64 {
+        u64::try_from(system_time().as_millis()).unwrap_or(u64::MAX)
+    }
+
     fn monotonic(&self) -> Duration {
         self.origin.elapsed()
     }

@@ -4,8 +4,8 @@
 //!
 //! It owns the registry: every variable the daemon reads, in `--help`
 //! order ([`variables`]), composed from the lists of the crates that
-//! declare them (`webhook_core::windows`, `webhook_store_mysql::config` and
-//! `local_config`, `webhook_transport_hyper::config`) and the daemon's own
+//! declare them (`webhook_core::windows`, `webhook_store_mysql::config`,
+//! `history::config` and `local_config`, `webhook_transport_hyper::config`) and the daemon's own
 //! (listen address, token, logging, shutdown grace, event streams).
 //! `--help`, `webhook-admin config` and the docs check read it.
 //!
@@ -22,6 +22,8 @@ use webhook_core::setting::{
 use webhook_core::signing::SigningSettings;
 use webhook_core::windows::{Settings, Windows};
 use webhook_core::{signing, windows};
+use webhook_store_mysql::history::config as history_config;
+use webhook_store_mysql::history::HistoryConfig;
 use webhook_store_mysql::local_config::{self, LocalConfig};
 use webhook_store_mysql::{config as mysql, MysqlConfig};
 use webhook_transport_hyper::{config as transport, CheckedTransportConfig, TransportConfig};
@@ -102,6 +104,7 @@ const OWN_LAST: &[SettingInfo] = &[EVENT_STREAMS.info()];
 pub const REGISTRY: &[&[SettingInfo]] = &[
     OWN_FIRST,
     mysql::VARIABLES,
+    history_config::VARIABLES,
     local_config::VARIABLES,
     windows::VARIABLES,
     signing::VARIABLES,
@@ -167,6 +170,8 @@ pub struct DeliveryConfig {
     pub local_config: Option<LocalConfig>,
     /// Standard Webhooks headers and the key grace.
     pub signing: SigningSettings,
+    /// The attempt history, when it is on.
+    pub history: Option<HistoryConfig>,
 }
 
 impl DeliveryConfig {
@@ -177,12 +182,14 @@ impl DeliveryConfig {
         let mysql = MysqlConfig::from_lookup(get)?;
         let transport = TransportConfig::from_env_with(get)?;
         let local_config = LocalConfig::from_lookup(get)?;
+        let history = HistoryConfig::from_lookup(get, &mysql.namespace)?;
         Ok(Self {
             windows,
             mysql,
             transport,
             local_config,
             signing,
+            history,
         })
     }
 }

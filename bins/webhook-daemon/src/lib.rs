@@ -33,6 +33,8 @@ pub mod demo;
 #[cfg(feature = "server")]
 pub mod handoff;
 #[cfg(feature = "server")]
+pub mod history;
+#[cfg(feature = "server")]
 pub mod launch;
 #[cfg(feature = "server")]
 pub mod live;

@@ -21,6 +21,7 @@ use webhook_core::{HistogramSnapshot, MetricsSnapshot, QueueStats};
 use webhook_store_mysql::PhpDeliveryTasks;
 
 use crate::handoff::HandOffStatus;
+use crate::history::HistoryFigures;
 
 /// What one scrape reports.
 #[derive(Debug, Clone)]
@@ -48,6 +49,8 @@ pub struct Scrape {
     pub claim_lease_secs: Option<u64>,
     /// The binary-log wake-up's state, where it is on.
     pub binlog_wake: Option<BinlogWake>,
+    /// The attempt history's figures, where it is on.
+    pub history: Option<HistoryFigures>,
 }
 
 /// Whether the binary log is followed for new rows, and what it told.
@@ -366,6 +369,9 @@ impl Collector for ScrapeCollector {
                 &[(none(), wake.hints)],
             )?;
         }
+        if let Some(history) = self.scrape.history {
+            history_metrics(&mut encoder, format, history)?;
+        }
         if let Some(lease) = self.scrape.claim_lease_secs {
             gauge(
                 &mut encoder,
@@ -522,6 +528,45 @@ pub fn render(scrape: Scrape, format: Format) -> Result<String, std::fmt::Error>
 
 /// A scrape with every part present: the queue, the hand-off, the
 /// unreadable-row count, task adoption, the dropped log lines, the clock's
+/// The attempt history's counter and gauges.
+fn history_metrics(
+    encoder: &mut DescriptorEncoder<'_>,
+    format: Format,
+    history: HistoryFigures,
+) -> std::fmt::Result {
+    let totals = history.totals;
+    counter(
+        encoder,
+        format,
+        "gorge_webhook_history_attempts",
+        "Attempts handed to the attempt history (recorded), stored (written), and dropped \
+         because the history could not keep them (a failed write, a full queue); delivery \
+         never waits for them",
+        &[
+            (vec![("result", "recorded")], totals.recorded),
+            (vec![("result", "written")], totals.written),
+            (vec![("result", "dropped")], totals.dropped),
+        ],
+    )?;
+    if let Some(rows) = history.rows_kept {
+        gauge(
+            encoder,
+            "gorge_webhook_history_rows",
+            "Attempts kept in the attempt history, as of the last retention pass",
+            &[(Labels::new(), signed(rows))],
+        )?;
+    }
+    if let Some(age) = history.oldest_age_secs {
+        gauge(
+            encoder,
+            "gorge_webhook_history_oldest_seconds",
+            "Age of the oldest attempt kept in the attempt history, as of the last retention pass",
+            &[(Labels::new(), signed(age))],
+        )?;
+    }
+    Ok(())
+}
+
 /// skew.
 fn every_part() -> Scrape {
     Scrape {
@@ -542,6 +587,11 @@ fn every_part() -> Scrape {
         oldest_due_secs: Some(0),
         claim_lease_secs: Some(30),
         binlog_wake: Some(BinlogWake::default()),
+        history: Some(HistoryFigures {
+            rows_kept: Some(0),
+            oldest_age_secs: Some(0),
+            ..HistoryFigures::default()
+        }),
     }
 }
 
@@ -584,6 +634,7 @@ mod tests {
             oldest_due_secs: None,
             claim_lease_secs: None,
             binlog_wake: None,
+            history: None,
         }
     }
 

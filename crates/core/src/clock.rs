@@ -14,6 +14,12 @@ pub trait Clock: Send + Sync + fmt::Debug {
     /// Unix time in whole seconds, as stored in the epoch columns.
     fn now(&self) -> UnixTime;
 
+    /// Unix time in milliseconds, for records finer than the epoch
+    /// columns (the attempt history); by default [`Self::now`]'s second.
+    fn now_ms(&self) -> u64 {
+        self.now().saturating_mul(1000)
+    }
+
     /// A monotonic reading from an arbitrary origin, for latencies and
     /// scheduling.
     fn monotonic(&self) -> Duration;

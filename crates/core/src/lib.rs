@@ -17,7 +17,8 @@
 #![warn(missing_docs)]
 
 // Each item has one path: modules whose names group many items (the task
-// adoption port, settings, windows, silent mode, signing, and the test
+// adoption port, settings, windows, silent mode, signing, the attempt
+// history, and the test
 // doubles) are public and their items live there only; the rest are
 // private and their items are re-exported here.
 
@@ -29,6 +30,7 @@ pub mod conformance;
 mod dispatch;
 mod error_chain;
 mod events;
+pub mod history;
 pub mod hold;
 mod lock_name;
 #[cfg(any(test, feature = "testing"))]

@@ -1,5 +1,6 @@
 //! `MemoryStore`: the database ports (`Store`, `QueueCounts`,
-//! `TaskQueue`) held in memory with exactly the SQL's semantics (the
+//! `TaskQueue`) held in memory (and, in `attempts`, the attempt history's
+//! port) with exactly the SQL's semantics (the
 //! conformance suite runs against it and the MySQL store alike). It
 //! serves core tests, simulations, the demo and embedders.
 //!
@@ -22,9 +23,11 @@ use crate::store::{
     CandidateQuery, Claim, DueRow, HookLock, QueueCounts, QueueStats, Store, StoreError, Written,
 };
 
+mod attempts;
 mod lock;
 mod tasks;
 
+pub use attempts::MemoryAttemptLog;
 use lock::MemoryHookLock;
 pub use tasks::ArchivedTask;
 

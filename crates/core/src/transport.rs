@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::history::{user_info, Exchange};
 use crate::outcome::{DeliveryResult, TransportFailure, UriRefusal};
 use crate::signing::Signatures;
 
@@ -36,14 +37,8 @@ impl fmt::Debug for Target {
 /// `uri` with anything between its `://` and the `@` that ends the
 /// authority replaced by `***`.
 fn without_user_info(uri: &str) -> String {
-    let Some(start) = uri.find("://").map(|at| at + 3) else {
-        return uri.to_owned();
-    };
-    let authority_end = uri[start..]
-        .find(['/', '?', '#'])
-        .map_or(uri.len(), |at| start + at);
-    match uri[start..authority_end].rfind('@') {
-        Some(at) => format!("{}***{}", &uri[..start], &uri[start + at..]),
+    match user_info(uri) {
+        Some(span) => format!("{}***{}", &uri[..span.start], &uri[span.end..]),
         None => uri.to_owned(),
     }
 }
@@ -115,4 +110,18 @@ pub trait Transport: Send + Sync {
     /// POSTs the request and reports how the exchange ended. Must return by
     /// `request.timeout` with [`DeliveryResult::Timeout`] at the latest.
     async fn deliver(&self, request: OutboundRequest) -> DeliveryResult;
+
+    /// [`Self::deliver`], noting in `exchange` what was sent and received
+    /// for the attempt history (each hop, the request's headers without
+    /// credentials, the last response's head and first
+    /// [`Exchange::body_kept`] body bytes). A transport that notes nothing
+    /// leaves it empty.
+    async fn deliver_recording(
+        &self,
+        request: OutboundRequest,
+        exchange: &mut Exchange,
+    ) -> DeliveryResult {
+        let _ = exchange;
+        self.deliver(request).await
+    }
 }

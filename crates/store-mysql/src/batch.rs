@@ -9,6 +9,11 @@
 //! lone call (the idle case) runs alone, prepared, in autocommit, with no
 //! added wait.
 //!
+//! With an attempt history (`crate::history`), each worker wakes the
+//! history's writer after a batch whose replies are sent, when attempts
+//! are queued: the history is written apart from the batch, on a pooled
+//! connection of its own, and no write waits on it.
+//!
 //! If a statement of a group fails, the server runs none after it; the
 //! transaction is rolled back and every call of the group is run again on
 //! its own, so one bad write never fails its neighbours. If the commit
@@ -25,6 +30,7 @@ use webhook_core::{ResultWrite, StoreError, UnixTime};
 
 use crate::connector::Connector;
 use crate::error::MysqlError;
+use crate::history::HistoryQueue;
 use crate::session::Session;
 use crate::sql::{self, Literal};
 
@@ -119,17 +125,24 @@ struct BatchCounts {
 struct Context {
     connector: Connector,
     counts: Arc<BatchCounts>,
+    /// The attempt history to wake after each batch.
+    history: Option<HistoryQueue>,
 }
 
 impl WriteBatcher {
-    /// Starts the workers on the current tokio runtime.
-    pub(crate) fn start(connector: Connector) -> Self {
+    /// Starts the workers (and `history`'s writer, on the same pool) on
+    /// the current tokio runtime.
+    pub(crate) fn start(connector: Connector, history: Option<HistoryQueue>) -> Self {
         let (jobs, queue) = mpsc::unbounded_channel();
         let queue = Arc::new(Mutex::new(queue));
         let counts = Arc::new(BatchCounts::default());
+        if let Some(history) = &history {
+            history.attach(&connector);
+        }
         let context = Arc::new(Context {
             connector,
             counts: Arc::clone(&counts),
+            history,
         });
         for _ in 0..WORKERS {
             tokio::spawn(work(Arc::clone(&queue), Arc::clone(&context)));
@@ -184,6 +197,10 @@ async fn work(queue: Arc<Mutex<mpsc::UnboundedReceiver<Job>>>, context: Arc<Cont
             run_each_alone(&context, batch).await;
         } else {
             run_together(&context, batch).await;
+        }
+        // Every reply is sent: the history's writer runs apart.
+        if let Some(history) = &context.history {
+            history.kick();
         }
     }
 }

@@ -57,6 +57,12 @@
 //!   ([`MysqlReader::php_delivery_tasks`]), read from Phorge's config and
 //!   worker databases, and silent mode from Phorge's `conf/local/local.json`
 //!   ([`LocalConfig`], the one file this crate reads).
+//! * The attempt history ([`history`]): every delivery attempt, in a
+//!   database of the daemon's own on the same server, never in Phorge's —
+//!   [`MysqlHistory`] prepares and prunes it, its [`HistoryQueue`] is the
+//!   dispatcher's `AttemptLog`, written by a store given it
+//!   ([`MysqlStore::with_history`]) after its group commits, and
+//!   [`HistoryReader`] ([`MysqlReader::history`]) reads it.
 //! * [`bound_driver_buffers`]: the driver's global buffer pool, bounded
 //!   from `main` before any thread starts (the driver reads its bounds
 //!   from the environment once).
@@ -77,6 +83,7 @@ mod driver_buffers;
 mod error;
 mod grants;
 mod handoff;
+pub mod history;
 pub mod local_config;
 mod lock;
 mod object_tables;
@@ -102,6 +109,10 @@ pub use config::MysqlConfig;
 pub use driver_buffers::bound_driver_buffers;
 pub use error::{MysqlError, NotReady};
 pub use handoff::{PhpDeliveryTasks, TaskRunners};
+pub use history::{
+    HistoryConfig, HistoryError, HistoryQueue, HistoryReader, HistoryTotals, MysqlHistory,
+    RetentionPass, HISTORY_SCHEMA_VERSION,
+};
 pub use local_config::{LocalConfig, LocalConfigError};
 pub use lock::{KeptLocks, MysqlHookLock};
 pub use object_tables::{object_tables, ObjectTables, OBJECT_TABLES};

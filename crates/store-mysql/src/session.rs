@@ -417,6 +417,17 @@ impl Session {
         self.settle_driver(outcome).await
     }
 
+    /// `Queryable::query` (the text protocol: nothing prepared or cached),
+    /// bounded.
+    pub(crate) async fn query<R>(&mut self, query: &str) -> Result<Vec<R>, MysqlError>
+    where
+        R: FromRow + Send + 'static,
+    {
+        let (conn, limit) = self.start()?;
+        let outcome = tokio::time::timeout(limit, conn.query(query)).await;
+        self.settle_driver(outcome).await
+    }
+
     /// `Queryable::query_drop`, bounded.
     pub(crate) async fn query_drop(&mut self, query: &str) -> Result<(), MysqlError> {
         let (conn, limit) = self.start()?;

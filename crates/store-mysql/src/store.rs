@@ -29,6 +29,7 @@ use crate::config::MysqlConfig;
 use crate::connector::Connector;
 use crate::error::{MysqlError, NotReady};
 use crate::handoff::PhpDeliveryTasks;
+use crate::history::HistoryQueue;
 use crate::lock::{KeptLocks, LockSessions, MysqlHookLock};
 use crate::queued_floor::QueuedFloor;
 use crate::reader::MysqlReader;
@@ -60,6 +61,7 @@ pub struct MysqlStore {
     unreadable_rows: UnreadableRows,
     queued_floor: QueuedFloor,
     adoption: Option<Arc<TaskAdoption>>,
+    history: Option<HistoryQueue>,
 }
 
 // Hand-written: the pool's options hold the password.
@@ -85,6 +87,7 @@ impl MysqlStore {
             unreadable_rows: UnreadableRows::default(),
             queued_floor: QueuedFloor::default(),
             adoption: None,
+            history: None,
         })
     }
 
@@ -95,6 +98,23 @@ impl MysqlStore {
     pub fn with_task_adoption(mut self, adoption: Arc<TaskAdoption>) -> Self {
         self.adoption = Some(adoption);
         self
+    }
+
+    /// Writes the attempts recorded into `queue` to the history
+    /// (`crate::history`): the group-commit workers wake its writer after
+    /// each batch, once the batch's replies are sent, and the writer runs
+    /// on this store's pool. A failing history never delays, fails or
+    /// repeats a write. This store gets group-commit workers of its own
+    /// (clones made before share the earlier ones).
+    pub fn with_history(mut self, queue: HistoryQueue) -> Self {
+        self.history = Some(queue);
+        self.batcher = Arc::new(OnceLock::new());
+        self
+    }
+
+    /// The history queue this store writes, if any.
+    pub fn history(&self) -> Option<&HistoryQueue> {
+        self.history.as_ref()
     }
 
     /// The read-only side, sharing this store's pool.
@@ -148,7 +168,7 @@ impl MysqlStore {
     /// The group-commit workers, started on first use (inside the runtime).
     fn batcher(&self) -> &WriteBatcher {
         self.batcher
-            .get_or_init(|| WriteBatcher::start(self.connector().clone()))
+            .get_or_init(|| WriteBatcher::start(self.connector().clone(), self.history.clone()))
     }
 
     /// [`MysqlReader::pool_replacements`].

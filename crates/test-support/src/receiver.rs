@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::header::RETRY_AFTER;
+use http::header::{LOCATION, RETRY_AFTER};
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -36,6 +36,8 @@ pub struct Reply {
     pub delay: Duration,
     /// A `Retry-After` header to send with it.
     pub retry_after: Option<&'static str>,
+    /// A `Location` header to send with it (a redirect).
+    pub location: Option<&'static str>,
 }
 
 impl Reply {
@@ -45,6 +47,15 @@ impl Reply {
             status,
             delay: Duration::ZERO,
             retry_after: None,
+            location: None,
+        }
+    }
+
+    /// A redirect: `status` with `Location: location`.
+    pub fn redirect(status: u16, location: &'static str) -> Self {
+        Self {
+            location: Some(location),
+            ..Self::status(status)
         }
     }
 
@@ -488,6 +499,11 @@ async fn answer(request: Request<Incoming>, serving: Serving) -> Response<Full<B
         response
             .headers_mut()
             .insert(RETRY_AFTER, HeaderValue::from_static(value));
+    }
+    if let Some(value) = reply.location {
+        response
+            .headers_mut()
+            .insert(LOCATION, HeaderValue::from_static(value));
     }
     response
 }

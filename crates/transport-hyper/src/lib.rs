@@ -8,8 +8,9 @@
 //! - **Request.** `POST`, the payload bytes unchanged,
 //!   `Content-Type: application/json`, every configured signature header,
 //!   `User-Agent`, `Accept: */*`, `Accept-Encoding: gzip` (as Phorge's cURL
-//!   asks; the response body is only read to be discarded, so nothing is
-//!   ever decoded), optionally a request-id header. The request body is
+//!   asks; the response body is only read to be discarded, or its first
+//!   bytes kept as received for the attempt history, so nothing is ever
+//!   decoded), optionally a request-id header. The request body is
 //!   not compressed. On HTTP/1.1 header names are written in Title-Case
 //!   (`Content-Type`, `X-Phabricator-Webhook-Signature`), as cURL writes
 //!   PHP's; HTTP/2 names are lower-case by protocol.
@@ -33,6 +34,12 @@
 //!   address is not held to the deny list.
 //! - **Deadline.** `OutboundRequest::timeout` bounds the whole exchange,
 //!   redirects and the bounded body read included.
+//! - **Attempt history.** `deliver_recording` is the same exchange, noting
+//!   as it goes each response's URI (without user-info) and status, the
+//!   first request's headers (`Authorization` and `Proxy-Authorization`
+//!   withheld), and the last response's head and first body bytes (read
+//!   within the same body limit); what was noted before the deadline
+//!   stays. `deliver` notes nothing.
 //! - **Redirects**, as PHP's cURL follows them: 301/302/303 become a POST
 //!   with an empty body and the same headers (on HTTP/1.1 without a
 //!   `Content-Length`, as cURL sends it; HTTP/2 states `content-length:

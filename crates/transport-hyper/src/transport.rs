@@ -3,7 +3,7 @@
 //! (with the Basic authentication [`crate::auth`] decides on), follows
 //! redirects the way PHP's cURL does, bounds everything by the delivery
 //! deadline, and reads (a bounded part of) the response body only to
-//! discard it.
+//! discard it, or, for the attempt history, to keep its first bytes.
 
 use std::convert::Infallible;
 use std::pin::{pin, Pin};
@@ -19,12 +19,13 @@ use http::header::{
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full};
-use hyper::body::Incoming;
+use hyper::body::{Body as _, Incoming};
 use hyper_util::client::legacy::connect::capture_connection;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio_rustls::TlsConnector;
 use tracing::debug;
+use webhook_core::history::{self, without_credentials, Exchange, WITHHELD};
 use webhook_core::{
     DeliveryResult, LocalFailure, OutboundRequest, ProxyFailure, Resolution, Target, Transport,
     TransportFailure, UriRefusal,
@@ -249,7 +250,8 @@ impl HyperTransport {
             .header(USER_AGENT, self.headers.user_agent.clone())
             .header(ACCEPT, HeaderValue::from_static("*/*"))
             // What Phorge's cURL asks for. A compressed answer costs
-            // nothing: the body is read only to be discarded.
+            // nothing: the body is read only to be discarded (the history
+            // keeps its first bytes as received, never decoded).
             .header(ACCEPT_ENCODING, HeaderValue::from_static("gzip"))
             // cURL keeps custom headers on every hop, so `Content-Type` and
             // the signature stay after a 301/302/303 too.
@@ -307,7 +309,15 @@ impl HyperTransport {
     }
 
     /// The whole exchange, without the deadline (the caller applies it).
-    async fn exchange(&self, request: &OutboundRequest) -> DeliveryResult {
+    ///
+    /// With `record`, what was sent and received is noted in it as the
+    /// exchange goes, so that a deadline that drops this future midway
+    /// leaves what was seen until then; without, nothing is copied or kept.
+    async fn exchange(
+        &self,
+        request: &OutboundRequest,
+        mut record: Option<&mut Exchange>,
+    ) -> DeliveryResult {
         let mut uri = match HookUri::parse(&request.target.uri) {
             Ok(uri) => uri,
             Err(why) => return DeliveryResult::Refused(UriRefusal::Malformed(why)),
@@ -322,11 +332,21 @@ impl HyperTransport {
                 method,
                 authorization: auth.header(&uri),
             };
-            let response = match self.send_hop(&hop, request, &body).await {
+            // Only the first hop's request headers are recorded: later
+            // hops differ only by what the redirect rules change.
+            let note_request = if followed == 0 {
+                record.as_deref_mut()
+            } else {
+                None
+            };
+            let response = match self.send_hop(&hop, request, &body, note_request).await {
                 Ok(response) => response,
                 Err(result) => return result,
             };
             let status = response.status();
+            if let Some(exchange) = record.as_deref_mut() {
+                note_response(exchange, &uri, &response);
+            }
             if status == StatusCode::PROXY_AUTHENTICATION_REQUIRED
                 && response.headers().contains_key(PROXY_AUTHENTICATE)
                 && matches!(self.route(&uri), Route::Forward(_))
@@ -344,7 +364,13 @@ impl HyperTransport {
             match next {
                 Next::Final => {
                     let answer = final_response(status, response.headers(), SystemTime::now());
-                    return match drain(response.into_body(), self.response_body_limit).await {
+                    let drained = drain(
+                        response.into_body(),
+                        self.response_body_limit,
+                        record.as_deref_mut(),
+                    )
+                    .await;
+                    return match drained {
                         Ok(()) => answer,
                         Err(err) => {
                             let result = classify(&err, Stage::Body);
@@ -367,7 +393,12 @@ impl HyperTransport {
                     };
                     // Reading the redirect's body lets its connection be
                     // reused; its errors do not decide anything.
-                    let _ = drain(response.into_body(), self.response_body_limit).await;
+                    let _ = drain(
+                        response.into_body(),
+                        self.response_body_limit,
+                        record.as_deref_mut(),
+                    )
+                    .await;
                     followed += 1;
                     debug!(event = "redirect_followed", request = %request.request_phid,
                            status = status.as_u16(), hop = followed, location = %next_uri.origin());
@@ -382,12 +413,14 @@ impl HyperTransport {
     /// Sends one hop and returns the response head. Like cURL, a request
     /// that dies without a byte of answer on a connection reused from the
     /// pool is sent once more: the receiver most likely closed that idle
-    /// connection as the request went out.
+    /// connection as the request went out. With `note`, the request's
+    /// headers are noted in it as built, once (a retry sends the same).
     async fn send_hop(
         &self,
         hop: &Hop<'_>,
         request: &OutboundRequest,
         body: &Bytes,
+        mut note: Option<&mut Exchange>,
     ) -> Result<Response<Incoming>, DeliveryResult> {
         let mut retried = false;
         loop {
@@ -396,6 +429,9 @@ impl HyperTransport {
                 // Only a header value that cannot be sent (e.g. a control
                 // character in a PHID) gets here.
                 .map_err(|_| DeliveryResult::Failed(TransportFailure::Send))?;
+            if let Some(exchange) = note.take() {
+                note_request_headers(exchange, outgoing.headers());
+            }
             let connection = capture_connection(&mut outgoing);
             match self.client.request(outgoing).await {
                 Ok(response) => {
@@ -434,20 +470,92 @@ impl HyperTransport {
 }
 
 /// Reads and drops the body until its end or until `limit` bytes were
-/// read; nothing is kept. Stopping early drops the connection instead of
-/// returning it to the pool.
-async fn drain(mut body: Incoming, limit: usize) -> Result<(), hyper::Error> {
+/// read. Stopping early drops the connection instead of returning it to
+/// the pool. Nothing is kept, unless `record` asks for the body's first
+/// [`Exchange::body_kept`] bytes: it then never reads more than it would
+/// without.
+async fn drain(
+    mut body: Incoming,
+    limit: usize,
+    mut record: Option<&mut Exchange>,
+) -> Result<(), hyper::Error> {
+    let mut kept = Vec::new();
+    if let Some(exchange) = record.as_deref_mut() {
+        // Until the body is known to have ended within what was kept: a
+        // deadline or an error midway leaves the record saying so.
+        exchange.response_body_truncated = true;
+    }
     let mut read = 0usize;
     while read < limit {
         match body.frame().await {
             Some(Ok(frame)) => {
-                read = read.saturating_add(frame.data_ref().map_or(0, Bytes::len));
+                let data = frame.data_ref().map_or(&[][..], |data| data.as_ref());
+                read = read.saturating_add(data.len());
+                if let Some(exchange) = record.as_deref_mut() {
+                    // Past the bound there is nothing more to keep, and
+                    // `keep_body` would render the kept text again.
+                    if kept.len() < exchange.body_kept && !data.is_empty() {
+                        exchange.keep_body(&mut kept, data);
+                    }
+                }
             }
             Some(Err(err)) => return Err(err),
-            None => return Ok(()),
+            None => {
+                if let Some(exchange) = record {
+                    exchange.response_body_truncated = read > kept.len();
+                }
+                return Ok(());
+            }
         }
     }
+    if let Some(exchange) = record {
+        // Stopped at the limit: unread bytes may follow.
+        exchange.response_body_truncated = read > kept.len() || !body.is_end_stream();
+    }
     Ok(())
+}
+
+/// Notes a request's headers as built: names as `http` gives them (lower
+/// case), credentials as [`WITHHELD`]. The signature headers are HMAC
+/// outputs, not keys, and are kept.
+fn note_request_headers(exchange: &mut Exchange, headers: &http::HeaderMap) {
+    exchange.request_headers = headers
+        .iter()
+        .map(|(name, value)| {
+            let shown = if *name == AUTHORIZATION || *name == PROXY_AUTHORIZATION {
+                WITHHELD.to_owned()
+            } else {
+                String::from_utf8_lossy(value.as_bytes()).into_owned()
+            };
+            (name.as_str().to_owned(), shown)
+        })
+        .collect();
+}
+
+/// Notes a response as it arrives: a hop (its URI without user-info), and
+/// its head as the last response's, replacing an earlier hop's head and
+/// body (values as text, bytes that are not UTF-8 replaced).
+fn note_response(exchange: &mut Exchange, uri: &HookUri, response: &Response<Incoming>) {
+    exchange.hops.push(history::Hop {
+        // `HookUri` holds no user-info; cut again all the same, as every
+        // URI recorded is.
+        uri: without_credentials(&uri.uri().to_string()),
+        status: response.status().as_u16(),
+    });
+    exchange.response_headers = response
+        .headers()
+        .iter()
+        .map(|(name, value)| {
+            (
+                name.as_str().to_owned(),
+                String::from_utf8_lossy(value.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    exchange.response_body.clear();
+    // Until its body is read: a body left unread (a redirect not followed,
+    // a deadline before it) went on past the nothing that was kept.
+    exchange.response_body_truncated = !response.body().is_end_stream();
 }
 
 #[async_trait]
@@ -485,7 +593,21 @@ impl Transport for HyperTransport {
         // One deadline for everything: connect, TLS, send, response, body,
         // every redirect hop. Dropping the exchange drops its connection,
         // so a stalled receiver holds nothing past it.
-        within_deadline(pin!(self.exchange(&request)), request.timeout).await
+        within_deadline(pin!(self.exchange(&request, None)), request.timeout).await
+    }
+
+    async fn deliver_recording(
+        &self,
+        request: OutboundRequest,
+        exchange: &mut Exchange,
+    ) -> DeliveryResult {
+        // The same exchange under the same deadline, noting into `exchange`
+        // as it goes: a deadline that drops it keeps what was noted.
+        within_deadline(
+            pin!(self.exchange(&request, Some(exchange))),
+            request.timeout,
+        )
+        .await
     }
 }
 

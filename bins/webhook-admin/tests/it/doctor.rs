@@ -9,6 +9,7 @@
 use mysql_async::prelude::Queryable;
 use webhook_core::memory_store::NewRequest;
 use webhook_core::{LastResult, RequestStatus};
+use webhook_store_mysql::history::{HistoryConfig, MysqlHistory};
 use webhook_store_mysql::{MysqlStore, OBJECT_TABLES};
 use webhook_test_support::faketime::shifted_clock;
 use webhook_test_support::mariadb::{
@@ -290,8 +291,9 @@ async fn create_object_tables(namespace: &str) -> Vec<String> {
 
 /// deploy/mariadb-init/10-accounts.sh grants what doctor and the daemon
 /// check: run as written against the server (with task adoption), the
-/// account it makes passes every check doctor makes of a privilege, and
-/// task adoption's grant check finds nothing missing.
+/// account it makes passes every check doctor makes of a privilege, task
+/// adoption's grant check finds nothing missing, and the attempt history
+/// prepares its own database.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_account_script_grants_what_doctor_checks() {
     with_db(|db| async move {
@@ -305,6 +307,7 @@ async fn the_account_script_grants_what_doctor_checks() {
                 ("WEBHOOK_DB_USER", &user),
                 ("PHORGE_NAMESPACE", &namespace),
                 ("ADOPT_PHP_TASKS", "true"),
+                ("HISTORY", "true"),
             ]);
             for statement in sql.split(";\n").map(str::trim).filter(|s| !s.is_empty()) {
                 as_root(statement).await;
@@ -325,6 +328,18 @@ async fn the_account_script_grants_what_doctor_checks() {
             let store = MysqlStore::new(&config).expect("store config");
             let adoption = store.adoption_grants_missing().await;
             let _ = store.disconnect().await;
+            // The attempt history, prepared as that account: it creates
+            // its database and finds every privilege it needs.
+            let history_database = format!("{namespace}_webhook_history");
+            let history = MysqlHistory::new(
+                &config,
+                HistoryConfig::with_defaults(history_database.clone()),
+                "doctor-test",
+            )
+            .expect("history config");
+            let prepared = history.prepare().await.map_err(|e| e.to_string());
+            let _ = history.disconnect().await;
+            drop_database(&history_database).await;
             as_root(&format!("DROP USER IF EXISTS '{user}'@'%'")).await;
             for database in databases {
                 drop_database(&database).await;
@@ -358,6 +373,7 @@ async fn the_account_script_grants_what_doctor_checks() {
                 );
             }
             assert_eq!(adoption.map_err(|e| e.to_string()), Ok(Vec::new()));
+            assert_eq!(prepared, Ok(()));
         })
         .await;
     })

@@ -10,6 +10,7 @@ mod docs;
 mod doctor;
 mod errors;
 mod explain;
+mod history;
 mod listen;
 mod objects;
 mod payload;

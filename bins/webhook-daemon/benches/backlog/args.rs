@@ -30,6 +30,10 @@ pub(crate) const USAGE: &str = "usage: cargo xtask bench [options]
                       each delivery's object check reads them
   --daemon-bin PATH   run this webhook-daemon binary instead of the one cargo
                       built (e.g. an older commit's, for before/after runs)
+  --history           with the attempt history on (GORGE_WEBHOOK_HISTORY=on);
+                      after the run its attempts are counted against the
+                      deliveries and its database dropped (default and
+                      scenario modes)
 
   soak mode (issue 17; replaces the drain and latency phases):
   --soak-secs S       insert rows at a steady rate for S seconds over --hooks H
@@ -82,6 +86,8 @@ pub(crate) struct Args {
     /// `--binlog`: the idle-wake run on a private server keeping a binary
     /// log.
     pub(crate) binlog: bool,
+    /// `--history`: the attempt history on.
+    pub(crate) history: bool,
 }
 
 pub(crate) fn parse_args() -> Result<Args, String> {
@@ -101,6 +107,7 @@ pub(crate) fn parse_args() -> Result<Args, String> {
         scenarios: None,
         idle_wake: None,
         binlog: false,
+        history: false,
     };
     let mut instances = 1;
     let mut idle_secs_given = false;
@@ -150,6 +157,11 @@ pub(crate) fn parse_args() -> Result<Args, String> {
             "--idle-wake" => args.idle_wake = Some(1),
             "--instances" => instances = number(value()?)? as usize,
             "--binlog" => args.binlog = true,
+            "--history" => {
+                args.history = true;
+                let on = ("GORGE_WEBHOOK_HISTORY".to_owned(), "on".to_owned());
+                args.extra_env.push(on);
+            }
             "--objects" => args.objects = true,
             "--daemon-bin" => args.daemon_bin = Some(PathBuf::from(value()?)),
             "--soak-secs" => soak.secs = number(value()?)?,

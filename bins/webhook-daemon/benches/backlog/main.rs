@@ -34,6 +34,7 @@ mod args;
 mod baseline;
 mod candidates;
 mod daemon;
+mod history;
 mod idle_poll;
 mod idle_wake;
 mod phases;
@@ -184,6 +185,9 @@ async fn run(db: TestDb, args: Args) -> Outcome {
     side.drop().await;
     if let Some(objects) = objects {
         objects.drop().await;
+    }
+    if args.history {
+        failures.extend(history::check(&db.namespace, &receiver).await);
     }
     let load_end = sampling::load_average();
     report::Report {

@@ -197,6 +197,11 @@ async fn drain_scenario(db: TestDb, args: Args) -> DrainScenario {
     drop(probe);
     drop(sampler);
     side.drop().await;
+    if args.history {
+        if let Some(failure) = crate::history::check(&db.namespace, &receiver).await {
+            eprintln!("bench: FAILED: {failure}");
+        }
+    }
     DrainScenario {
         max_concurrent: mc,
         pool_max: settings.pool_max,

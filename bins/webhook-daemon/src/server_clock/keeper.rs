@@ -103,6 +103,15 @@ impl Clock for ServerClock {
         self.unix_at(Instant::now())
     }
 
+    fn now_ms(&self) -> u64 {
+        let at = Instant::now();
+        let since_epoch = match self.latest() {
+            Some(measurement) => measurement.server_time_at(at),
+            None => system_time(),
+        };
+        u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX)
+    }
+
     fn monotonic(&self) -> Duration {
         self.origin.elapsed()
     }

@@ -14,6 +14,7 @@ mod daemon;
 mod e2e;
 mod grants;
 mod handoff;
+mod history;
 mod hook_edits;
 mod hostile;
 mod image;

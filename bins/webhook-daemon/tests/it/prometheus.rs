@@ -20,7 +20,7 @@ use webhook_core::memory_store::NewRequest;
 use webhook_core::vectors::KEY;
 use webhook_core::RequestStatus;
 use webhook_test_support::daemon_process::free_port;
-use webhook_test_support::mariadb::with_phorge_side;
+use webhook_test_support::mariadb::{dropping_after, with_phorge_side};
 use webhook_test_support::raw_http::http;
 use webhook_test_support::{with_db, Receiver, Reply};
 
@@ -173,96 +173,109 @@ async fn series_count(port: u16, expr: &str) -> usize {
 async fn a_real_prometheus_scrapes_every_documented_metric_and_every_dashboard_panel() {
     with_db(|db| async move {
         let db = &db;
-        with_phorge_side(&db.namespace, |side| async move {
-            let receiver = Receiver::start().await;
-            receiver.always("/fail", Reply::status(500));
-            add_hook(db, HOOK_OK, receiver.url("/ok"), KEY).await;
-            add_hook(db, HOOK_FAIL, receiver.url("/fail"), KEY).await;
-            let ok = db.insert_request(&NewRequest::queued(HOOK_OK, NEVER)).await;
-            side.queue_webhook_task(&db.row(ok).await.phid).await;
-            let failing = db
-                .insert_request(&NewRequest::queued(HOOK_FAIL, NEVER))
+        let history = format!("{}_webhook_history", db.namespace);
+        dropping_after(
+            &history,
+            with_phorge_side(&db.namespace, |side| async move {
+                let receiver = Receiver::start().await;
+                receiver.always("/fail", Reply::status(500));
+                add_hook(db, HOOK_OK, receiver.url("/ok"), KEY).await;
+                add_hook(db, HOOK_FAIL, receiver.url("/fail"), KEY).await;
+                let ok = db.insert_request(&NewRequest::queued(HOOK_OK, NEVER)).await;
+                side.queue_webhook_task(&db.row(ok).await.phid).await;
+                let failing = db
+                    .insert_request(&NewRequest::queued(HOOK_FAIL, NEVER))
+                    .await;
+                side.queue_webhook_task(&db.row(failing).await.phid).await;
+
+                let mut env = crate::handoff::env(&db.namespace);
+                env.extend(
+                    [
+                        ("GORGE_SERVICE_TOKEN", TOKEN),
+                        ("GORGE_WEBHOOK_ADOPT_PHP_TASKS", "1"),
+                        ("GORGE_WEBHOOK_HISTORY", "1"),
+                    ]
+                    .map(|(k, v)| (k.to_owned(), v.to_owned())),
+                );
+                let daemon = Daemon::start("prometheus", &env).await;
+                until(&daemon, "both rows written back", async || {
+                    db.row(ok).await.status == RequestStatus::Sent
+                        && db.row(failing).await.status == RequestStatus::Failed
+                })
                 .await;
-            side.queue_webhook_task(&db.row(failing).await.phid).await;
+                // The history's gauges come with its first pass that finds
+                // an attempt.
+                until(&daemon, "the history's figures", async || {
+                    let metrics = daemon.get("/metrics", &[("X-Service-Token", TOKEN)]).await;
+                    String::from_utf8_lossy(&metrics.body)
+                        .contains("gorge_webhook_history_oldest_seconds ")
+                })
+                .await;
 
-            let mut env = crate::handoff::env(&db.namespace);
-            env.extend(
-                [
-                    ("GORGE_SERVICE_TOKEN", TOKEN),
-                    ("GORGE_WEBHOOK_ADOPT_PHP_TASKS", "1"),
-                ]
-                .map(|(k, v)| (k.to_owned(), v.to_owned())),
-            );
-            let daemon = Daemon::start("prometheus", &env).await;
-            until(&daemon, "both rows written back", async || {
-                db.row(ok).await.status == RequestStatus::Sent
-                    && db.row(failing).await.status == RequestStatus::Failed
-            })
-            .await;
-
-            let port = free_port();
-            let dir = std::env::temp_dir()
-                .join(format!("gorge-prometheus-{}-{port}", std::process::id()));
-            let prometheus =
-                start_prometheus(&dir, &scrape_config(&daemon.addr().to_string()), port);
-            let deadline = tokio::time::Instant::now() + DEADLINE;
-            // Three scrapes, so rates over them have points.
-            loop {
-                let scrapes = query(port, "count_over_time(up{job=\"gorge-webhook\"}[1m])")
-                    .await
-                    .and_then(|d| d["result"][0]["value"][1].as_str().map(str::to_owned))
-                    .and_then(|n| n.parse::<u32>().ok())
-                    .unwrap_or(0);
-                if scrapes >= 3 {
-                    break;
-                }
-                assert!(
+                let port = free_port();
+                let dir = std::env::temp_dir()
+                    .join(format!("gorge-prometheus-{}-{port}", std::process::id()));
+                let prometheus =
+                    start_prometheus(&dir, &scrape_config(&daemon.addr().to_string()), port);
+                let deadline = tokio::time::Instant::now() + DEADLINE;
+                // Three scrapes, so rates over them have points.
+                loop {
+                    let scrapes = query(port, "count_over_time(up{job=\"gorge-webhook\"}[1m])")
+                        .await
+                        .and_then(|d| d["result"][0]["value"][1].as_str().map(str::to_owned))
+                        .and_then(|n| n.parse::<u32>().ok())
+                        .unwrap_or(0);
+                    if scrapes >= 3 {
+                        break;
+                    }
+                    assert!(
                     tokio::time::Instant::now() < deadline,
                     "Prometheus did not scrape the daemon 3 times within {DEADLINE:?}: {:?}\n{}",
                     api(port, "/api/v1/targets").await,
                     daemon.log()
                 );
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
 
-            let targets = api(port, "/api/v1/targets").await.expect("targets");
-            let target = &targets["activeTargets"][0];
-            assert_eq!(target["health"], "up", "{targets}");
-            assert_eq!(target["labels"]["job"], "gorge-webhook", "{targets}");
-            assert_eq!(target["labels"]["service"], "gorge-webhook", "{targets}");
+                let targets = api(port, "/api/v1/targets").await.expect("targets");
+                let target = &targets["activeTargets"][0];
+                assert_eq!(target["health"], "up", "{targets}");
+                assert_eq!(target["labels"]["job"], "gorge-webhook", "{targets}");
+                assert_eq!(target["labels"]["service"], "gorge-webhook", "{targets}");
 
-            let rules = api(port, "/api/v1/rules").await.expect("rules");
-            let loaded = rules["groups"][0]["rules"].as_array().map_or(0, Vec::len);
-            assert_eq!(loaded, 8, "deploy/alerts.yml's rules are loaded: {rules}");
+                let rules = api(port, "/api/v1/rules").await.expect("rules");
+                let loaded = rules["groups"][0]["rules"].as_array().map_or(0, Vec::len);
+                assert_eq!(loaded, 8, "deploy/alerts.yml's rules are loaded: {rules}");
 
-            let missing: Vec<String> = {
-                let mut missing = Vec::new();
-                for name in documented_metrics() {
-                    if series_count(port, &name).await == 0 {
-                        missing.push(name);
+                let missing: Vec<String> = {
+                    let mut missing = Vec::new();
+                    for name in documented_metrics() {
+                        if series_count(port, &name).await == 0 {
+                            missing.push(name);
+                        }
+                    }
+                    missing
+                };
+                assert!(
+                    missing.is_empty(),
+                    "documented metrics Prometheus does not have: {missing:?}"
+                );
+
+                let mut empty = Vec::new();
+                for expr in dashboard_expressions() {
+                    if series_count(port, &expr).await == 0 {
+                        empty.push(expr);
                     }
                 }
-                missing
-            };
-            assert!(
-                missing.is_empty(),
-                "documented metrics Prometheus does not have: {missing:?}"
-            );
+                assert!(
+                    empty.is_empty(),
+                    "dashboard panels without a series: {empty:?}"
+                );
 
-            let mut empty = Vec::new();
-            for expr in dashboard_expressions() {
-                if series_count(port, &expr).await == 0 {
-                    empty.push(expr);
-                }
-            }
-            assert!(
-                empty.is_empty(),
-                "dashboard panels without a series: {empty:?}"
-            );
-
-            drop(prometheus);
-            let _ = std::fs::remove_dir_all(&dir);
-        })
+                drop(prometheus);
+                let _ = std::fs::remove_dir_all(&dir);
+            }),
+        )
         .await;
     })
     .await;

@@ -18,6 +18,7 @@ use crate::payload::Payload;
 use crate::signing::Signatures;
 use crate::transport::{OutboundRequest, Target};
 
+use super::attempts::{self, CallRecord};
 use super::context::Context;
 use super::stages::{Called, Claimed, Exit, HookRun, Step};
 use super::LOG_TARGET;
@@ -52,7 +53,7 @@ pub(super) async fn call<'r>(
         transactions,
         claim,
     } = claimed;
-    let (result, latency) = match target {
+    let (result, latency, record) = match target {
         Ok(target) => {
             run.group.refresh(&hook, &target);
             lock_still_ours(cx, run, row, claim.at).await?;
@@ -71,7 +72,7 @@ pub(super) async fn call<'r>(
             };
             deliver(cx, row, payload, &hook, target).await
         }
-        Err(failure) => (DeliveryResult::Failed(failure), Duration::ZERO),
+        Err(failure) => (DeliveryResult::Failed(failure), Duration::ZERO, None),
     };
     Ok(Called {
         row,
@@ -80,6 +81,7 @@ pub(super) async fn call<'r>(
         claim,
         result,
         latency,
+        record,
     })
 }
 
@@ -126,18 +128,21 @@ async fn lock_still_ours(
     })
 }
 
-/// The POST, and what its latency says about the hook.
+/// The POST, and what its latency says about the hook; with the history
+/// on, what the call sent and saw.
 async fn deliver(
     cx: &Context,
     row: &RequestRow,
     payload: Payload,
     hook: &Hook,
     target: Target,
-) -> (DeliveryResult, Duration) {
+) -> (DeliveryResult, Duration, Option<CallRecord>) {
     let timeout = cx.windows.delivery_timeout();
+    let signatures = sign(cx, row, hook, payload.as_bytes());
+    let mut record = attempts::before_call(cx, payload.as_bytes(), &signatures);
     let request = OutboundRequest {
         target,
-        signatures: sign(cx, row, hook, payload.as_bytes()),
+        signatures,
         body: payload.into_bytes(),
         request_phid: row.phid.clone(),
         timeout,
@@ -150,7 +155,13 @@ async fn deliver(
     }
     let _in_flight = InFlight::enter(&cx.metrics);
     let started = cx.clock.monotonic();
-    let result = cx.transport.deliver(request).await;
+    let result = match record.as_mut() {
+        Some(record) => {
+            let exchange = &mut record.exchange;
+            cx.transport.deliver_recording(request, exchange).await
+        }
+        None => cx.transport.deliver(request).await,
+    };
     let latency = cx.waited_since(started);
     cx.metrics.observe_latency(latency);
     if cx
@@ -162,7 +173,7 @@ async fn deliver(
               "this hook answers slowly: its rows go one at a time in one delivery slot, \
                other hooks are not held up");
     }
-    (result, latency)
+    (result, latency, record)
 }
 
 fn millis(duration: Duration) -> u64 {

@@ -13,6 +13,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::clock::Clock;
 use crate::events::{Event, EventKind, EventSink};
+use crate::history::AttemptLog;
 use crate::hold::SilentMode;
 use crate::metrics::{bump, Metrics};
 use crate::model::RequestRow;
@@ -81,6 +82,14 @@ pub(super) struct Context {
     pub(super) local_streak: LocalStreak,
     /// Hints of new rows from a source that follows the table.
     pub(super) wake_hints: Option<WakeHints>,
+    /// Where attempts go, when the history is on.
+    pub(super) history: Option<History>,
+}
+
+/// The attempt history's port and how much of each response it keeps.
+pub(crate) struct History {
+    pub(super) log: Arc<dyn AttemptLog>,
+    pub(super) body_kept: usize,
 }
 
 impl Context {

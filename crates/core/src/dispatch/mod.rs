@@ -39,6 +39,7 @@
 //! refuses now), `local_streak` (whether every call lately failed on this
 //! side).
 
+mod attempts;
 mod backlog;
 mod call;
 mod claim;
@@ -68,6 +69,7 @@ use futures::StreamExt;
 
 use crate::clock::Clock;
 use crate::events::EventSink;
+use crate::history::AttemptLog;
 use crate::hold::SilentMode;
 use crate::metrics::Metrics;
 use crate::model::UnixTime;
@@ -79,7 +81,7 @@ use crate::transport::Transport;
 use crate::wake_hints::WakeHints;
 use crate::windows::Windows;
 
-use self::context::Context;
+use self::context::{Context, History};
 use self::hooks::HookBook;
 use self::local_streak::LocalStreak;
 use self::refusals::Refusals;
@@ -130,6 +132,7 @@ impl Dispatcher {
                 refusals: Refusals::default(),
                 local_streak: LocalStreak::default(),
                 wake_hints: None,
+                history: None,
             },
         }
     }
@@ -171,6 +174,13 @@ impl Dispatcher {
     /// [`WakeHints`]).
     pub fn with_wake_hints(mut self, hints: WakeHints) -> Self {
         self.cx.wake_hints = Some(hints);
+        self
+    }
+
+    /// Hands every attempt to `log` (see [`crate::history`]), keeping at
+    /// most `body_kept` bytes of each response body.
+    pub fn with_history(mut self, log: Arc<dyn AttemptLog>, body_kept: usize) -> Self {
+        self.cx.history = Some(History { log, body_kept });
         self
     }
 

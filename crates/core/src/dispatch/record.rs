@@ -24,6 +24,7 @@ use crate::pause::whole_secs;
 use crate::properties::{ErrorCode, Properties};
 use crate::store::Written;
 
+use super::attempts;
 use super::context::Context;
 use super::stages::{Called, ClaimToken, Exit, HookRun, Step};
 use super::LOG_TARGET;
@@ -56,6 +57,7 @@ pub(super) async fn record<'a>(
         claim,
         result,
         latency,
+        record: call_record,
     } = called;
     count_result(cx, &result);
     if let DeliveryResult::Throttled {
@@ -70,6 +72,15 @@ pub(super) async fn record<'a>(
     else {
         return Err(local_failure(row, &result, claim.at));
     };
+    attempts::note_call(
+        cx,
+        row,
+        claim.version,
+        &write,
+        &result,
+        latency,
+        call_record,
+    );
     log_attempt(row, &result, outcome);
     cx.emit(
         Some(&row.phid),
@@ -211,6 +222,7 @@ pub(super) async fn hook_error(
     cx.emit(Some(&row.phid), Some(&row.webhook_phid), kind);
     let version = claim.map_or(row.date_modified, |claim| claim.version);
     let write = hook_error_write(row.id, version, properties, error, cx.clock.now());
+    attempts::note_hook_error(cx, row, claim.map(|claim| claim.version), &write, error);
     write_back(cx, &write, &row.phid, claim.map(|claim| claim.at)).await;
 }
 

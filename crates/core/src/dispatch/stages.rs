@@ -15,6 +15,7 @@ use crate::properties::Properties;
 use crate::store::HookLock;
 use crate::transport::Target;
 
+use super::attempts::CallRecord;
 use super::claim_group::ClaimGroup;
 
 /// What a hook run does after a row's turn.
@@ -83,6 +84,8 @@ pub(super) struct Called<'r> {
     pub(super) claim: ClaimToken,
     pub(super) result: DeliveryResult,
     pub(super) latency: Duration,
+    /// What the call sent and saw, with the history on.
+    pub(super) record: Option<CallRecord>,
 }
 
 /// Why a row goes no further now, and what that leaves to do.

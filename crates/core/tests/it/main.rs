@@ -5,6 +5,7 @@
 mod changes;
 mod denied;
 mod dispatcher;
+mod history;
 mod objects;
 mod reliability;
 mod retry_after;

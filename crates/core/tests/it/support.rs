@@ -12,6 +12,7 @@ use futures::task::LocalSpawnExt;
 use futures::FutureExt;
 use tracing::field::{Field, Visit};
 use tracing::Level;
+use webhook_core::history::{without_credentials, Exchange, Hop, WITHHELD};
 use webhook_core::hold::SilentMode;
 use webhook_core::memory_store::MemoryStore;
 use webhook_core::signing::Signatures;
@@ -75,6 +76,7 @@ struct Recorder {
     active: HashMap<String, usize>,
     max_active_per_uri: HashMap<String, usize>,
     max_active_total: usize,
+    recorded_exchanges: usize,
 }
 
 /// A `Transport` whose receivers are scripted per URI. URIs starting with
@@ -122,6 +124,11 @@ impl FakeTransport {
             .get(uri)
             .copied()
             .unwrap_or(0)
+    }
+
+    /// Calls made through `deliver_recording`.
+    pub fn recorded_exchanges(&self) -> usize {
+        self.lock().recorded_exchanges
     }
 
     pub fn max_concurrent_total(&self) -> usize {
@@ -189,6 +196,38 @@ impl Transport for FakeTransport {
         rec.posts[index].finished = Some(self.clock.monotonic());
         if let Some(active) = rec.active.get_mut(&uri) {
             *active -= 1;
+        }
+        result
+    }
+
+    /// What a receiver would show: one hop (when it answered), a header
+    /// and a body longer than what is kept.
+    async fn deliver_recording(
+        &self,
+        request: OutboundRequest,
+        exchange: &mut Exchange,
+    ) -> DeliveryResult {
+        let uri = without_credentials(&request.target.uri);
+        self.lock().recorded_exchanges += 1;
+        exchange
+            .request_headers
+            .push(("authorization".to_owned(), WITHHELD.to_owned()));
+        let result = self.deliver(request).await;
+        if let DeliveryResult::Response { status } | DeliveryResult::Throttled { status, .. } =
+            &result
+        {
+            exchange.hops.push(Hop {
+                uri,
+                status: *status,
+            });
+            exchange
+                .response_headers
+                .push(("content-type".to_owned(), "text/plain".to_owned()));
+            let mut kept = Vec::new();
+            exchange.keep_body(
+                &mut kept,
+                format!("answer {status} from the receiver").as_bytes(),
+            );
         }
         result
     }

@@ -4,6 +4,7 @@
 mod credentials;
 mod exchange;
 mod failures;
+mod history;
 mod outbound;
 mod proxy;
 mod redirects;

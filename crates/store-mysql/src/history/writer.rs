@@ -1,0 +1,638 @@
+//! [`HistoryQueue`]: the [`AttemptLog`] the dispatcher records into, and
+//! the writer that empties it into the attempt table.
+//!
+//! `record` appends to a bounded queue in memory ([`PENDING_MAX`]; beyond
+//! it an attempt is dropped and counted) and returns: it never waits and
+//! never fails. Each queue has one writer task, started by the first
+//! [`crate::MysqlStore`] given the queue, on that store's pool. The
+//! store's group-commit workers (`crate::batch`) wake it after each batch,
+//! once the batch's replies are sent — the core records an attempt before
+//! it submits the attempt's write-back, so the batch carrying that
+//! write-back wakes the writer for it — and a queue holding a chunk's
+//! worth wakes it by itself. A wake that comes while the writer is busy
+//! is kept, so nothing queued is stranded; [`HistoryQueue::settled`]
+//! wakes it too and waits until the queue is empty (a stopping daemon).
+//!
+//! The writer takes everything queued and inserts it in multi-row
+//! `INSERT`s of at most [`CHUNK_ROWS`] rows (and about [`CHUNK_BYTES`] of
+//! statement), values inlined as digits and hex literals, each bounded by
+//! the statement timeout (`crate::session`). An attempt's `number` is one
+//! more than the highest on record for its request (one `SELECT … GROUP
+//! BY request_phid` per chunk), counting those before it in the chunk;
+//! `(request_phid, number)` is unique, so two writers numbering the same
+//! request at once cannot both succeed, and the loser numbers again.
+//!
+//! A write that fails is not retried: its attempts are dropped and
+//! counted ([`HistoryTotals`]), the failure is logged once per streak
+//! (`history_write_failed`, and `history_write_recovered` after it), and
+//! [`HistoryQueue::failing`] says why once [`FAILING_AFTER`] writes in a
+//! row failed. Nothing of this reaches a delivery.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use mysql_async::Row;
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+use webhook_core::history::{Attempt, AttemptLog};
+
+use super::{attempt_table, HistoryConfig};
+use crate::connector::Connector;
+use crate::error::server_code_of;
+use crate::session::Session;
+
+/// Attempts waiting to be written at most; beyond, `record` drops.
+pub const PENDING_MAX: usize = 20_000;
+/// Rows in one `INSERT` at most.
+pub const CHUNK_ROWS: usize = 256;
+/// Statement text of one `INSERT`, about at most (a single larger row
+/// goes alone): well below the smallest default `max_allowed_packet`.
+pub const CHUNK_BYTES: usize = 2 * 1024 * 1024;
+/// Writes failed in a row before [`HistoryQueue::failing`] reports.
+pub const FAILING_AFTER: u32 = 3;
+/// Numberings of one chunk tried before its attempts are dropped.
+const NUMBERING_TRIES: u32 = 10;
+/// The server's duplicate-key error.
+const ER_DUP_ENTRY: u16 = 1062;
+/// How often [`HistoryQueue::settled`] looks.
+const SETTLE_POLL: Duration = Duration::from_millis(10);
+
+/// The attempt table's columns as the writer fills them; `number` last.
+pub(crate) const INSERT_COLUMNS: &str = "request_id, request_phid, hook_phid, object_phid, \
+     instance, claim_version, started_ms, duration_ms, status, error_type, error_code, \
+     http_status, body_bytes, body_sha256, signed_with, exchange, number";
+
+/// One row of [`INSERT_COLUMNS`] that the privilege probe inserts under
+/// `EXPLAIN` (so nothing).
+pub(crate) fn probe_values() -> String {
+    "(0, X'', X'', X'', '', NULL, 0, 0, '', '', '', NULL, NULL, NULL, NULL, NULL, 0)".to_owned()
+}
+
+/// What became of the attempts recorded so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HistoryTotals {
+    /// Handed to `record`.
+    pub recorded: u64,
+    /// Written to the history.
+    pub written: u64,
+    /// Dropped: the queue was full, or their write failed.
+    pub dropped: u64,
+}
+
+/// The attempt history's queue (see the module header). Clones share it.
+#[derive(Clone)]
+pub struct HistoryQueue {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    database: String,
+    instance: String,
+    body_kept: usize,
+    pending: Mutex<VecDeque<Attempt>>,
+    /// Taken from `pending` by the writer, not yet written or dropped.
+    in_flight: AtomicUsize,
+    recorded: AtomicU64,
+    written: AtomicU64,
+    dropped: AtomicU64,
+    health: Mutex<Health>,
+    /// Wakes the writer; a wake while it is busy is kept (capacity 1).
+    wake: mpsc::Sender<()>,
+    /// The writer's end, until a store starts the writer.
+    wakes: Mutex<Option<mpsc::Receiver<()>>>,
+}
+
+/// The writes' streak of failures.
+#[derive(Default)]
+struct Health {
+    failed_in_row: u32,
+    last_error: Option<String>,
+    warned: bool,
+}
+
+impl fmt::Debug for HistoryQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HistoryQueue")
+            .field("database", &self.inner.database)
+            .field("instance", &self.inner.instance)
+            .field("totals", &self.totals())
+            .finish()
+    }
+}
+
+impl HistoryQueue {
+    /// An empty queue for `config`'s database; `instance` names this
+    /// daemon in each attempt (`host:pid`). Nothing is written until a
+    /// store is given it ([`crate::MysqlStore::with_history`]).
+    pub fn new(config: &HistoryConfig, instance: impl Into<String>) -> Self {
+        let (wake, wakes) = mpsc::channel(1);
+        Self {
+            inner: Arc::new(Inner {
+                database: config.database.clone(),
+                instance: instance.into(),
+                body_kept: config.body_kept,
+                pending: Mutex::new(VecDeque::new()),
+                in_flight: AtomicUsize::new(0),
+                recorded: AtomicU64::new(0),
+                written: AtomicU64::new(0),
+                dropped: AtomicU64::new(0),
+                health: Mutex::new(Health::default()),
+                wake,
+                wakes: Mutex::new(Some(wakes)),
+            }),
+        }
+    }
+
+    /// The history's database.
+    pub fn database(&self) -> &str {
+        &self.inner.database
+    }
+
+    /// What became of the attempts recorded so far.
+    pub fn totals(&self) -> HistoryTotals {
+        HistoryTotals {
+            recorded: self.inner.recorded.load(Ordering::Relaxed),
+            written: self.inner.written.load(Ordering::Relaxed),
+            dropped: self.inner.dropped.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The last write's error while the last [`FAILING_AFTER`] or more
+    /// writes all failed; `None` once one succeeds.
+    pub fn failing(&self) -> Option<String> {
+        let health = lock(&self.inner.health);
+        (health.failed_in_row >= FAILING_AFTER)
+            .then(|| health.last_error.clone())
+            .flatten()
+    }
+
+    /// Attempts queued and not yet written or dropped.
+    pub fn pending(&self) -> usize {
+        let pending = lock(&self.inner.pending);
+        pending.len() + self.inner.in_flight.load(Ordering::Acquire)
+    }
+
+    /// Wakes the writer and waits, at most `within`, until every attempt
+    /// recorded so far is written or dropped; whether that happened (not
+    /// when no store writes the queue). For a stopping daemon, and tests.
+    pub async fn settled(&self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        loop {
+            if self.pending() == 0 {
+                return true;
+            }
+            self.wake();
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(SETTLE_POLL).await;
+        }
+    }
+
+    /// Wakes the writer if anything is queued (the batch workers, after
+    /// each batch).
+    pub(crate) fn kick(&self) {
+        if !lock(&self.inner.pending).is_empty() {
+            self.wake();
+        }
+    }
+
+    fn wake(&self) {
+        // Full: a wake is already waiting, which is as good.
+        let _ = self.inner.wake.try_send(());
+    }
+
+    /// Starts the queue's writer on `connector`'s pool, unless a store
+    /// started it already. Call within a tokio runtime.
+    pub(crate) fn attach(&self, connector: &Connector) {
+        let Some(wakes) = lock(&self.inner.wakes).take() else {
+            return;
+        };
+        tokio::spawn(write_loop(
+            Arc::downgrade(&self.inner),
+            connector.clone(),
+            wakes,
+        ));
+        self.kick();
+    }
+}
+
+impl AttemptLog for HistoryQueue {
+    fn record(&self, attempt: Attempt) {
+        let inner = &self.inner;
+        inner.recorded.fetch_add(1, Ordering::Relaxed);
+        let queued = {
+            let mut pending = lock(&inner.pending);
+            if pending.len() >= PENDING_MAX {
+                None
+            } else {
+                pending.push_back(attempt);
+                Some(pending.len())
+            }
+        };
+        match queued {
+            None => {
+                inner.dropped.fetch_add(1, Ordering::Relaxed);
+                debug!(
+                    event = "history_queue_full",
+                    pending = PENDING_MAX,
+                    "an attempt was dropped: the history's queue is full"
+                );
+            }
+            Some(queued) if queued >= CHUNK_ROWS => self.wake(),
+            Some(_) => {}
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Inner {
+    /// Everything queued, counted in flight.
+    fn take(&self) -> Vec<Attempt> {
+        let mut pending = lock(&self.pending);
+        self.in_flight.fetch_add(pending.len(), Ordering::AcqRel);
+        pending.drain(..).collect()
+    }
+
+    /// The outcome of writing `taken` attempts, `written` of them.
+    fn settle(&self, taken: usize, written: u64, outcome: Result<(), String>) {
+        let taken_count = u64::try_from(taken).unwrap_or(u64::MAX);
+        self.written.fetch_add(written, Ordering::Relaxed);
+        self.dropped
+            .fetch_add(taken_count.saturating_sub(written), Ordering::Relaxed);
+        {
+            let mut health = lock(&self.health);
+            match outcome {
+                Ok(()) => {
+                    if health.warned {
+                        info!(
+                            event = "history_write_recovered",
+                            database = %self.database,
+                            failed_writes = health.failed_in_row,
+                            "attempts are written to the history again"
+                        );
+                    }
+                    *health = Health::default();
+                }
+                Err(error) => {
+                    health.failed_in_row = health.failed_in_row.saturating_add(1);
+                    if !health.warned {
+                        warn!(
+                            event = "history_write_failed",
+                            database = %self.database,
+                            dropped = taken_count.saturating_sub(written),
+                            error = %error,
+                            "attempts could not be written to the history and are dropped; \
+                             deliveries go on"
+                        );
+                        health.warned = true;
+                    }
+                    health.last_error = Some(error);
+                }
+            }
+        }
+        self.in_flight.fetch_sub(taken, Ordering::AcqRel);
+    }
+}
+
+/// The writer: on each wake, writes everything queued until the queue is
+/// empty. Ends when every handle of the queue is gone.
+async fn write_loop(inner: Weak<Inner>, connector: Connector, mut wakes: mpsc::Receiver<()>) {
+    while wakes.recv().await.is_some() {
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        loop {
+            let taken = inner.take();
+            if taken.is_empty() {
+                break;
+            }
+            let count = taken.len();
+            let (written, outcome) = write(&connector, &inner, taken).await;
+            inner.settle(count, written, outcome);
+        }
+    }
+}
+
+/// One attempt's values, rendered once: `(request_id, …, exchange,` —
+/// the number and `)` are added per try.
+struct Rendered {
+    request_phid: Vec<u8>,
+    head: String,
+}
+
+/// Writes `taken`: how many were written, and the first failure.
+async fn write(
+    connector: &Connector,
+    inner: &Inner,
+    taken: Vec<Attempt>,
+) -> (u64, Result<(), String>) {
+    let rendered: Vec<Rendered> = taken
+        .into_iter()
+        .map(|attempt| render(attempt, &inner.instance, inner.body_kept))
+        .collect();
+    let mut conn = match connector.connect().await {
+        Ok(conn) => conn,
+        Err(err) => return (0, Err(err.to_string())),
+    };
+    let table = attempt_table(&inner.database);
+    let mut written = 0;
+    for chunk in chunks(&rendered) {
+        match write_chunk(&mut conn, &table, chunk).await {
+            Ok(count) => written += count,
+            Err(err) => return (written, Err(err)),
+        }
+    }
+    (written, Ok(()))
+}
+
+/// `rendered` in runs of at most [`CHUNK_ROWS`] rows and about
+/// [`CHUNK_BYTES`] bytes (at least one row each).
+fn chunks(rendered: &[Rendered]) -> Vec<&[Rendered]> {
+    let mut chunks = Vec::new();
+    let mut start = 0;
+    let mut bytes = 0;
+    for (index, row) in rendered.iter().enumerate() {
+        let rows = index - start;
+        if rows > 0 && (rows >= CHUNK_ROWS || bytes + row.head.len() > CHUNK_BYTES) {
+            chunks.push(&rendered[start..index]);
+            start = index;
+            bytes = 0;
+        }
+        bytes += row.head.len();
+    }
+    if start < rendered.len() {
+        chunks.push(&rendered[start..]);
+    }
+    chunks
+}
+
+/// Numbers and inserts one chunk; on a numbering race, numbers again.
+async fn write_chunk(conn: &mut Session, table: &str, chunk: &[Rendered]) -> Result<u64, String> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let mut next = highest_numbers(conn, table, chunk).await?;
+        let mut text = format!("INSERT INTO {table} ({INSERT_COLUMNS}) VALUES ");
+        for (index, row) in chunk.iter().enumerate() {
+            let number = next.entry(row.request_phid.clone()).or_insert(0);
+            *number = number.saturating_add(1);
+            if index > 0 {
+                text.push(',');
+            }
+            text.push_str(&row.head);
+            let _ = write!(text, "{number})");
+        }
+        match conn.query_drop(&text).await {
+            Ok(()) => return Ok(u64::try_from(chunk.len()).unwrap_or(u64::MAX)),
+            Err(err) if server_code_of(&err) == Some(ER_DUP_ENTRY) && tries < NUMBERING_TRIES => {
+                debug!(event = "history_numbering_raced", tries);
+            }
+            Err(err) => return Err(err.to_string()),
+        }
+    }
+}
+
+/// The highest `number` on record for each request of `chunk`.
+async fn highest_numbers(
+    conn: &mut Session,
+    table: &str,
+    chunk: &[Rendered],
+) -> Result<HashMap<Vec<u8>, u32>, String> {
+    let mut phids: Vec<&[u8]> = chunk
+        .iter()
+        .map(|row| row.request_phid.as_slice())
+        .collect();
+    phids.sort_unstable();
+    phids.dedup();
+    let mut text = format!("SELECT request_phid, MAX(number) FROM {table} WHERE request_phid IN (");
+    for (index, phid) in phids.iter().enumerate() {
+        if index > 0 {
+            text.push(',');
+        }
+        push_binary(&mut text, phid);
+    }
+    text.push_str(") GROUP BY request_phid");
+    let rows: Vec<Row> = conn.query(&text).await.map_err(|err| err.to_string())?;
+    let mut highest = HashMap::with_capacity(rows.len());
+    for mut row in rows {
+        match (row.take_opt::<Vec<u8>, _>(0), row.take_opt::<u32, _>(1)) {
+            (Some(Ok(phid)), Some(Ok(number))) => {
+                highest.insert(phid, number);
+            }
+            _ => return Err("the attempt numbers read back are not numbers".to_owned()),
+        }
+    }
+    Ok(highest)
+}
+
+/// `attempt`'s values up to its number, cut to the columns' sizes.
+fn render(mut attempt: Attempt, instance: &str, body_kept: usize) -> Rendered {
+    if let Some(exchange) = &mut attempt.exchange {
+        if exchange.response_body.len() > body_kept {
+            let mut cut = body_kept;
+            while !exchange.response_body.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            exchange.response_body.truncate(cut);
+            exchange.response_body_truncated = true;
+        }
+    }
+    let request_phid = cut_bytes(&attempt.request_phid, 64).to_vec();
+    let mut head = String::with_capacity(256);
+    head.push('(');
+    let _ = write!(head, "{},", attempt.request_id);
+    push_binary(&mut head, &request_phid);
+    head.push(',');
+    push_binary(&mut head, cut_bytes(&attempt.hook_phid, 64));
+    head.push(',');
+    push_binary(&mut head, cut_bytes(&attempt.object_phid, 64));
+    head.push(',');
+    push_text(&mut head, cut_chars(instance, 255));
+    head.push(',');
+    push_optional(&mut head, attempt.claim_version);
+    let _ = write!(head, "{},{},", attempt.started_ms, attempt.duration_ms);
+    push_text(&mut head, cut_chars(&attempt.status, 16));
+    head.push(',');
+    push_text(&mut head, cut_chars(&attempt.error_type, 16));
+    head.push(',');
+    push_text(&mut head, cut_chars(&attempt.error_code, 64));
+    head.push(',');
+    push_optional(&mut head, attempt.http_status.map(u64::from));
+    match &attempt.sent {
+        Some(sent) => {
+            let _ = write!(head, "{},", sent.bytes);
+            push_text(&mut head, cut_chars(&sent.sha256, 64));
+            head.push(',');
+            push_text(&mut head, sent.signed_with.as_str());
+            head.push(',');
+        }
+        None => head.push_str("NULL,NULL,NULL,"),
+    }
+    match attempt
+        .exchange
+        .as_ref()
+        .and_then(|exchange| serde_json::to_string(exchange).ok())
+    {
+        Some(json) => push_text(&mut head, &json),
+        None => head.push_str("NULL"),
+    }
+    head.push(',');
+    Rendered { request_phid, head }
+}
+
+fn push_optional(text: &mut String, value: Option<u64>) {
+    match value {
+        Some(value) => {
+            let _ = write!(text, "{value},");
+        }
+        None => text.push_str("NULL,"),
+    }
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+fn push_hex(text: &mut String, bytes: &[u8]) {
+    text.reserve(2 * bytes.len() + 1);
+    for byte in bytes {
+        text.push(char::from(HEX[usize::from(byte >> 4)]));
+        text.push(char::from(HEX[usize::from(byte & 0x0f)]));
+    }
+    text.push('\'');
+}
+
+/// A `VARBINARY` value: `X'…'`.
+fn push_binary(text: &mut String, bytes: &[u8]) {
+    text.push_str("X'");
+    push_hex(text, bytes);
+}
+
+/// A text value: `_utf8mb4 X'…'` (hex only, whatever the text holds).
+fn push_text(text: &mut String, value: &str) {
+    text.push_str("_utf8mb4 X'");
+    push_hex(text, value.as_bytes());
+}
+
+fn cut_bytes(text: &str, max: usize) -> &[u8] {
+    let bytes = text.as_bytes();
+    &bytes[..bytes.len().min(max)]
+}
+
+fn cut_chars(text: &str, max: usize) -> &str {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => &text[..at],
+        None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use webhook_core::history::{Exchange, SentBody, SignedWith};
+
+    fn attempt(phid: &str) -> Attempt {
+        Attempt {
+            request_id: 7,
+            request_phid: phid.to_owned(),
+            hook_phid: "PHID-HWBH-1".to_owned(),
+            object_phid: "PHID-TASK-1".to_owned(),
+            claim_version: None,
+            started_ms: 1,
+            duration_ms: 2,
+            status: "sent".to_owned(),
+            error_type: "http".to_owned(),
+            error_code: "200".to_owned(),
+            http_status: Some(200),
+            sent: Some(SentBody {
+                bytes: 3,
+                sha256: "ab".to_owned(),
+                signed_with: SignedWith::Current,
+            }),
+            exchange: Some(Exchange {
+                response_body: "é".repeat(10),
+                ..Exchange::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn a_row_has_every_column_but_the_number_and_its_body_is_cut() {
+        let rendered = render(attempt("PHID-HWBR-1"), "host:1", 5);
+        let values = probe_values();
+        // Every column but the number is followed by a comma in the head.
+        assert_eq!(
+            rendered.head.matches(',').count(),
+            INSERT_COLUMNS.matches(',').count(),
+            "{}",
+            rendered.head
+        );
+        assert_eq!(
+            values.matches(',').count(),
+            INSERT_COLUMNS.matches(',').count()
+        );
+        assert!(rendered.head.contains("NULL,"), "claim_version");
+        // The body cut at a character boundary: "éé" is 4 bytes.
+        let json = serde_json::to_string(&Exchange {
+            response_body: "éé".to_owned(),
+            response_body_truncated: true,
+            ..Exchange::default()
+        })
+        .expect("json");
+        let mut hex = String::new();
+        push_hex(&mut hex, json.as_bytes());
+        assert!(rendered.head.contains(hex.trim_end_matches('\'')));
+    }
+
+    #[test]
+    fn chunks_are_bounded_by_rows_and_bytes() {
+        let small: Vec<Rendered> = (0..600)
+            .map(|_| Rendered {
+                request_phid: Vec::new(),
+                head: "x".repeat(10),
+            })
+            .collect();
+        let sizes: Vec<usize> = chunks(&small).iter().map(|c| c.len()).collect();
+        assert_eq!(sizes, [256, 256, 88]);
+        let big: Vec<Rendered> = (0..3)
+            .map(|_| Rendered {
+                request_phid: Vec::new(),
+                head: "x".repeat(CHUNK_BYTES),
+            })
+            .collect();
+        let sizes: Vec<usize> = chunks(&big).iter().map(|c| c.len()).collect();
+        assert_eq!(sizes, [1, 1, 1]);
+        assert!(chunks(&[]).is_empty());
+    }
+
+    #[test]
+    fn texts_are_cut_to_their_columns() {
+        assert_eq!(cut_chars("ééé", 2), "éé");
+        assert_eq!(cut_chars("ab", 5), "ab");
+        assert_eq!(cut_bytes("abc", 2), b"ab");
+    }
+
+    #[test]
+    fn a_full_queue_drops_and_counts() {
+        let queue = HistoryQueue::new(&HistoryConfig::with_defaults("h"), "i");
+        for _ in 0..PENDING_MAX + 3 {
+            queue.record(attempt("PHID-HWBR-1"));
+        }
+        assert_eq!(
+            queue.totals(),
+            HistoryTotals {
+                recorded: (PENDING_MAX + 3) as u64,
+                written: 0,
+                dropped: 3
+            }
+        );
+        assert_eq!(queue.pending(), PENDING_MAX);
+        assert_eq!(queue.failing(), None);
+    }
+}
