@@ -30,6 +30,7 @@ use webhook_core::windows::{
 };
 use webhook_daemon::config::{own_variables, variables, DaemonConfig};
 use webhook_store_mysql::config::PASS;
+use webhook_store_mysql::history::HistoryConfig;
 use webhook_store_mysql::MysqlConfig;
 use webhook_transport_hyper::{HyperTransport, TransportConfig};
 
@@ -197,11 +198,16 @@ pub fn run(data: &[u8]) {
     let signing = check_signing(&get, &map);
     let mysql = check_mysql(&get, &map);
     let transport = check_transport(&get, &map);
+    let history = check_history(&get, &map, mysql.as_ref().ok());
 
     match DaemonConfig::from_lookup(&get) {
         Ok(config) => {
             assert!(
-                windows.is_ok() && signing.is_ok() && mysql.is_ok() && transport.is_ok(),
+                windows.is_ok()
+                    && signing.is_ok()
+                    && mysql.is_ok()
+                    && transport.is_ok()
+                    && history.is_ok(),
                 "the daemon accepted {map:?} although a part refused it"
             );
             assert_eq!(Ok(&config.delivery.signing), signing.as_ref());
@@ -210,6 +216,7 @@ pub fn run(data: &[u8]) {
                 map.get("GORGE_SERVICE_TOKEN").cloned().unwrap_or_default()
             );
             assert_eq!(Ok(&config.delivery.windows), windows.as_ref());
+            assert_eq!(Ok(&config.delivery.history), history.as_ref());
         }
         Err(err) => {
             assert_names_a_set_variable(err.variable, &err.to_string(), &map);
@@ -222,8 +229,12 @@ pub fn run(data: &[u8]) {
                 .or(transport.err())
             {
                 Some(variable) => assert_eq!(err.variable, variable, "{map:?}"),
+                // Phorge's local config, then the history, then the
+                // daemon's own.
                 None => assert!(
-                    err.variable == LOCAL_CONFIG_NAME || is_daemons_own(err.variable),
+                    err.variable == LOCAL_CONFIG_NAME
+                        || history.err() == Some(err.variable)
+                        || is_daemons_own(err.variable),
                     "{map:?}"
                 ),
             }
@@ -319,6 +330,30 @@ fn check_windows(
         );
     }
     Ok(windows)
+}
+
+/// `HistoryConfig::from_lookup` on the namespace the database settings
+/// name (the default one when they are refused); the offending variable
+/// on failure. Every history variable is checked even with the history
+/// off, and an accepted database is a valid name.
+fn check_history(
+    get: &dyn Fn(&str) -> Option<String>,
+    map: &HashMap<String, String>,
+    mysql: Option<&MysqlConfig>,
+) -> std::result::Result<Option<HistoryConfig>, &'static str> {
+    let namespace = mysql.map_or("phorge", |config| config.namespace.as_str());
+    match HistoryConfig::from_lookup(get, namespace) {
+        Ok(config) => {
+            if let Some(config) = &config {
+                assert!(config.validate().is_ok(), "{config:?} from {map:?}");
+            }
+            Ok(config)
+        }
+        Err(err) => {
+            assert_names_a_set_variable(err.variable, &err.to_string(), map);
+            Err(err.variable)
+        }
+    }
 }
 
 fn check_mysql(

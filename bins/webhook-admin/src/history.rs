@@ -280,24 +280,45 @@ pub fn block(recorded: &RecordedAttempt, verbose: bool) -> String {
     }
     out.push_str("  response headers:\n");
     for (name, value) in &exchange.response_headers {
-        out.push_str(&format!("    {name}: {value}\n"));
+        out.push_str(&format!("    {}: {}\n", printable(name), printable(value)));
     }
     out.push_str(&format!(
         "  response body ({} bytes kept{truncated}):\n",
         exchange.response_body.len()
     ));
     for body_line in exchange.response_body.lines() {
-        out.push_str(&format!("    {body_line}\n"));
+        out.push_str(&format!("    {}\n", printable(body_line)));
     }
     out.push_str("  request headers:\n");
     for (name, value) in &exchange.request_headers {
-        out.push_str(&format!("    {name}: {value}\n"));
+        out.push_str(&format!("    {}: {}\n", printable(name), printable(value)));
     }
     out
 }
 
+/// `text` as the receiver sent it, but for control characters (a
+/// terminal's escape sequences among them), which are escaped: a hostile
+/// receiver's answer cannot drive the operator's terminal. Tabs stay.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            '\t' => c.to_string(),
+            c if c.is_control() => c.escape_default().to_string(),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_receivers_control_characters_are_shown_escaped() {
+        assert_eq!(
+            super::printable("ok\u{1b}[2J\tdone\r"),
+            "ok\\u{1b}[2J\tdone\\r"
+        );
+    }
+
     use super::*;
     use webhook_core::history::{Attempt, Exchange, Hop, SentBody, SignedWith};
 
@@ -338,7 +359,7 @@ mod tests {
                     response_headers: vec![("retry-after".into(), "5".into())],
                     response_body: "busy\nlater".into(),
                     response_body_truncated: true,
-                    body_kept: 0,
+                    ..Exchange::default()
                 }),
             },
         }

@@ -123,14 +123,28 @@ async fn prepare(history: &MysqlHistory) -> Result<(), HistoryError> {
                       "every attempt is kept in the attempt history");
                 return Ok(());
             }
-            Err(HistoryError::Store(StoreError::Unavailable(err))) => {
+            Err(err) if stops_the_daemon(&err) => return Err(err),
+            Err(err) => {
                 info!(event = "history_not_ready", error = %err,
-                      "waiting for the database to prepare the attempt history");
+                      "the attempt history cannot be prepared yet (tried again shortly); \
+                       delivery waits for it");
                 tokio::time::sleep(PREPARE_RETRY).await;
             }
-            Err(err) => return Err(err),
         }
     }
+}
+
+/// What waiting cannot mend: a schema newer than this build, a privilege
+/// the account lacks (named, or refused by the server). Anything else —
+/// the server away, another instance's migration holding the lock, a
+/// lock wait — is tried again.
+fn stops_the_daemon(err: &HistoryError) -> bool {
+    matches!(
+        err,
+        HistoryError::TooNew { .. }
+            | HistoryError::Privileges(_)
+            | HistoryError::Store(StoreError::Denied(_))
+    )
 }
 
 /// Keeps the history in order until dropped: prunes it now and every
@@ -148,8 +162,11 @@ async fn keep_pruned(
     loop {
         if status.failing().is_some() {
             match history.prepare().await {
-                Ok(()) => info!(event = "history_prepared_again", database = %history.database(),
-                                "the attempt history's schema is in place; writing resumes with the next attempt"),
+                Ok(()) => {
+                    history.queue().schema_restored();
+                    info!(event = "history_prepared_again", database = %history.database(),
+                          "the attempt history's schema is in place; writing resumes with the next attempt");
+                }
                 Err(err) => warn!(event = "history_prepare_failed", error = %err,
                                   "the attempt history is tried again shortly"),
             }

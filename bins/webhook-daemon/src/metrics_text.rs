@@ -526,8 +526,6 @@ pub fn render(scrape: Scrape, format: Format) -> Result<String, std::fmt::Error>
     Ok(out)
 }
 
-/// A scrape with every part present: the queue, the hand-off, the
-/// unreadable-row count, task adoption, the dropped log lines, the clock's
 /// The attempt history's counter and gauges.
 fn history_metrics(
     encoder: &mut DescriptorEncoder<'_>,
@@ -567,7 +565,9 @@ fn history_metrics(
     Ok(())
 }
 
-/// skew.
+/// A scrape with every part present: the queue, the hand-off, the
+/// unreadable-row count, task adoption, the dropped log lines, the clock's
+/// skew, the attempt history.
 fn every_part() -> Scrape {
     Scrape {
         dispatcher: MetricsSnapshot::default(),

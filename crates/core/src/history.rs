@@ -50,15 +50,68 @@ impl Exchange {
             ..Self::default()
         }
     }
+}
 
-    /// Keeps `chunk` of the last response's body, up to the bound.
-    pub fn keep_body(&mut self, kept: &mut Vec<u8>, chunk: &[u8]) {
-        let room = self.body_kept.saturating_sub(kept.len());
+/// One response body being kept into an [`Exchange`]: the bytes so far,
+/// decoded into its `response_body` as they come, each byte once however
+/// the body is cut into chunks (a character cut between two chunks waits
+/// for the next).
+#[derive(Debug, Default)]
+pub struct KeptBody {
+    bytes: Vec<u8>,
+    decoded: usize,
+}
+
+impl KeptBody {
+    /// Keeps `chunk` into `exchange`, up to its bound; past it, says the
+    /// body was cut.
+    pub fn keep(&mut self, exchange: &mut Exchange, chunk: &[u8]) {
+        let room = exchange.body_kept.saturating_sub(self.bytes.len());
         if chunk.len() > room {
-            self.response_body_truncated = true;
+            exchange.response_body_truncated = true;
         }
-        kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
-        self.response_body = String::from_utf8_lossy(kept).into_owned();
+        self.bytes
+            .extend_from_slice(&chunk[..chunk.len().min(room)]);
+        self.decode_into(&mut exchange.response_body);
+    }
+
+    /// Body bytes kept so far.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Whether nothing is kept yet.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// Appends the bytes not decoded yet to `text`, bytes that are not
+    /// UTF-8 as U+FFFD; a character whose bytes have not all come waits.
+    fn decode_into(&mut self, text: &mut String) {
+        loop {
+            let tail = &self.bytes[self.decoded..];
+            match std::str::from_utf8(tail) {
+                Ok(valid) => {
+                    text.push_str(valid);
+                    self.decoded = self.bytes.len();
+                    return;
+                }
+                Err(err) => {
+                    let valid = err.valid_up_to();
+                    if let Ok(prefix) = std::str::from_utf8(&tail[..valid]) {
+                        text.push_str(prefix);
+                    }
+                    self.decoded += valid;
+                    match err.error_len() {
+                        Some(invalid) => {
+                            text.push(char::REPLACEMENT_CHARACTER);
+                            self.decoded += invalid;
+                        }
+                        None => return,
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -252,12 +305,25 @@ mod tests {
     #[test]
     fn a_kept_body_stops_at_its_bound_and_says_so() {
         let mut exchange = Exchange::keeping(5);
-        let mut kept = Vec::new();
-        exchange.keep_body(&mut kept, b"abc");
+        let mut body = KeptBody::default();
+        body.keep(&mut exchange, b"abc");
         assert!(!exchange.response_body_truncated);
-        exchange.keep_body(&mut kept, b"defg");
+        body.keep(&mut exchange, b"defg");
         assert_eq!(exchange.response_body, "abcde");
         assert!(exchange.response_body_truncated);
+        assert_eq!(body.len(), 5);
+    }
+
+    #[test]
+    fn a_character_cut_between_chunks_is_kept_whole_and_bad_bytes_replaced() {
+        let mut exchange = Exchange::keeping(64);
+        let mut body = KeptBody::default();
+        for byte in "é€ok".as_bytes() {
+            body.keep(&mut exchange, std::slice::from_ref(byte));
+        }
+        assert_eq!(exchange.response_body, "é€ok");
+        body.keep(&mut exchange, b"\xff!");
+        assert_eq!(exchange.response_body, "é€ok\u{fffd}!");
     }
 
     #[test]

@@ -44,6 +44,12 @@ use crate::config::MysqlConfig;
 use crate::connector::Connector;
 use crate::error::MysqlError;
 
+/// Connections of the history's own pool: its writer's, and one for
+/// preparing and pruning beside it. Apart from delivery's pool, so a slow
+/// or failing history never holds, times out or replaces a connection a
+/// claim or a write-back needs.
+const POOL_MAX: usize = 2;
+
 /// The table every attempt is a row of.
 pub(crate) const ATTEMPT_TABLE: &str = "attempt";
 
@@ -122,15 +128,20 @@ impl MysqlHistory {
     ) -> Result<Self, MysqlError> {
         mysql.validate()?;
         config.validate()?;
-        let opts = mysql.opts().db_name(None::<String>);
+        let own = MysqlConfig {
+            pool_max: POOL_MAX,
+            ..mysql.clone()
+        };
+        let opts = own.opts().db_name(None::<String>);
+        let connector = Connector::new(
+            Opts::from(opts),
+            config.database.clone(),
+            mysql.connect_timeout,
+            mysql.statement_timeout,
+        );
         Ok(Self {
-            connector: Connector::new(
-                Opts::from(opts),
-                config.database.clone(),
-                mysql.connect_timeout,
-                mysql.statement_timeout,
-            ),
-            queue: HistoryQueue::new(&config, instance),
+            queue: HistoryQueue::new(&config, instance).writing_on(connector.clone()),
+            connector,
             config,
         })
     }

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use http::header::{
     HeaderValue, ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CONNECTION, CONTENT_TYPE, LOCATION,
-    PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, USER_AGENT,
+    PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, SET_COOKIE, USER_AGENT,
 };
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
@@ -25,7 +25,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio_rustls::TlsConnector;
 use tracing::debug;
-use webhook_core::history::{self, without_credentials, Exchange, WITHHELD};
+use webhook_core::history::{self, without_credentials, Exchange, KeptBody, WITHHELD};
 use webhook_core::{
     DeliveryResult, LocalFailure, OutboundRequest, ProxyFailure, Resolution, Target, Transport,
     TransportFailure, UriRefusal,
@@ -479,7 +479,7 @@ async fn drain(
     limit: usize,
     mut record: Option<&mut Exchange>,
 ) -> Result<(), hyper::Error> {
-    let mut kept = Vec::new();
+    let mut kept = KeptBody::default();
     if let Some(exchange) = record.as_deref_mut() {
         // Until the body is known to have ended within what was kept: a
         // deadline or an error midway leaves the record saying so.
@@ -492,10 +492,9 @@ async fn drain(
                 let data = frame.data_ref().map_or(&[][..], |data| data.as_ref());
                 read = read.saturating_add(data.len());
                 if let Some(exchange) = record.as_deref_mut() {
-                    // Past the bound there is nothing more to keep, and
-                    // `keep_body` would render the kept text again.
+                    // Past the bound there is nothing more to keep.
                     if kept.len() < exchange.body_kept && !data.is_empty() {
-                        exchange.keep_body(&mut kept, data);
+                        kept.keep(exchange, data);
                     }
                 }
             }
@@ -519,17 +518,25 @@ async fn drain(
 /// case), credentials as [`WITHHELD`]. The signature headers are HMAC
 /// outputs, not keys, and are kept.
 fn note_request_headers(exchange: &mut Exchange, headers: &http::HeaderMap) {
-    exchange.request_headers = headers
+    exchange.request_headers = noted(headers);
+}
+
+/// `headers` as the attempt history keeps them: names as `http` gives
+/// them, values as text, and the values that carry credentials —
+/// `Authorization` and `Proxy-Authorization` sent, `Set-Cookie` received —
+/// as [`WITHHELD`].
+fn noted(headers: &http::HeaderMap) -> Vec<(String, String)> {
+    headers
         .iter()
         .map(|(name, value)| {
-            let shown = if *name == AUTHORIZATION || *name == PROXY_AUTHORIZATION {
-                WITHHELD.to_owned()
-            } else {
-                String::from_utf8_lossy(value.as_bytes()).into_owned()
+            let secret = [AUTHORIZATION, PROXY_AUTHORIZATION, SET_COOKIE].contains(name);
+            let shown = match secret {
+                true => WITHHELD.to_owned(),
+                false => String::from_utf8_lossy(value.as_bytes()).into_owned(),
             };
             (name.as_str().to_owned(), shown)
         })
-        .collect();
+        .collect()
 }
 
 /// Notes a response as it arrives: a hop (its URI without user-info), and
@@ -542,16 +549,7 @@ fn note_response(exchange: &mut Exchange, uri: &HookUri, response: &Response<Inc
         uri: without_credentials(&uri.uri().to_string()),
         status: response.status().as_u16(),
     });
-    exchange.response_headers = response
-        .headers()
-        .iter()
-        .map(|(name, value)| {
-            (
-                name.as_str().to_owned(),
-                String::from_utf8_lossy(value.as_bytes()).into_owned(),
-            )
-        })
-        .collect();
+    exchange.response_headers = noted(response.headers());
     exchange.response_body.clear();
     // Until its body is read: a body left unread (a redirect not followed,
     // a deadline before it) went on past the nothing that was kept.

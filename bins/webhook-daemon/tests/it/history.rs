@@ -2,8 +2,8 @@
 //! `GORGE_WEBHOOK_HISTORY=on` keeps every attempt (a redirect's hops, a
 //! failure) in its own database, answers for them on the API after
 //! Phorge deleted the row, goes on delivering exactly once while the
-//! history cannot be written (and says so on `/readyz`), recreates a
-//! dropped history database, and refuses a schema newer than it knows or
+//! history cannot be written (and says so on `/readyz`), prepares it
+//! again once it can be, and refuses a schema newer than it knows or
 //! an account without the privileges it needs.
 
 use std::collections::HashMap;
@@ -73,6 +73,21 @@ async fn wait_ready(daemon: &Daemon, status: u16, needle: &str) {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// `database` created with a schema version newer than this build knows
+/// (999) and no attempt table.
+async fn newer_schema(database: &str) {
+    as_root(&format!("CREATE DATABASE `{database}`")).await;
+    as_root(&format!(
+        "CREATE TABLE `{database}`.schema_version (version INT UNSIGNED NOT NULL PRIMARY KEY, \
+         name VARCHAR(128) NOT NULL, applied_at DATETIME NOT NULL)"
+    ))
+    .await;
+    as_root(&format!(
+        "INSERT INTO `{database}`.schema_version VALUES (999, 'from the future', NOW())"
+    ))
+    .await;
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -208,7 +223,11 @@ async fn a_history_that_cannot_be_written_leaves_delivery_untouched() {
             .await;
             wait_attempts(&daemon, &first.to_string(), 1).await;
 
+            // The history's database dropped and replaced by one whose
+            // schema this daemon cannot use: every write fails, and so
+            // does preparing it again, until it is put right below.
             drop_database(&history).await;
+            newer_schema(&history).await;
             let mut ids = Vec::new();
             for hook in &hooks[1..5] {
                 let id = db.insert_request(&NewRequest::queued(hook, NEVER)).await;
@@ -228,9 +247,11 @@ async fn a_history_that_cannot_be_written_leaves_delivery_untouched() {
                 "dropped attempts are counted:\n{metrics}"
             );
 
-            // The daemon recreates the database; the next attempt is kept
-            // and /readyz is itself again.
+            // Put right, the schema is prepared again within seconds,
+            // /readyz is itself again and the next attempt is kept.
+            as_root(&format!("DELETE FROM `{history}`.schema_version")).await;
             wait_log(&daemon, "history_prepared_again").await;
+            wait_ready(&daemon, 200, "").await;
             let last = db
                 .insert_request(&NewRequest::queued(&hooks[5], NEVER))
                 .await;
@@ -239,7 +260,6 @@ async fn a_history_that_cannot_be_written_leaves_delivery_untouched() {
             })
             .await;
             wait_attempts(&daemon, &last.to_string(), 1).await;
-            wait_ready(&daemon, 200, "").await;
 
             let mut per_path: HashMap<String, usize> = HashMap::new();
             for request in receiver.requests() {
@@ -262,21 +282,15 @@ async fn a_history_schema_newer_than_this_build_stops_the_daemon() {
     with_db(|db| async move {
         let history = history_database(&db);
         dropping_after(&history, async {
-            as_root(&format!("CREATE DATABASE `{history}`")).await;
-            as_root(&format!(
-                "CREATE TABLE `{history}`.schema_version (version INT UNSIGNED NOT NULL PRIMARY KEY, \
-                 name VARCHAR(128) NOT NULL, applied_at DATETIME NOT NULL)"
-            ))
-            .await;
-            as_root(&format!(
-                "INSERT INTO `{history}`.schema_version VALUES (999, 'from the future', NOW())"
-            ))
-            .await;
+            newer_schema(&history).await;
             let mut daemon = Daemon::spawn("history-newer", &[], &history_env(&db));
             let status = daemon.wait_exit(DEADLINE).await;
             assert_eq!(status.code(), Some(1), "{}", daemon.log());
             let log = daemon.stderr();
-            assert!(log.contains("GORGE_WEBHOOK_HISTORY") && log.contains("999"), "{log}");
+            assert!(
+                log.contains("GORGE_WEBHOOK_HISTORY") && log.contains("999"),
+                "{log}"
+            );
         })
         .await;
     })

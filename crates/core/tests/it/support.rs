@@ -12,7 +12,7 @@ use futures::task::LocalSpawnExt;
 use futures::FutureExt;
 use tracing::field::{Field, Visit};
 use tracing::Level;
-use webhook_core::history::{without_credentials, Exchange, Hop, WITHHELD};
+use webhook_core::history::{without_credentials, Exchange, Hop, KeptBody, WITHHELD};
 use webhook_core::hold::SilentMode;
 use webhook_core::memory_store::MemoryStore;
 use webhook_core::signing::Signatures;
@@ -223,11 +223,8 @@ impl Transport for FakeTransport {
             exchange
                 .response_headers
                 .push(("content-type".to_owned(), "text/plain".to_owned()));
-            let mut kept = Vec::new();
-            exchange.keep_body(
-                &mut kept,
-                format!("answer {status} from the receiver").as_bytes(),
-            );
+            let answer = format!("answer {status} from the receiver");
+            KeptBody::default().keep(exchange, answer.as_bytes());
         }
         result
     }

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::config::NAMESPACE;
 use webhook_core::setting::{switch, Bounds, Lookup, Setting, SettingError, SettingInfo, Unit};
 
 /// `GORGE_WEBHOOK_HISTORY`: record every delivery attempt.
@@ -133,10 +134,11 @@ impl HistoryConfig {
         let derived = format!("{namespace}{DEFAULT_SUFFIX}");
         check_database(&derived).map_err(|reason| {
             SettingError::new(
-                DATABASE.name,
+                NAMESPACE.name,
                 format!(
-                    "is empty, and the default {} {reason}; name the database",
-                    DATABASE.given(&derived)
+                    "gives the attempt history the database name {:?}, which {reason}: \
+                     name its database in {}",
+                    derived, DATABASE.name
                 ),
             )
         })?;
@@ -243,11 +245,15 @@ mod tests {
             HistoryConfig::database_for(&named, "phorge"),
             Ok("kept".to_owned())
         );
-        // A namespace whose default name is no valid identifier must be
-        // given a database by name.
+        // A namespace whose default name is no valid identifier is the
+        // error (the variable set), naming the one to set instead.
         for namespace in ["my-ns", &"n".repeat(57)] {
             let err = HistoryConfig::database_for(&table(&[]), namespace).expect_err(namespace);
-            assert_eq!(err.variable, "GORGE_WEBHOOK_HISTORY_DATABASE");
+            assert_eq!(err.variable, "GORGE_WEBHOOK_NAMESPACE");
+            assert!(
+                err.reason.contains("GORGE_WEBHOOK_HISTORY_DATABASE"),
+                "{err}"
+            );
         }
         let bad = HistoryConfig::with_defaults("a.b");
         assert!(bad.validate().is_err());

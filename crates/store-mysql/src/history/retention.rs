@@ -47,35 +47,25 @@ impl MysqlHistory {
             ),
         )
         .await?;
-        let count = number(
+        // By size: the ids are handed out in order, so the rows beyond
+        // the most kept are those at or below the newest id less that
+        // many (fewer where ids were skipped: never more kept). An index
+        // lookup, not a count of the table.
+        let newest = number(
             connector,
             &mut conn,
-            &format!("SELECT COUNT(*) FROM {table}"),
+            &format!("SELECT MAX(id) FROM {table}"),
         )
         .await?;
-        let excess = count.unwrap_or(0).saturating_sub(self.config.max_rows);
-        if excess > 0 {
-            // The newest of the rows in excess: rows written meanwhile
-            // have higher ids, so they are not among them.
-            let boundary = number(
+        if let Some(boundary) = newest.and_then(|id| id.checked_sub(self.config.max_rows)) {
+            deleted += delete_in_batches(
                 connector,
                 &mut conn,
                 &format!(
-                    "SELECT id FROM {table} ORDER BY id LIMIT 1 OFFSET {}",
-                    excess - 1
+                    "DELETE FROM {table} WHERE id <= {boundary} ORDER BY id LIMIT {DELETE_BATCH}"
                 ),
             )
             .await?;
-            if let Some(boundary) = boundary {
-                deleted += delete_in_batches(
-                    connector,
-                    &mut conn,
-                    &format!(
-                        "DELETE FROM {table} WHERE id <= {boundary} ORDER BY id LIMIT {DELETE_BATCH}"
-                    ),
-                )
-                .await?;
-            }
         }
         let rows_kept = number(
             connector,

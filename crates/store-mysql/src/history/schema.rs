@@ -44,7 +44,9 @@ pub struct Migration {
 
 /// The attempt table (see `webhook_core::history::Attempt`; `exchange` is
 /// its `Exchange` as JSON). `(request_phid, number)` is unique: two
-/// writers numbering the same request at once cannot both win.
+/// writers numbering the same request at once cannot both win (and it
+/// serves the look-ups by request PHID). Queries read newest first, so
+/// each other filter's key ends in `started_ms`.
 const CREATE_ATTEMPT: &str = "CREATE TABLE IF NOT EXISTS {db}.`attempt` (
     id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
     request_id BIGINT UNSIGNED NOT NULL,
@@ -66,10 +68,9 @@ const CREATE_ATTEMPT: &str = "CREATE TABLE IF NOT EXISTS {db}.`attempt` (
     exchange LONGTEXT NULL,
     PRIMARY KEY (id),
     UNIQUE KEY key_request_number (request_phid, number),
-    KEY key_request_phid (request_phid, id),
-    KEY key_request_id (request_id, id),
-    KEY key_hook (hook_phid, id),
-    KEY key_object (object_phid, id),
+    KEY key_request_id (request_id, started_ms),
+    KEY key_hook (hook_phid, started_ms),
+    KEY key_object (object_phid, started_ms),
     KEY key_started (started_ms)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin";
 

@@ -1,15 +1,17 @@
 //! [`HistoryQueue`]: the [`AttemptLog`] the dispatcher records into, and
 //! the writer that empties it into the attempt table.
 //!
-//! `record` appends to a bounded queue in memory ([`PENDING_MAX`]; beyond
-//! it an attempt is dropped and counted) and returns: it never waits and
-//! never fails. Each queue has one writer task, started by the first
-//! [`crate::MysqlStore`] given the queue, on that store's pool. The
-//! store's group-commit workers (`crate::batch`) wake it after each batch,
-//! once the batch's replies are sent — the core records an attempt before
-//! it submits the attempt's write-back, so the batch carrying that
-//! write-back wakes the writer for it — and a queue holding a chunk's
-//! worth wakes it by itself. A wake that comes while the writer is busy
+//! `record` appends to a bounded queue in memory and returns: it never
+//! waits and never fails (beyond [`PENDING_MAX`] attempts or
+//! [`PENDING_BYTES_MAX`] bytes it drops, counted and said once). Each
+//! queue has one writer task, started by the first [`crate::MysqlStore`]
+//! given the queue, on the history's own pool
+//! ([`crate::history::MysqlHistory`]'s; a queue made alone writes on that
+//! store's). The store's group-commit workers (`crate::batch`) wake it
+//! after each batch, once the batch's replies are sent — the core records
+//! an attempt before it submits the attempt's write-back, so the batch
+//! carrying that write-back wakes the writer for it — and a queue holding
+//! a chunk's worth wakes it by itself. A wake that comes while the writer is busy
 //! is kept, so nothing queued is stranded; [`HistoryQueue::settled`]
 //! wakes it too and waits until the queue is empty (a stopping daemon).
 //!
@@ -22,8 +24,10 @@
 //! `(request_phid, number)` is unique, so two writers numbering the same
 //! request at once cannot both succeed, and the loser numbers again.
 //!
-//! A write that fails is not retried: its attempts are dropped and
-//! counted ([`HistoryTotals`]), the failure is logged once per streak
+//! A chunk that fails is not retried (but for another writer's insert
+//! in the way: a number taken, a deadlock), the next chunks still are
+//! tried: its attempts are dropped and counted ([`HistoryTotals`]), the
+//! failure is logged once per streak
 //! (`history_write_failed`, and `history_write_recovered` after it), and
 //! [`HistoryQueue::failing`] says why once [`FAILING_AFTER`] writes in a
 //! row failed. Nothing of this reaches a delivery.
@@ -47,6 +51,10 @@ use crate::session::Session;
 
 /// Attempts waiting to be written at most; beyond, `record` drops.
 pub const PENDING_MAX: usize = 20_000;
+/// Bytes of attempts (their bodies, headers and URIs, about) waiting to be
+/// written at most; beyond, `record` drops: a writer that falls behind
+/// holds at most this much memory, whatever the receivers answer.
+pub const PENDING_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// Rows in one `INSERT` at most.
 pub const CHUNK_ROWS: usize = 256;
 /// Statement text of one `INSERT`, about at most (a single larger row
@@ -58,6 +66,8 @@ pub const FAILING_AFTER: u32 = 3;
 const NUMBERING_TRIES: u32 = 10;
 /// The server's duplicate-key error.
 const ER_DUP_ENTRY: u16 = 1062;
+/// The server's deadlock error (its transaction rolled back).
+const ER_LOCK_DEADLOCK: u16 = 1213;
 /// How often [`HistoryQueue::settled`] looks.
 const SETTLE_POLL: Duration = Duration::from_millis(10);
 
@@ -94,6 +104,10 @@ struct Inner {
     instance: String,
     body_kept: usize,
     pending: Mutex<VecDeque<Attempt>>,
+    /// About how many bytes `pending` holds ([`size_of`]).
+    pending_bytes: AtomicUsize,
+    /// Whether the queue's being full was said (until it takes one again).
+    full_said: std::sync::atomic::AtomicBool,
     /// Taken from `pending` by the writer, not yet written or dropped.
     in_flight: AtomicUsize,
     recorded: AtomicU64,
@@ -104,6 +118,8 @@ struct Inner {
     wake: mpsc::Sender<()>,
     /// The writer's end, until a store starts the writer.
     wakes: Mutex<Option<mpsc::Receiver<()>>>,
+    /// The pool the writer writes on, when not the starting store's.
+    own_pool: Mutex<Option<Connector>>,
 }
 
 /// The writes' streak of failures.
@@ -136,6 +152,8 @@ impl HistoryQueue {
                 instance: instance.into(),
                 body_kept: config.body_kept,
                 pending: Mutex::new(VecDeque::new()),
+                pending_bytes: AtomicUsize::new(0),
+                full_said: std::sync::atomic::AtomicBool::new(false),
                 in_flight: AtomicUsize::new(0),
                 recorded: AtomicU64::new(0),
                 written: AtomicU64::new(0),
@@ -143,6 +161,7 @@ impl HistoryQueue {
                 health: Mutex::new(Health::default()),
                 wake,
                 wakes: Mutex::new(Some(wakes)),
+                own_pool: Mutex::new(None),
             }),
         }
     }
@@ -206,18 +225,36 @@ impl HistoryQueue {
         let _ = self.inner.wake.try_send(());
     }
 
-    /// Starts the queue's writer on `connector`'s pool, unless a store
-    /// started it already. Call within a tokio runtime.
-    pub(crate) fn attach(&self, connector: &Connector) {
+    /// Writes on `connector`'s pool (the history's own,
+    /// [`crate::history::MysqlHistory`]'s) rather than on the pool of the
+    /// store that starts the writer.
+    pub(crate) fn writing_on(self, connector: Connector) -> Self {
+        *lock(&self.inner.own_pool) = Some(connector);
+        self
+    }
+
+    /// Starts the queue's writer, unless a store started it already: on
+    /// the history's own pool, or else on `store`'s. Call within a tokio
+    /// runtime.
+    pub(crate) fn attach(&self, store: &Connector) {
         let Some(wakes) = lock(&self.inner.wakes).take() else {
             return;
         };
-        tokio::spawn(write_loop(
-            Arc::downgrade(&self.inner),
-            connector.clone(),
-            wakes,
-        ));
+        let connector = lock(&self.inner.own_pool)
+            .clone()
+            .unwrap_or_else(|| store.clone());
+        tokio::spawn(write_loop(Arc::downgrade(&self.inner), connector, wakes));
         self.kick();
+    }
+
+    /// Clears the streak of failed writes (the schema was just prepared
+    /// again): [`Self::failing`] says nothing until writes fail anew.
+    pub fn schema_restored(&self) {
+        let mut health = lock(&self.inner.health);
+        if health.failed_in_row > 0 {
+            health.failed_in_row = 0;
+            health.last_error = None;
+        }
     }
 }
 
@@ -225,28 +262,57 @@ impl AttemptLog for HistoryQueue {
     fn record(&self, attempt: Attempt) {
         let inner = &self.inner;
         inner.recorded.fetch_add(1, Ordering::Relaxed);
+        let size = size_of(&attempt);
         let queued = {
             let mut pending = lock(&inner.pending);
-            if pending.len() >= PENDING_MAX {
+            let bytes = inner.pending_bytes.load(Ordering::Relaxed);
+            if pending.len() >= PENDING_MAX || bytes.saturating_add(size) > PENDING_BYTES_MAX {
                 None
             } else {
                 pending.push_back(attempt);
+                inner.pending_bytes.fetch_add(size, Ordering::Relaxed);
                 Some(pending.len())
             }
         };
         match queued {
             None => {
                 inner.dropped.fetch_add(1, Ordering::Relaxed);
-                debug!(
-                    event = "history_queue_full",
-                    pending = PENDING_MAX,
-                    "an attempt was dropped: the history's queue is full"
-                );
+                if !inner.full_said.swap(true, Ordering::Relaxed) {
+                    warn!(
+                        event = "history_queue_full",
+                        pending_max = PENDING_MAX,
+                        pending_bytes_max = PENDING_BYTES_MAX,
+                        "attempts are dropped: the history's writer is behind and its queue is \
+                         full; deliveries go on"
+                    );
+                }
             }
-            Some(queued) if queued >= CHUNK_ROWS => self.wake(),
-            Some(_) => {}
+            Some(queued) => {
+                inner.full_said.store(false, Ordering::Relaxed);
+                if queued >= CHUNK_ROWS {
+                    self.wake();
+                }
+            }
         }
     }
+}
+
+/// About how much memory `attempt` holds while it waits: its texts, and
+/// a fixed part for the rest.
+fn size_of(attempt: &Attempt) -> usize {
+    let texts = |pairs: &[(String, String)]| -> usize {
+        pairs
+            .iter()
+            .map(|(name, value)| name.len() + value.len())
+            .sum()
+    };
+    let exchange = attempt.exchange.as_ref().map_or(0, |exchange| {
+        exchange.response_body.len()
+            + texts(&exchange.request_headers)
+            + texts(&exchange.response_headers)
+            + exchange.hops.iter().map(|hop| hop.uri.len()).sum::<usize>()
+    });
+    512 + exchange
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -258,6 +324,7 @@ impl Inner {
     fn take(&self) -> Vec<Attempt> {
         let mut pending = lock(&self.pending);
         self.in_flight.fetch_add(pending.len(), Ordering::AcqRel);
+        self.pending_bytes.store(0, Ordering::Relaxed);
         pending.drain(..).collect()
     }
 
@@ -344,13 +411,16 @@ async fn write(
     };
     let table = attempt_table(&inner.database);
     let mut written = 0;
+    let mut failed = None;
+    // A chunk that fails drops its own attempts only: the next ones are
+    // still tried (a lock wait or a deadlock is over by then).
     for chunk in chunks(&rendered) {
         match write_chunk(&mut conn, &table, chunk).await {
             Ok(count) => written += count,
-            Err(err) => return (written, Err(err)),
+            Err(err) => failed = failed.or(Some(err)),
         }
     }
-    (written, Ok(()))
+    (written, failed.map_or(Ok(()), Err))
 }
 
 /// `rendered` in runs of at most [`CHUNK_ROWS`] rows and about
@@ -392,12 +462,19 @@ async fn write_chunk(conn: &mut Session, table: &str, chunk: &[Rendered]) -> Res
         }
         match conn.query_drop(&text).await {
             Ok(()) => return Ok(u64::try_from(chunk.len()).unwrap_or(u64::MAX)),
-            Err(err) if server_code_of(&err) == Some(ER_DUP_ENTRY) && tries < NUMBERING_TRIES => {
+            Err(err) if is_race(&err) && tries < NUMBERING_TRIES => {
                 debug!(event = "history_numbering_raced", tries);
             }
             Err(err) => return Err(err.to_string()),
         }
     }
+}
+
+/// Whether `err` is another writer's insert getting in the way (the same
+/// number taken, or a deadlock between two inserts): numbered and tried
+/// again.
+fn is_race(err: &crate::error::MysqlError) -> bool {
+    matches!(server_code_of(err), Some(ER_DUP_ENTRY | ER_LOCK_DEADLOCK))
 }
 
 /// The highest `number` on record for each request of `chunk`.
@@ -560,6 +637,35 @@ mod tests {
                 ..Exchange::default()
             }),
         }
+    }
+
+    /// Attempts with large answers fill the queue by their bytes before
+    /// its count: the rest are dropped and counted, and the queue takes
+    /// attempts again once the writer took what waited.
+    #[test]
+    fn the_queue_holds_at_most_its_bytes() {
+        let config = HistoryConfig::with_defaults("budget");
+        let queue = HistoryQueue::new(&config, "test:1");
+        let big = |phid: &str| {
+            let mut attempt = attempt(phid);
+            attempt.exchange = Some(Exchange {
+                response_body: "x".repeat(1024 * 1024),
+                ..Exchange::default()
+            });
+            attempt
+        };
+        let fits = PENDING_BYTES_MAX / size_of(&big("PHID-HWBR-1"));
+        for n in 0..fits + 3 {
+            queue.record(big(&format!("PHID-HWBR-{n}")));
+        }
+        let totals = queue.totals();
+        assert_eq!(totals.recorded, (fits + 3) as u64);
+        assert_eq!(totals.dropped, 3);
+        assert_eq!(queue.pending(), fits);
+        let taken = queue.inner.take();
+        assert_eq!(taken.len(), fits);
+        queue.record(big("PHID-HWBR-after"));
+        assert_eq!(queue.totals().dropped, 3, "room again once taken");
     }
 
     #[test]

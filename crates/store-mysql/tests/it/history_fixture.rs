@@ -68,7 +68,7 @@ pub fn attempt(request_id: u64, request_phid: &str, started_ms: u64) -> Attempt 
             response_headers: vec![("X-Quote".to_owned(), "it's \"fine\" \\ ✓".to_owned())],
             response_body: "ok ✓".to_owned(),
             response_body_truncated: false,
-            body_kept: 0,
+            ..Exchange::default()
         }),
     }
 }

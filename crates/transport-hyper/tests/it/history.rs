@@ -56,6 +56,10 @@ async fn receiver() -> Server {
         };
         let answer = seen.path.trim_start_matches('/').parse().expect("value");
         response.headers_mut().insert("x-answer", answer);
+        if seen.path == "/cookie" {
+            let cookie = "session=c00kie-s3cret; HttpOnly".parse().expect("value");
+            response.headers_mut().insert("set-cookie", cookie);
+        }
         response
     }))
     .await
@@ -304,4 +308,21 @@ async fn recording_delivers_exactly_as_deliver_does() {
         let (recorded, _) = record(&transport, outbound(&uri, timeout)).await;
         assert_eq!(plain, recorded, "{uri}");
     }
+}
+
+#[tokio::test]
+async fn a_cookie_the_receiver_sets_is_withheld() {
+    let server = receiver().await;
+    let transport = transport(local_config());
+    let (result, exchange) = record(&transport, outbound(&server.url("/cookie"), GUARD)).await;
+    assert_eq!(result, DeliveryResult::Response { status: 200 });
+    assert_eq!(
+        header(&exchange.response_headers, "set-cookie"),
+        Some(WITHHELD)
+    );
+    assert_eq!(
+        header(&exchange.response_headers, "x-answer"),
+        Some("cookie")
+    );
+    assert!(!format!("{exchange:?}").contains("c00kie-s3cret"));
 }
