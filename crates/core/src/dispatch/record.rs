@@ -81,12 +81,7 @@ pub(super) async fn record<'a>(
         latency,
         call_record,
     );
-    log_attempt(row, &result, outcome);
-    cx.emit(
-        Some(&row.phid),
-        Some(&hook),
-        attempt_event(&result, outcome, latency),
-    );
+    say_attempt(cx, row, &hook, &result, outcome, latency);
     if outcome == AttemptOutcome::Sent {
         let phid = row.phid.clone();
         let pending = async move { write_back(cx, &write, &phid, Some(claim.at)).await }.boxed();
@@ -167,6 +162,20 @@ fn note_retry_after(cx: &Context, row: &RequestRow, status: u16, asked: Duration
         until,
     };
     cx.emit(Some(&row.phid), Some(&row.webhook_phid), kind);
+}
+
+/// An attempt's log line and event.
+fn say_attempt(
+    cx: &Context,
+    row: &RequestRow,
+    hook: &str,
+    result: &DeliveryResult,
+    outcome: AttemptOutcome,
+    latency: Duration,
+) {
+    log_attempt(row, result, outcome);
+    let event = attempt_event(result, outcome, latency);
+    cx.emit(Some(&row.phid), Some(hook), event);
 }
 
 fn log_attempt(row: &RequestRow, result: &DeliveryResult, outcome: AttemptOutcome) {
