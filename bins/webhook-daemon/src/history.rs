@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tracing::{info, warn};
-use webhook_core::{Clock, StoreError};
+use webhook_core::Clock;
 use webhook_store_mysql::history::{
     HistoryError, HistoryQueue, HistoryTotals, MysqlHistory, RetentionPass,
 };
@@ -123,7 +123,7 @@ async fn prepare(history: &MysqlHistory) -> Result<(), HistoryError> {
                       "every attempt is kept in the attempt history");
                 return Ok(());
             }
-            Err(err) if stops_the_daemon(&err) => return Err(err),
+            Err(err) if err.needs_operator() => return Err(err),
             Err(err) => {
                 info!(event = "history_not_ready", error = %err,
                       "the attempt history cannot be prepared yet (tried again shortly); \
@@ -132,19 +132,6 @@ async fn prepare(history: &MysqlHistory) -> Result<(), HistoryError> {
             }
         }
     }
-}
-
-/// What waiting cannot mend: a schema newer than this build, a privilege
-/// the account lacks (named, or refused by the server). Anything else —
-/// the server away, another instance's migration holding the lock, a
-/// lock wait — is tried again.
-fn stops_the_daemon(err: &HistoryError) -> bool {
-    matches!(
-        err,
-        HistoryError::TooNew { .. }
-            | HistoryError::Privileges(_)
-            | HistoryError::Store(StoreError::Denied(_))
-    )
 }
 
 /// Keeps the history in order until dropped: prunes it now and every

@@ -96,6 +96,19 @@ pub enum HistoryError {
     Store(#[from] StoreError),
 }
 
+impl HistoryError {
+    /// Whether only an operator can mend it: a schema newer than this
+    /// build, a privilege the account lacks (named, or refused by the
+    /// server). Anything else — the server away, another instance's
+    /// migration holding the lock, a lock wait — may pass if tried again.
+    pub fn needs_operator(&self) -> bool {
+        matches!(
+            self,
+            Self::TooNew { .. } | Self::Privileges(_) | Self::Store(StoreError::Denied(_))
+        )
+    }
+}
+
 /// The attempt history as the daemon runs it: preparation, the queue its
 /// dispatcher records into, and retention. Clones share one pool and one
 /// queue.

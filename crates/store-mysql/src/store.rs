@@ -112,11 +112,6 @@ impl MysqlStore {
         self
     }
 
-    /// The history queue this store writes, if any.
-    pub fn history(&self) -> Option<&HistoryQueue> {
-        self.history.as_ref()
-    }
-
     /// The read-only side, sharing this store's pool.
     pub fn reader(&self) -> &MysqlReader {
         &self.reader
