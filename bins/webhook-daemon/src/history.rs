@@ -53,7 +53,8 @@ impl HistoryStatus {
         }
     }
 
-    /// Why the history is failing now (several writes in a row failed),
+    /// Why the history is failing now (several rounds of writing in a row
+    /// failed),
     /// for `/readyz`; `None` while it writes.
     pub fn failing(&self) -> Option<String> {
         self.queue

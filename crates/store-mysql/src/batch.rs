@@ -11,8 +11,9 @@
 //!
 //! With an attempt history (`crate::history`), each worker wakes the
 //! history's writer after a batch whose replies are sent, when attempts
-//! are queued: the history is written apart from the batch, on the
-//! history's own pool, and no write waits on it.
+//! are queued: the wake tells the writer delivery is at work (it writes
+//! once delivery pauses), the history is written apart from the batch,
+//! on the history's own pool, and no write waits on it.
 //!
 //! If a statement of a group fails, the server runs none after it; the
 //! transaction is rolled back and every call of the group is run again on

@@ -17,13 +17,15 @@
 //!   ([`crate::MysqlStore::with_history`]) has its group-commit workers
 //!   wake the queue's writer after each batch, once the batch's replies
 //!   are sent, so no delivery ever waits on, fails with, or repeats for
-//!   the history. A write that fails drops its attempts, counted and
+//!   the history; the writer yields to delivery, writing once it pauses
+//!   (`pacing`). A write that fails drops its attempts, counted and
 //!   reported ([`HistoryQueue::failing`]).
 //! * [`HistoryReader`] (`query`), read-only, on a [`crate::MysqlReader`]'s
 //!   pool ([`crate::MysqlReader::history`]): the attempts a query asks
 //!   for, newest first.
 
 pub mod config;
+mod pacing;
 mod query;
 mod retention;
 mod schema;

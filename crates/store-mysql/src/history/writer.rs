@@ -10,40 +10,46 @@
 //! store's). The store's group-commit workers (`crate::batch`) wake it
 //! after each batch, once the batch's replies are sent — the core records
 //! an attempt before it submits the attempt's write-back, so the batch
-//! carrying that write-back wakes the writer for it — and a queue holding
-//! a chunk's worth wakes it by itself. A wake that comes while the writer is busy
-//! is kept, so nothing queued is stranded; [`HistoryQueue::settled`]
-//! wakes it too and waits until the queue is empty (a stopping daemon).
+//! carrying that write-back wakes the writer for it. When the writer
+//! writes is its pacing's to say (`super::pacing`): once delivery pauses,
+//! or once the queue is half full or its oldest attempt has waited its
+//! bound. A wake that comes while the writer is busy is kept, so nothing
+//! queued is stranded; [`HistoryQueue::settled`] has the writer write at
+//! once and waits until the queue is empty (a stopping daemon).
 //!
-//! The writer takes everything queued and inserts it in multi-row
-//! `INSERT`s of at most [`CHUNK_ROWS`] rows (and about [`CHUNK_BYTES`] of
-//! statement), values inlined as digits and hex literals, each bounded by
-//! the statement timeout (`crate::session`). An attempt's `number` is one
-//! more than the highest on record for its request (one `SELECT … GROUP
-//! BY request_phid` per chunk), counting those before it in the chunk;
-//! `(request_phid, number)` is unique, so two writers numbering the same
-//! request at once cannot both succeed, and the loser numbers again.
+//! A round of writing takes what is queued when it starts, [`CHUNK_ROWS`]
+//! attempts at a time (what arrives meanwhile waits for the next round),
+//! and inserts them in multi-row `INSERT`s of at most [`CHUNK_ROWS`] rows
+//! (and about [`CHUNK_BYTES`] of statement), values inlined as digits and
+//! hex literals, each bounded by the statement timeout
+//! (`crate::session`). An attempt's `number` is one more than the highest
+//! on record for its request (one `SELECT … GROUP BY request_phid` per
+//! chunk), counting those before it in the chunk; `(request_phid,
+//! number)` is unique, so two writers numbering the same request at once
+//! cannot both succeed, and the loser numbers again.
 //!
 //! A chunk that fails is not retried (but for another writer's insert
 //! in the way: a number taken, a deadlock), the next chunks still are
 //! tried: its attempts are dropped and counted ([`HistoryTotals`]), the
 //! failure is logged once per streak
 //! (`history_write_failed`, and `history_write_recovered` after it), and
-//! [`HistoryQueue::failing`] says why once [`FAILING_AFTER`] writes in a
+//! [`HistoryQueue::failing`] says why once [`FAILING_AFTER`] rounds in a
 //! row failed. Nothing of this reaches a delivery.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mysql_async::Row;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tracing::{debug, info, warn};
 use webhook_core::history::{Attempt, AttemptLog};
 
+use super::pacing::{Gathered, Next, Pacing};
 use super::{attempt_table, HistoryConfig};
 use crate::connector::Connector;
 use crate::error::server_code_of;
@@ -60,7 +66,16 @@ pub const CHUNK_ROWS: usize = 256;
 /// Statement text of one `INSERT`, about at most (a single larger row
 /// goes alone): well below the smallest default `max_allowed_packet`.
 pub const CHUNK_BYTES: usize = 2 * 1024 * 1024;
-/// Writes failed in a row before [`HistoryQueue::failing`] reports.
+/// The writer's pacing (`super::pacing`): a pause of 250 ms in delivery,
+/// 2 s at most, or half the queue.
+const PACING: Pacing = Pacing {
+    quiet: Duration::from_millis(250),
+    max_wait: Duration::from_secs(2),
+    max_rows: PENDING_MAX / 2,
+    max_bytes: PENDING_BYTES_MAX / 2,
+};
+/// Rounds of writing failed in a row before [`HistoryQueue::failing`]
+/// reports.
 pub const FAILING_AFTER: u32 = 3;
 /// Numberings of one chunk tried before its attempts are dropped.
 const NUMBERING_TRIES: u32 = 10;
@@ -107,7 +122,9 @@ struct Inner {
     /// About how many bytes `pending` holds ([`size_of`]).
     pending_bytes: AtomicUsize,
     /// Whether the queue's being full was said (until it takes one again).
-    full_said: std::sync::atomic::AtomicBool,
+    full_said: AtomicBool,
+    /// Whether the writer is to write without gathering further.
+    flush: AtomicBool,
     /// Taken from `pending` by the writer, not yet written or dropped.
     in_flight: AtomicUsize,
     recorded: AtomicU64,
@@ -153,7 +170,8 @@ impl HistoryQueue {
                 body_kept: config.body_kept,
                 pending: Mutex::new(VecDeque::new()),
                 pending_bytes: AtomicUsize::new(0),
-                full_said: std::sync::atomic::AtomicBool::new(false),
+                full_said: AtomicBool::new(false),
+                flush: AtomicBool::new(false),
                 in_flight: AtomicUsize::new(0),
                 recorded: AtomicU64::new(0),
                 written: AtomicU64::new(0),
@@ -181,7 +199,7 @@ impl HistoryQueue {
     }
 
     /// The last write's error while the last [`FAILING_AFTER`] or more
-    /// writes all failed; `None` once one succeeds.
+    /// rounds of writing all failed; `None` once one succeeds.
     pub fn failing(&self) -> Option<String> {
         let health = lock(&self.inner.health);
         (health.failed_in_row >= FAILING_AFTER)
@@ -195,15 +213,17 @@ impl HistoryQueue {
         pending.len() + self.inner.in_flight.load(Ordering::Acquire)
     }
 
-    /// Wakes the writer and waits, at most `within`, until every attempt
-    /// recorded so far is written or dropped; whether that happened (not
-    /// when no store writes the queue). For a stopping daemon, and tests.
+    /// Has the writer write at once, and waits, at most `within`, until
+    /// every attempt recorded so far is written or dropped; whether that
+    /// happened (not when no store writes the queue). For a stopping
+    /// daemon, and tests.
     pub async fn settled(&self, within: Duration) -> bool {
         let deadline = Instant::now() + within;
         loop {
             if self.pending() == 0 {
                 return true;
             }
+            self.inner.flush.store(true, Ordering::Release);
             self.wake();
             if Instant::now() >= deadline {
                 return false;
@@ -213,7 +233,7 @@ impl HistoryQueue {
     }
 
     /// Wakes the writer if anything is queued (the batch workers, after
-    /// each batch).
+    /// each batch): delivery is at work.
     pub(crate) fn kick(&self) {
         if !lock(&self.inner.pending).is_empty() {
             self.wake();
@@ -289,7 +309,8 @@ impl AttemptLog for HistoryQueue {
             }
             Some(queued) => {
                 inner.full_said.store(false, Ordering::Relaxed);
-                if queued >= CHUNK_ROWS {
+                let bytes = inner.pending_bytes.load(Ordering::Relaxed);
+                if queued >= PACING.max_rows || bytes >= PACING.max_bytes {
                     self.wake();
                 }
             }
@@ -320,72 +341,145 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Inner {
-    /// Everything queued, counted in flight.
-    fn take(&self) -> Vec<Attempt> {
-        let mut pending = lock(&self.pending);
-        self.in_flight.fetch_add(pending.len(), Ordering::AcqRel);
-        self.pending_bytes.store(0, Ordering::Relaxed);
-        pending.drain(..).collect()
+    /// What the writer's pacing looks at, `waited` into a round.
+    fn gathered(&self, waited: Duration) -> Gathered {
+        Gathered {
+            rows: lock(&self.pending).len(),
+            bytes: self.pending_bytes.load(Ordering::Relaxed),
+            waited,
+            flush: self.flush.load(Ordering::Acquire),
+        }
     }
 
-    /// The outcome of writing `taken` attempts, `written` of them.
-    fn settle(&self, taken: usize, written: u64, outcome: Result<(), String>) {
+    /// The first `most` attempts queued (all there are, when fewer),
+    /// counted in flight.
+    fn take(&self, most: usize) -> Vec<Attempt> {
+        let mut pending = lock(&self.pending);
+        let count = most.min(pending.len());
+        self.in_flight.fetch_add(count, Ordering::AcqRel);
+        let taken: Vec<Attempt> = pending.drain(..count).collect();
+        let bytes: usize = taken.iter().map(size_of).sum();
+        let _ = self
+            .pending_bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                Some(held.saturating_sub(bytes))
+            });
+        taken
+    }
+
+    /// `taken` attempts, `written` of them, are out of flight.
+    fn settle(&self, taken: usize, written: u64) {
         let taken_count = u64::try_from(taken).unwrap_or(u64::MAX);
         self.written.fetch_add(written, Ordering::Relaxed);
         self.dropped
             .fetch_add(taken_count.saturating_sub(written), Ordering::Relaxed);
-        {
-            let mut health = lock(&self.health);
-            match outcome {
-                Ok(()) => {
-                    if health.warned {
-                        info!(
-                            event = "history_write_recovered",
-                            database = %self.database,
-                            failed_writes = health.failed_in_row,
-                            "attempts are written to the history again"
-                        );
-                    }
-                    *health = Health::default();
+        self.in_flight.fetch_sub(taken, Ordering::AcqRel);
+    }
+
+    /// A round of writing is over, `dropped` attempts dropped and its
+    /// first failure `failed`: the streak of failures goes on or ends.
+    fn note_round(&self, dropped: u64, failed: Option<String>) {
+        let mut health = lock(&self.health);
+        match failed {
+            None => {
+                if health.warned {
+                    info!(
+                        event = "history_write_recovered",
+                        database = %self.database,
+                        failed_writes = health.failed_in_row,
+                        "attempts are written to the history again"
+                    );
                 }
-                Err(error) => {
-                    health.failed_in_row = health.failed_in_row.saturating_add(1);
-                    if !health.warned {
-                        warn!(
-                            event = "history_write_failed",
-                            database = %self.database,
-                            dropped = taken_count.saturating_sub(written),
-                            error = %error,
-                            "attempts could not be written to the history and are dropped; \
-                             deliveries go on"
-                        );
-                        health.warned = true;
-                    }
-                    health.last_error = Some(error);
+                *health = Health::default();
+            }
+            Some(error) => {
+                health.failed_in_row = health.failed_in_row.saturating_add(1);
+                if !health.warned {
+                    warn!(
+                        event = "history_write_failed",
+                        database = %self.database,
+                        dropped,
+                        error = %error,
+                        "attempts could not be written to the history and are dropped; \
+                         deliveries go on"
+                    );
+                    health.warned = true;
                 }
+                health.last_error = Some(error);
             }
         }
-        self.in_flight.fetch_sub(taken, Ordering::AcqRel);
     }
 }
 
-/// The writer: on each wake, writes everything queued until the queue is
-/// empty. Ends when every handle of the queue is gone.
+/// The writer: on each wake, gathers as its pacing says, then writes a
+/// round. Ends when every handle of the queue is gone.
 async fn write_loop(inner: Weak<Inner>, connector: Connector, mut wakes: mpsc::Receiver<()>) {
     while wakes.recv().await.is_some() {
+        gather(&inner, &mut wakes).await;
         let Some(inner) = inner.upgrade() else {
             return;
         };
-        loop {
-            let taken = inner.take();
-            if taken.is_empty() {
-                break;
+        write_round(&connector, &inner).await;
+    }
+}
+
+/// Waits while the pacing says to gather: each wake that comes within
+/// its wait is delivery still at work.
+async fn gather(inner: &Weak<Inner>, wakes: &mut mpsc::Receiver<()>) {
+    let started = Instant::now();
+    loop {
+        let Some(seen) = inner
+            .upgrade()
+            .map(|inner| inner.gathered(started.elapsed()))
+        else {
+            return;
+        };
+        match PACING.next(seen) {
+            Next::Write => return,
+            Next::Gather(wait) => {
+                if !matches!(tokio::time::timeout(wait, wakes.recv()).await, Ok(Some(()))) {
+                    return;
+                }
             }
-            let count = taken.len();
-            let (written, outcome) = write(&connector, &inner, taken).await;
-            inner.settle(count, written, outcome);
         }
     }
+}
+
+/// One round: what is queued as it starts, written [`CHUNK_ROWS`]
+/// attempts at a time on one connection.
+async fn write_round(connector: &Connector, inner: &Inner) {
+    inner.flush.store(false, Ordering::Release);
+    let mut left = lock(&inner.pending).len();
+    let mut conn = match connector.connect().await {
+        Ok(conn) => conn,
+        Err(err) => {
+            let count = inner.take(left).len();
+            inner.settle(count, 0);
+            inner.note_round(
+                u64::try_from(count).unwrap_or(u64::MAX),
+                Some(err.to_string()),
+            );
+            return;
+        }
+    };
+    let table = attempt_table(&inner.database);
+    let mut dropped = 0;
+    let mut failed = None;
+    while left > 0 {
+        let taken = inner.take(left.min(CHUNK_ROWS));
+        if taken.is_empty() {
+            break;
+        }
+        let count = taken.len();
+        left -= count;
+        let (written, error) = write(&mut conn, &table, inner, taken).await;
+        inner.settle(count, written);
+        dropped += u64::try_from(count)
+            .unwrap_or(u64::MAX)
+            .saturating_sub(written);
+        failed = failed.or(error);
+    }
+    inner.note_round(dropped, failed);
 }
 
 /// One attempt's values, rendered once: `(request_id, …, exchange,` —
@@ -397,30 +491,26 @@ struct Rendered {
 
 /// Writes `taken`: how many were written, and the first failure.
 async fn write(
-    connector: &Connector,
+    conn: &mut Session,
+    table: &str,
     inner: &Inner,
     taken: Vec<Attempt>,
-) -> (u64, Result<(), String>) {
+) -> (u64, Option<String>) {
     let rendered: Vec<Rendered> = taken
         .into_iter()
         .map(|attempt| render(attempt, &inner.instance, inner.body_kept))
         .collect();
-    let mut conn = match connector.connect().await {
-        Ok(conn) => conn,
-        Err(err) => return (0, Err(err.to_string())),
-    };
-    let table = attempt_table(&inner.database);
     let mut written = 0;
     let mut failed = None;
     // A chunk that fails drops its own attempts only: the next ones are
     // still tried (a lock wait or a deadlock is over by then).
     for chunk in chunks(&rendered) {
-        match write_chunk(&mut conn, &table, chunk).await {
+        match write_chunk(conn, table, chunk).await {
             Ok(count) => written += count,
             Err(err) => failed = failed.or(Some(err)),
         }
     }
-    (written, failed.map_or(Ok(()), Err))
+    (written, failed)
 }
 
 /// `rendered` in runs of at most [`CHUNK_ROWS`] rows and about
@@ -662,7 +752,7 @@ mod tests {
         assert_eq!(totals.recorded, (fits + 3) as u64);
         assert_eq!(totals.dropped, 3);
         assert_eq!(queue.pending(), fits);
-        let taken = queue.inner.take();
+        let taken = queue.inner.take(usize::MAX);
         assert_eq!(taken.len(), fits);
         queue.record(big("PHID-HWBR-after"));
         assert_eq!(queue.totals().dropped, 3, "room again once taken");
@@ -722,6 +812,55 @@ mod tests {
         assert_eq!(cut_chars("ééé", 2), "éé");
         assert_eq!(cut_chars("ab", 5), "ab");
         assert_eq!(cut_bytes("abc", 2), b"ab");
+    }
+
+    /// How long the writer gathers, one attempt queued, while a batch is
+    /// committed every `every` for `for_how_long` (on tokio's paused
+    /// clock).
+    async fn gathering_time(every: Duration, for_how_long: Duration) -> Duration {
+        let queue = HistoryQueue::new(&HistoryConfig::with_defaults("h"), "i");
+        queue.record(attempt("PHID-HWBR-1"));
+        let (batches, mut wakes) = mpsc::channel(1);
+        let inner = Arc::downgrade(&queue.inner);
+        let started = Instant::now();
+        let writer = tokio::spawn(async move {
+            gather(&inner, &mut wakes).await;
+            started.elapsed()
+        });
+        while started.elapsed() + every <= for_how_long {
+            tokio::time::sleep(every).await;
+            let _ = batches.try_send(());
+        }
+        writer.await.expect("the writer gathers")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_writer_waits_for_delivery_to_pause() {
+        let at_once = gathering_time(Duration::from_millis(100), Duration::ZERO).await;
+        assert_eq!(
+            at_once, PACING.quiet,
+            "no batch: written after the quiet span"
+        );
+        let after_burst =
+            gathering_time(Duration::from_millis(100), Duration::from_millis(600)).await;
+        assert_eq!(after_burst, Duration::from_millis(600) + PACING.quiet);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delivery_that_never_pauses_has_its_attempts_written_within_the_bound() {
+        let busy = gathering_time(Duration::from_millis(100), Duration::from_secs(10)).await;
+        assert_eq!(busy, PACING.max_wait);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stopping_daemon_has_the_queue_written_at_once() {
+        let queue = HistoryQueue::new(&HistoryConfig::with_defaults("h"), "i");
+        queue.record(attempt("PHID-HWBR-1"));
+        queue.inner.flush.store(true, Ordering::Release);
+        let (_batches, mut wakes) = mpsc::channel(1);
+        let started = Instant::now();
+        gather(&Arc::downgrade(&queue.inner), &mut wakes).await;
+        assert_eq!(started.elapsed(), Duration::ZERO);
     }
 
     #[test]
