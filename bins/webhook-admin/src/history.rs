@@ -1,7 +1,8 @@
 //! `history`: the attempts the daemon recorded in its attempt history (a
 //! database of its own, `GORGE_WEBHOOK_HISTORY_DATABASE`), newest first,
 //! filtered by request, hook, object, outcome and time; and the last few
-//! attempts of one request for `explain`.
+//! attempts of one request for `explain` (or, for a request Phorge has
+//! deleted, where the history keeps it).
 //!
 //! Only the history database is read, never Phorge's table, so a request
 //! Phorge has already deleted is still listed. A missing history database
@@ -17,7 +18,7 @@ use webhook_store_mysql::HistoryConfig;
 use crate::cli::HistoryFilters;
 use crate::clock::{self, utc_ms};
 use crate::error::{exit, AdminError};
-use crate::inspect::Db;
+use crate::inspect::{Db, RequestRef};
 use crate::out::{emit, emit_line};
 use crate::settings::AdminConfig;
 
@@ -177,6 +178,34 @@ pub async fn recent(db: &Db, config: &AdminConfig, id: u64) -> Recent {
         Err(StoreError::MissingDatabase(_)) => Recent::Off,
         Err(err) => Recent::Unreadable(db.fail_on(&database, err).to_string()),
     }
+}
+
+/// For a request Phorge's table no longer has: where the history still
+/// keeps it (its last attempt, and the command listing them all), to add
+/// to `explain`'s "no request"; nothing when the history has no attempt
+/// of it or cannot be read.
+pub async fn kept_after_deletion(
+    db: &Db,
+    config: &AdminConfig,
+    which: &RequestRef,
+) -> Option<String> {
+    let database = database(config).ok()?;
+    let (key, named) = match which {
+        RequestRef::Id(id) => (RequestKey::Id(*id), id.to_string()),
+        RequestRef::Phid(phid) => (RequestKey::Phid(phid.clone()), phid.clone()),
+    };
+    let query = AttemptQuery {
+        request: Some(key),
+        limit: 1,
+        ..AttemptQuery::default()
+    };
+    let attempts = db.reader().history(&database).attempts(&query).await.ok()?;
+    let last = attempts.first()?;
+    Some(format!(
+        "Phorge has deleted it, but the attempt history keeps its attempts \
+         (`webhook-admin history --request {named}`); the last: {}",
+        brief(last)
+    ))
 }
 
 /// One line: when, which attempt, its outcome, the HTTP status and how

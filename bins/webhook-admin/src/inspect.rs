@@ -473,7 +473,17 @@ pub async fn explain_request(
     json_out: bool,
     daemon: &DaemonAsk,
 ) -> Result<u8, AdminError> {
-    let row = db.request(which).await?;
+    let row = match db.request(which).await {
+        Err(AdminError::NotFound(message)) => {
+            return Err(AdminError::NotFound(
+                match history::kept_after_deletion(db, config, which).await {
+                    Some(kept) => format!("{message}; {kept}"),
+                    None => message,
+                },
+            ));
+        }
+        found => found?,
+    };
     let Judged {
         hook,
         object,

@@ -153,6 +153,19 @@ async fn history_lists_filters_and_outlives_phorges_rows() {
             assert!(out.stdout.contains(&format!("request {a} {pa}  #2  host:7")), "{}", out.stdout);
             assert!(out.stdout.contains("queued  http/503  HTTP 503  42 ms"), "{}", out.stdout);
 
+            // explain of the deleted request says where the history keeps
+            // it, by id and by PHID.
+            for key in [id_a.as_str(), pa.as_str()] {
+                let out = on_db(&db, &["explain", key]).await;
+                assert_ne!(out.status, 0, "{out:?}");
+                assert!(
+                    out.stderr.contains("no request with")
+                        && out.stderr.contains(&format!("webhook-admin history --request {key}"))
+                        && out.stderr.contains("the last: 2023-11-14 22:13:22.000 UTC  #2  queued"),
+                    "{out:?}"
+                );
+            }
+
             // explain reads Phorge's row, then the history's last attempts.
             let out = on_db(&db, &["explain", &b.to_string(), "--at", "1700000000"]).await;
             assert_eq!(out.status, 0, "{out:?}");
