@@ -131,14 +131,14 @@ struct Context {
 }
 
 impl WriteBatcher {
-    /// Starts the workers (and `history`'s writer, on the same pool) on
-    /// the current tokio runtime.
+    /// Starts the workers (and `history`'s writer, on the history's own
+    /// pool) on the current tokio runtime.
     pub(crate) fn start(connector: Connector, history: Option<HistoryQueue>) -> Self {
         let (jobs, queue) = mpsc::unbounded_channel();
         let queue = Arc::new(Mutex::new(queue));
         let counts = Arc::new(BatchCounts::default());
         if let Some(history) = &history {
-            history.attach(&connector);
+            history.attach();
         }
         let context = Arc::new(Context {
             connector,

@@ -155,7 +155,7 @@ impl MysqlHistory {
             mysql.statement_timeout,
         );
         Ok(Self {
-            queue: HistoryQueue::new(&config, instance).writing_on(connector.clone()),
+            queue: HistoryQueue::new(&config, instance, connector.clone()),
             connector,
             config,
         })

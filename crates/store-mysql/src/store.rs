@@ -103,8 +103,7 @@ impl MysqlStore {
     /// Writes the attempts recorded into `queue` to the history
     /// (`crate::history`): the group-commit workers wake its writer after
     /// each batch, once the batch's replies are sent, and the writer runs
-    /// on the history's own pool (or, for a queue made alone, this
-    /// store's). A failing history never delays, fails or
+    /// on the history's own pool. A failing history never delays, fails or
     /// repeats a write. This store gets group-commit workers of its own
     /// (clones made before share the earlier ones).
     pub fn with_history(mut self, queue: HistoryQueue) -> Self {

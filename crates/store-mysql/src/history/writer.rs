@@ -3,11 +3,10 @@
 //!
 //! `record` appends to a bounded queue in memory and returns: it never
 //! waits and never fails (beyond [`PENDING_MAX`] attempts or
-//! [`PENDING_BYTES_MAX`] bytes it drops, counted and said once). Each
-//! queue has one writer task, started by the first [`crate::MysqlStore`]
-//! given the queue, on the history's own pool
-//! ([`crate::history::MysqlHistory`]'s; a queue made alone writes on that
-//! store's). The store's group-commit workers (`crate::batch`) wake it
+//! [`PENDING_BYTES_MAX`] bytes it drops, counted and said once). A queue
+//! is made only by [`crate::history::MysqlHistory`], on that history's
+//! own pool; its one writer task is started by the first
+//! [`crate::MysqlStore`] given the queue. The store's group-commit workers (`crate::batch`) wake it
 //! after each batch, once the batch's replies are sent — the core records
 //! an attempt before it submits the attempt's write-back, so the batch
 //! carrying that write-back wakes the writer for it. When the writer
@@ -135,8 +134,8 @@ struct Inner {
     wake: mpsc::Sender<()>,
     /// The writer's end, until a store starts the writer.
     wakes: Mutex<Option<mpsc::Receiver<()>>>,
-    /// The pool the writer writes on, when not the starting store's.
-    own_pool: Mutex<Option<Connector>>,
+    /// The history's own pool, the writer's.
+    connector: Connector,
 }
 
 /// The writes' streak of failures.
@@ -158,10 +157,15 @@ impl fmt::Debug for HistoryQueue {
 }
 
 impl HistoryQueue {
-    /// An empty queue for `config`'s database; `instance` names this
-    /// daemon in each attempt (`host:pid`). Nothing is written until a
-    /// store is given it ([`crate::MysqlStore::with_history`]).
-    pub fn new(config: &HistoryConfig, instance: impl Into<String>) -> Self {
+    /// An empty queue for `config`'s database, written on `connector`
+    /// (the history's own pool); `instance` names this daemon in each
+    /// attempt (`host:pid`). Nothing is written until a store is given it
+    /// ([`crate::MysqlStore::with_history`]).
+    pub(crate) fn new(
+        config: &HistoryConfig,
+        instance: impl Into<String>,
+        connector: Connector,
+    ) -> Self {
         let (wake, wakes) = mpsc::channel(1);
         Self {
             inner: Arc::new(Inner {
@@ -179,7 +183,7 @@ impl HistoryQueue {
                 health: Mutex::new(Health::default()),
                 wake,
                 wakes: Mutex::new(Some(wakes)),
-                own_pool: Mutex::new(None),
+                connector,
             }),
         }
     }
@@ -245,24 +249,13 @@ impl HistoryQueue {
         let _ = self.inner.wake.try_send(());
     }
 
-    /// Writes on `connector`'s pool (the history's own,
-    /// [`crate::history::MysqlHistory`]'s) rather than on the pool of the
-    /// store that starts the writer.
-    pub(crate) fn writing_on(self, connector: Connector) -> Self {
-        *lock(&self.inner.own_pool) = Some(connector);
-        self
-    }
-
-    /// Starts the queue's writer, unless a store started it already: on
-    /// the history's own pool, or else on `store`'s. Call within a tokio
-    /// runtime.
-    pub(crate) fn attach(&self, store: &Connector) {
+    /// Starts the queue's writer, unless a store started it already.
+    /// Call within a tokio runtime.
+    pub(crate) fn attach(&self) {
         let Some(wakes) = lock(&self.inner.wakes).take() else {
             return;
         };
-        let connector = lock(&self.inner.own_pool)
-            .clone()
-            .unwrap_or_else(|| store.clone());
+        let connector = self.inner.connector.clone();
         tokio::spawn(write_loop(Arc::downgrade(&self.inner), connector, wakes));
         self.kick();
     }
@@ -729,13 +722,24 @@ mod tests {
         }
     }
 
+    /// A queue on a pool that never connects: what is queued stays.
+    fn test_queue(config: &HistoryConfig) -> HistoryQueue {
+        let history = crate::history::MysqlHistory::new(
+            &crate::MysqlConfig::default(),
+            config.clone(),
+            "test:1",
+        )
+        .expect("the default settings are valid");
+        history.queue()
+    }
+
     /// Attempts with large answers fill the queue by their bytes before
     /// its count: the rest are dropped and counted, and the queue takes
     /// attempts again once the writer took what waited.
     #[test]
     fn the_queue_holds_at_most_its_bytes() {
         let config = HistoryConfig::with_defaults("budget");
-        let queue = HistoryQueue::new(&config, "test:1");
+        let queue = test_queue(&config);
         let big = |phid: &str| {
             let mut attempt = attempt(phid);
             attempt.exchange = Some(Exchange {
@@ -818,7 +822,7 @@ mod tests {
     /// committed every `every` for `for_how_long` (on tokio's paused
     /// clock).
     async fn gathering_time(every: Duration, for_how_long: Duration) -> Duration {
-        let queue = HistoryQueue::new(&HistoryConfig::with_defaults("h"), "i");
+        let queue = test_queue(&HistoryConfig::with_defaults("h"));
         queue.record(attempt("PHID-HWBR-1"));
         let (batches, mut wakes) = mpsc::channel(1);
         let inner = Arc::downgrade(&queue.inner);
@@ -854,7 +858,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_stopping_daemon_has_the_queue_written_at_once() {
-        let queue = HistoryQueue::new(&HistoryConfig::with_defaults("h"), "i");
+        let queue = test_queue(&HistoryConfig::with_defaults("h"));
         queue.record(attempt("PHID-HWBR-1"));
         queue.inner.flush.store(true, Ordering::Release);
         let (_batches, mut wakes) = mpsc::channel(1);
@@ -865,7 +869,7 @@ mod tests {
 
     #[test]
     fn a_full_queue_drops_and_counts() {
-        let queue = HistoryQueue::new(&HistoryConfig::with_defaults("h"), "i");
+        let queue = test_queue(&HistoryConfig::with_defaults("h"));
         for _ in 0..PENDING_MAX + 3 {
             queue.record(attempt("PHID-HWBR-1"));
         }
