@@ -6,8 +6,9 @@
 //! [`PENDING_BYTES_MAX`] bytes it drops, counted and said once). A queue
 //! is made only by [`crate::history::MysqlHistory`], on that history's
 //! own pool; its one writer task is started by the first
-//! [`crate::MysqlStore`] given the queue. The store's group-commit workers (`crate::batch`) wake it
-//! after each batch, once the batch's replies are sent — the core records
+//! [`crate::MysqlStore`] given the queue. The store's group-commit
+//! workers (`crate::batch`) wake it after each batch, once the batch's
+//! replies are sent — the core records
 //! an attempt before it submits the attempt's write-back, so the batch
 //! carrying that write-back wakes the writer for it. When the writer
 //! writes is its pacing's to say (`super::pacing`): once delivery pauses,
@@ -29,8 +30,10 @@
 //!
 //! A chunk that fails is not retried (but for another writer's insert
 //! in the way: a number taken, a deadlock), the next chunks still are
-//! tried: its attempts are dropped and counted ([`HistoryTotals`]), the
-//! failure is logged once per streak
+//! tried (on a new session when its statement timed out; when no
+//! session can be had, the rest of the round is dropped at once): its
+//! attempts are dropped and counted ([`HistoryTotals`]), the failure is
+//! logged once per streak
 //! (`history_write_failed`, and `history_write_recovered` after it), and
 //! [`HistoryQueue::failing`] says why once [`FAILING_AFTER`] rounds in a
 //! row failed. Nothing of this reaches a delivery.
@@ -51,7 +54,7 @@ use webhook_core::history::{Attempt, AttemptLog};
 use super::pacing::{Gathered, Next, Pacing};
 use super::{attempt_table, HistoryConfig};
 use crate::connector::Connector;
-use crate::error::server_code_of;
+use crate::error::{server_code_of, MysqlError};
 use crate::session::Session;
 
 /// Attempts waiting to be written at most; beyond, `record` drops.
@@ -117,7 +120,8 @@ struct Inner {
     database: String,
     instance: String,
     body_kept: usize,
-    pending: Mutex<VecDeque<Attempt>>,
+    /// Each attempt with when it was queued.
+    pending: Mutex<VecDeque<(Instant, Attempt)>>,
     /// About how many bytes `pending` holds ([`size_of`]).
     pending_bytes: AtomicUsize,
     /// Whether the queue's being full was said (until it takes one again).
@@ -282,7 +286,7 @@ impl AttemptLog for HistoryQueue {
             if pending.len() >= PENDING_MAX || bytes.saturating_add(size) > PENDING_BYTES_MAX {
                 None
             } else {
-                pending.push_back(attempt);
+                pending.push_back((Instant::now(), attempt));
                 inner.pending_bytes.fetch_add(size, Ordering::Relaxed);
                 Some(pending.len())
             }
@@ -334,12 +338,15 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Inner {
-    /// What the writer's pacing looks at, `waited` into a round.
-    fn gathered(&self, waited: Duration) -> Gathered {
+    /// What the writer's pacing looks at.
+    fn gathered(&self) -> Gathered {
+        let pending = lock(&self.pending);
         Gathered {
-            rows: lock(&self.pending).len(),
+            rows: pending.len(),
             bytes: self.pending_bytes.load(Ordering::Relaxed),
-            waited,
+            waited: pending
+                .front()
+                .map_or(Duration::ZERO, |(queued, _)| queued.elapsed()),
             flush: self.flush.load(Ordering::Acquire),
         }
     }
@@ -350,7 +357,7 @@ impl Inner {
         let mut pending = lock(&self.pending);
         let count = most.min(pending.len());
         self.in_flight.fetch_add(count, Ordering::AcqRel);
-        let taken: Vec<Attempt> = pending.drain(..count).collect();
+        let taken: Vec<Attempt> = pending.drain(..count).map(|(_, attempt)| attempt).collect();
         let bytes: usize = taken.iter().map(size_of).sum();
         let _ = self
             .pending_bytes
@@ -419,12 +426,8 @@ async fn write_loop(inner: Weak<Inner>, connector: Connector, mut wakes: mpsc::R
 /// Waits while the pacing says to gather: each wake that comes within
 /// its wait is delivery still at work.
 async fn gather(inner: &Weak<Inner>, wakes: &mut mpsc::Receiver<()>) {
-    let started = Instant::now();
     loop {
-        let Some(seen) = inner
-            .upgrade()
-            .map(|inner| inner.gathered(started.elapsed()))
-        else {
+        let Some(seen) = inner.upgrade().map(|inner| inner.gathered()) else {
             return;
         };
         match PACING.next(seen) {
@@ -439,23 +442,16 @@ async fn gather(inner: &Weak<Inner>, wakes: &mut mpsc::Receiver<()>) {
 }
 
 /// One round: what is queued as it starts, written [`CHUNK_ROWS`]
-/// attempts at a time on one connection.
+/// attempts at a time. Nothing queued (a wake left over from a round
+/// just written) is no round: the streak of failures is left as it is.
 async fn write_round(connector: &Connector, inner: &Inner) {
     inner.flush.store(false, Ordering::Release);
     let mut left = lock(&inner.pending).len();
-    let mut conn = match connector.connect().await {
-        Ok(conn) => conn,
-        Err(err) => {
-            let count = inner.take(left).len();
-            inner.settle(count, 0);
-            inner.note_round(
-                u64::try_from(count).unwrap_or(u64::MAX),
-                Some(err.to_string()),
-            );
-            return;
-        }
-    };
+    if left == 0 {
+        return;
+    }
     let table = attempt_table(&inner.database);
+    let mut conn = None;
     let mut dropped = 0;
     let mut failed = None;
     while left > 0 {
@@ -465,14 +461,45 @@ async fn write_round(connector: &Connector, inner: &Inner) {
         }
         let count = taken.len();
         left -= count;
-        let (written, error) = write(&mut conn, &table, inner, taken).await;
-        inner.settle(count, written);
+        let written = write(connector, &mut conn, &table, inner, taken).await;
+        inner.settle(count, written.rows);
         dropped += u64::try_from(count)
             .unwrap_or(u64::MAX)
-            .saturating_sub(written);
-        failed = failed.or(error);
+            .saturating_sub(written.rows);
+        failed = failed.or(written.error);
+        if written.unreachable {
+            // The server cannot be reached: the rest of the round is
+            // dropped now rather than each chunk waiting out a connect.
+            let rest = inner.take(left).len();
+            inner.settle(rest, 0);
+            dropped += u64::try_from(rest).unwrap_or(u64::MAX);
+            break;
+        }
     }
     inner.note_round(dropped, failed);
+}
+
+/// What became of attempts handed to [`write`].
+struct Written {
+    rows: u64,
+    /// The first failure.
+    error: Option<String>,
+    /// Whether a connection could not be had.
+    unreachable: bool,
+}
+
+/// The round's session in `slot`: the one it has, or a new one when it
+/// has none or its last statement timed out (which abandons a session).
+async fn session<'a>(
+    connector: &Connector,
+    slot: &'a mut Option<Session>,
+) -> Result<&'a mut Session, MysqlError> {
+    let usable = slot.take().filter(|session| session.id() != 0);
+    let session = match usable {
+        Some(session) => session,
+        None => connector.connect().await?,
+    };
+    Ok(slot.insert(session))
 }
 
 /// One attempt's values, rendered once: `(request_id, …, exchange,` —
@@ -482,28 +509,40 @@ struct Rendered {
     head: String,
 }
 
-/// Writes `taken`: how many were written, and the first failure.
+/// Writes `taken` on the round's session.
 async fn write(
-    conn: &mut Session,
+    connector: &Connector,
+    conn: &mut Option<Session>,
     table: &str,
     inner: &Inner,
     taken: Vec<Attempt>,
-) -> (u64, Option<String>) {
+) -> Written {
     let rendered: Vec<Rendered> = taken
         .into_iter()
         .map(|attempt| render(attempt, &inner.instance, inner.body_kept))
         .collect();
-    let mut written = 0;
-    let mut failed = None;
+    let mut written = Written {
+        rows: 0,
+        error: None,
+        unreachable: false,
+    };
     // A chunk that fails drops its own attempts only: the next ones are
     // still tried (a lock wait or a deadlock is over by then).
     for chunk in chunks(&rendered) {
-        match write_chunk(conn, table, chunk).await {
-            Ok(count) => written += count,
-            Err(err) => failed = failed.or(Some(err)),
+        let session = match session(connector, conn).await {
+            Ok(session) => session,
+            Err(err) => {
+                written.error = written.error.or(Some(err.to_string()));
+                written.unreachable = true;
+                return written;
+            }
+        };
+        match write_chunk(session, table, chunk).await {
+            Ok(count) => written.rows += count,
+            Err(err) => written.error = written.error.or(Some(err)),
         }
     }
-    (written, failed)
+    written
 }
 
 /// `rendered` in runs of at most [`CHUNK_ROWS`] rows and about
@@ -722,7 +761,8 @@ mod tests {
         }
     }
 
-    /// A queue on a pool that never connects: what is queued stays.
+    /// A queue on a lazy pool no writer uses (none is attached): what is
+    /// queued stays.
     fn test_queue(config: &HistoryConfig) -> HistoryQueue {
         let history = crate::history::MysqlHistory::new(
             &crate::MysqlConfig::default(),
@@ -818,42 +858,96 @@ mod tests {
         assert_eq!(cut_bytes("abc", 2), b"ab");
     }
 
-    /// How long the writer gathers, one attempt queued, while a batch is
-    /// committed every `every` for `for_how_long` (on tokio's paused
-    /// clock).
-    async fn gathering_time(every: Duration, for_how_long: Duration) -> Duration {
+    /// How the writer is woken in a test: its one attempt queued `before`
+    /// it starts gathering, then a batch committed every `every` for
+    /// `for_how_long` (on tokio's paused clock).
+    struct Wakes {
+        before: Duration,
+        every: Duration,
+        for_how_long: Duration,
+    }
+
+    /// How long the writer gathers, woken as `wakes` says.
+    async fn gathering_time(wakes: Wakes) -> Duration {
         let queue = test_queue(&HistoryConfig::with_defaults("h"));
         queue.record(attempt("PHID-HWBR-1"));
-        let (batches, mut wakes) = mpsc::channel(1);
+        tokio::time::sleep(wakes.before).await;
+        let (batches, mut received) = mpsc::channel(1);
         let inner = Arc::downgrade(&queue.inner);
         let started = Instant::now();
         let writer = tokio::spawn(async move {
-            gather(&inner, &mut wakes).await;
+            gather(&inner, &mut received).await;
             started.elapsed()
         });
-        while started.elapsed() + every <= for_how_long {
-            tokio::time::sleep(every).await;
+        while started.elapsed() + wakes.every <= wakes.for_how_long {
+            tokio::time::sleep(wakes.every).await;
             let _ = batches.try_send(());
         }
         writer.await.expect("the writer gathers")
     }
 
+    /// A batch every 100 ms for `ms`, the attempt queued as gathering
+    /// starts.
+    fn batches_for(ms: u64) -> Wakes {
+        Wakes {
+            before: Duration::ZERO,
+            every: Duration::from_millis(100),
+            for_how_long: Duration::from_millis(ms),
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn the_writer_waits_for_delivery_to_pause() {
-        let at_once = gathering_time(Duration::from_millis(100), Duration::ZERO).await;
+        let at_once = gathering_time(batches_for(0)).await;
         assert_eq!(
             at_once, PACING.quiet,
             "no batch: written after the quiet span"
         );
-        let after_burst =
-            gathering_time(Duration::from_millis(100), Duration::from_millis(600)).await;
+        let after_burst = gathering_time(batches_for(600)).await;
         assert_eq!(after_burst, Duration::from_millis(600) + PACING.quiet);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_delivery_that_never_pauses_has_its_attempts_written_within_the_bound() {
-        let busy = gathering_time(Duration::from_millis(100), Duration::from_secs(10)).await;
+        let busy = gathering_time(batches_for(10_000)).await;
         assert_eq!(busy, PACING.max_wait);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_age_bound_counts_from_when_the_oldest_attempt_was_queued() {
+        // The writer was busy with a round for 1.9 s after the attempt
+        // was queued.
+        let gathered = gathering_time(Wakes {
+            before: Duration::from_millis(1900),
+            ..batches_for(10_000)
+        })
+        .await;
+        assert_eq!(gathered, PACING.max_wait - Duration::from_millis(1900));
+    }
+
+    /// A wake left over from a round just written finds nothing queued:
+    /// no connection is asked for and the streak of failures stands.
+    #[tokio::test]
+    async fn nothing_queued_is_no_round() {
+        let config = HistoryConfig::with_defaults("h");
+        let unreachable = crate::MysqlConfig {
+            port: 1,
+            ..crate::MysqlConfig::default()
+        };
+        let history = crate::history::MysqlHistory::new(&unreachable, config, "test:1")
+            .expect("valid settings");
+        let queue = history.queue();
+        *lock(&queue.inner.health) = Health {
+            failed_in_row: FAILING_AFTER,
+            last_error: Some("the last round failed".to_owned()),
+            warned: true,
+        };
+        write_round(&queue.inner.connector, &queue.inner).await;
+        let health = lock(&queue.inner.health);
+        assert_eq!(
+            (health.failed_in_row, health.last_error.as_deref()),
+            (FAILING_AFTER, Some("the last round failed"))
+        );
     }
 
     #[tokio::test(start_paused = true)]
