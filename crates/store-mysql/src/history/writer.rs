@@ -120,8 +120,8 @@ struct Inner {
     database: String,
     instance: String,
     body_kept: usize,
-    /// Each attempt with when it was queued.
-    pending: Mutex<VecDeque<(Instant, Attempt)>>,
+    /// The attempts waiting, oldest first.
+    pending: Mutex<VecDeque<Queued>>,
     /// About how many bytes `pending` holds ([`size_of`]).
     pending_bytes: AtomicUsize,
     /// Whether the queue's being full was said (until it takes one again).
@@ -140,6 +140,15 @@ struct Inner {
     wakes: Mutex<Option<mpsc::Receiver<()>>>,
     /// The history's own pool, the writer's.
     connector: Connector,
+}
+
+/// An attempt waiting in the queue.
+struct Queued {
+    /// When it was queued (the pacing's age bound counts from it).
+    at: Instant,
+    /// Its [`size_of`], counted in `pending_bytes` while it waits.
+    size: usize,
+    attempt: Attempt,
 }
 
 /// The writes' streak of failures.
@@ -286,7 +295,11 @@ impl AttemptLog for HistoryQueue {
             if pending.len() >= PENDING_MAX || bytes.saturating_add(size) > PENDING_BYTES_MAX {
                 None
             } else {
-                pending.push_back((Instant::now(), attempt));
+                pending.push_back(Queued {
+                    at: Instant::now(),
+                    size,
+                    attempt,
+                });
                 inner.pending_bytes.fetch_add(size, Ordering::Relaxed);
                 Some(pending.len())
             }
@@ -346,7 +359,7 @@ impl Inner {
             bytes: self.pending_bytes.load(Ordering::Relaxed),
             waited: pending
                 .front()
-                .map_or(Duration::ZERO, |(queued, _)| queued.elapsed()),
+                .map_or(Duration::ZERO, |oldest| oldest.at.elapsed()),
             flush: self.flush.load(Ordering::Acquire),
         }
     }
@@ -357,8 +370,14 @@ impl Inner {
         let mut pending = lock(&self.pending);
         let count = most.min(pending.len());
         self.in_flight.fetch_add(count, Ordering::AcqRel);
-        let taken: Vec<Attempt> = pending.drain(..count).map(|(_, attempt)| attempt).collect();
-        let bytes: usize = taken.iter().map(size_of).sum();
+        let mut bytes = 0usize;
+        let taken: Vec<Attempt> = pending
+            .drain(..count)
+            .map(|queued| {
+                bytes += queued.size;
+                queued.attempt
+            })
+            .collect();
         let _ = self
             .pending_bytes
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
