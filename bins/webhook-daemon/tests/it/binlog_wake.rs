@@ -4,33 +4,27 @@
 //! the shared server (no binary log) the daemon says why it cannot follow
 //! one and shows `gorge_webhook_binlog_following 0`.
 
-use std::time::Duration;
-
 use webhook_core::memory_store::NewRequest;
 use webhook_test_support::mariadb::with_db_on;
 use webhook_test_support::{with_db, BinlogServer, Receiver};
 
 use crate::daemon::Daemon;
 use crate::e2e::{add_hook, delivery_env, wait_log, with_setting, DEADLINE};
-use crate::support::{count, metrics};
+use crate::support::{count, metrics, poll};
 
 const HOOK: &str = "PHID-HWBH-binlogwakeaaaaaaaaa";
 const NEVER: &str = r#"{"retry":"never"}"#;
 
 /// Waits until the daemon's `/metrics` shows `series` at `value` or more.
 async fn wait_metric(daemon: &Daemon, series: &str, value: u64) {
-    let until = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        if count(&metrics(daemon).await, series) >= value {
-            return;
+    poll(daemon, &format!("{series} reaching {value}"), async || {
+        let metrics = metrics(daemon).await;
+        match count(&metrics, series) >= value {
+            true => Ok(()),
+            false => Err(metrics),
         }
-        assert!(
-            tokio::time::Instant::now() < until,
-            "{series} never reached {value}\n{}",
-            daemon.log()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

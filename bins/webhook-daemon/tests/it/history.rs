@@ -7,16 +7,17 @@
 //! an account without the privileges it needs.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use serde_json::Value;
 use webhook_core::memory_store::NewRequest;
 use webhook_core::RequestStatus;
 use webhook_test_support::mariadb::{as_root, drop_database, dropping_after, with_account};
+use webhook_test_support::metrics_text::sample;
 use webhook_test_support::{with_db, Receiver, Reply, TestDb};
 
 use crate::daemon::Daemon;
 use crate::e2e::{add_hook, delivery_env, wait_log, wait_row, with_setting, DEADLINE};
+use crate::support::poll;
 
 const KEY: &str = "history-key";
 const NEVER: &str = r#"{"retry":"never"}"#;
@@ -40,62 +41,48 @@ async fn attempts(daemon: &Daemon, key: &str) -> (u16, Value) {
 
 /// Waits until the API lists `n` attempts for `key`; returns them.
 async fn wait_attempts(daemon: &Daemon, key: &str, n: usize) -> Vec<Value> {
-    let until = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let (status, body) = attempts(daemon, key).await;
-        let listed = body["attempts"].as_array().cloned().unwrap_or_default();
-        if status == 200 && listed.len() >= n {
-            return listed;
-        }
-        assert!(
-            tokio::time::Instant::now() < until,
-            "request {key} never had {n} attempts on record: {status} {body}\n{}",
-            daemon.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    poll(
+        daemon,
+        &format!("{n} attempts on record for {key}"),
+        async || {
+            let (status, body) = attempts(daemon, key).await;
+            match body["attempts"].as_array() {
+                Some(listed) if status == 200 && listed.len() >= n => Ok(listed.clone()),
+                _ => Err(format!("{status} {body}")),
+            }
+        },
+    )
+    .await
 }
 
 /// Waits until `/readyz` answers `status` with a body holding `needle`.
 async fn wait_ready(daemon: &Daemon, status: u16, needle: &str) {
-    let until = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let answer = daemon.get("/readyz", &[]).await;
-        let body = String::from_utf8_lossy(&answer.body).into_owned();
-        if answer.status == status && body.contains(needle) {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < until,
-            "/readyz never answered {status} with {needle:?}; last {} {body}\n{}",
-            answer.status,
-            daemon.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    poll(
+        daemon,
+        &format!("/readyz answering {status} with {needle:?}"),
+        async || {
+            let answer = daemon.get("/readyz", &[]).await;
+            let body = String::from_utf8_lossy(&answer.body).into_owned();
+            match answer.status == status && body.contains(needle) {
+                true => Ok(()),
+                false => Err(format!("{} {body}", answer.status)),
+            }
+        },
+    )
+    .await;
 }
 
 /// Waits until the metrics count at least `n` attempts dropped.
 async fn wait_dropped(daemon: &Daemon, n: u64) {
-    const DROPPED: &str = "gorge_webhook_history_attempts_total{result=\"dropped\"} ";
-    let until = tokio::time::Instant::now() + DEADLINE;
-    loop {
+    const DROPPED: &str = "gorge_webhook_history_attempts_total{result=\"dropped\"}";
+    poll(daemon, &format!("{n} attempts dropped"), async || {
         let metrics = daemon.try_metrics().await.unwrap_or_default();
-        let dropped = metrics
-            .lines()
-            .find_map(|line| line.strip_prefix(DROPPED))
-            .and_then(|count| count.trim().parse::<u64>().ok())
-            .unwrap_or(0);
-        if dropped >= n {
-            return;
+        match sample(&metrics, DROPPED).unwrap_or(0.0) >= n as f64 {
+            true => Ok(()),
+            false => Err(metrics),
         }
-        assert!(
-            tokio::time::Instant::now() < until,
-            "never {n} attempts dropped, {dropped} so far:\n{metrics}\n{}",
-            daemon.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
 }
 
 /// `database` created with a schema version newer than this build knows

@@ -239,35 +239,46 @@ pub fn by_request(receipts: &[Recorded]) -> BTreeMap<String, Vec<Recorded>> {
 /// Waits (up to a minute) until `ready` says yes, failing with `what` and
 /// the daemon's log otherwise.
 pub async fn until(daemon: &Daemon, what: &str, mut ready: impl AsyncFnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while !ready().await {
+    poll(daemon, what, async || {
+        ready().await.then_some(()).ok_or_else(String::new)
+    })
+    .await;
+}
+
+/// Polls `check` (every 100 ms) until it gives a value; after
+/// [`DEADLINE`](crate::e2e::DEADLINE) fails with `what`, what `check`
+/// last said instead, and the daemon's log.
+pub async fn poll<T>(
+    daemon: &Daemon,
+    what: &str,
+    mut check: impl AsyncFnMut() -> Result<T, String>,
+) -> T {
+    let until = tokio::time::Instant::now() + crate::e2e::DEADLINE;
+    loop {
+        let last = match check().await {
+            Ok(value) => return value,
+            Err(last) => last,
+        };
         assert!(
-            tokio::time::Instant::now() < deadline,
-            "never happened: {what}\n{}",
+            tokio::time::Instant::now() < until,
+            "never happened: {what}; last: {last}\n{}",
             daemon.log()
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
 /// The daemon's `/metrics` text (the tests run without a service token).
 /// Polls `/readyz` until it answers `status`; returns the body.
 pub async fn wait_readyz(daemon: &Daemon, status: u16) -> Value {
-    let until = tokio::time::Instant::now() + crate::e2e::DEADLINE;
-    loop {
+    poll(daemon, &format!("/readyz answering {status}"), async || {
         let response = daemon.get("/readyz", &[]).await;
-        if response.status == status {
-            return serde_json::from_slice(&response.body).expect("/readyz is JSON");
+        match response.status == status {
+            true => Ok(serde_json::from_slice(&response.body).expect("/readyz is JSON")),
+            false => Err(format!("{} ({})", response.status, response.text())),
         }
-        assert!(
-            tokio::time::Instant::now() < until,
-            "/readyz still {} ({}) instead of {status}\n{}",
-            response.status,
-            response.text(),
-            daemon.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await
 }
 
 pub async fn metrics(daemon: &Daemon) -> String {
