@@ -1,7 +1,8 @@
 //! The backlog benchmark behind `cargo xtask bench` (issue 7): seeds a fresh
 //! database on the local MariaDB with a queued backlog, measures the floor
 //! cost of the claim protocol with a minimal `mysql_async` client (the
-//! baseline), resets the rows, then lets the real release `webhook-daemon`
+//! baseline), resets the rows, waits for the server to catch up on that
+//! work (`quiesce.rs`), then lets the real release `webhook-daemon`
 //! binary drain them into test-support's counting receiver on loopback.
 //!
 //! It reports drain throughput, enqueue→receipt latency (idle and busy),
@@ -38,6 +39,7 @@ mod history;
 mod idle_poll;
 mod idle_wake;
 mod phases;
+mod quiesce;
 mod report;
 mod sampling;
 mod scenarios;
@@ -149,6 +151,7 @@ async fn run(db: TestDb, args: Args) -> Outcome {
     let base =
         baseline::measure(&db.database, &backlog, &settings, &mut probe, &mut failures).await;
     backlog.reset(&mut probe).await;
+    let quiesced = quiesce::quiesce(&mut probe).await;
     let mut expected = backlog.expected();
     let (drain, mut daemon) = phases::drain(
         &args,
@@ -194,6 +197,7 @@ async fn run(db: TestDb, args: Args) -> Outcome {
         args: &args,
         settings: &settings,
         seed_secs: backlog.seed_secs,
+        quiesced: &quiesced,
         candidate_backlog: &candidate_backlog,
         scale: scale.as_ref(),
         base: &base,

@@ -11,6 +11,7 @@ use crate::args::{Args, DaemonSettings};
 use crate::baseline::Baseline;
 use crate::candidates::{CandidateTiming, ScaleReport};
 use crate::phases::{Drain, End, Phases};
+use crate::quiesce::Quiesced;
 use crate::sampling::Idle;
 use crate::Outcome;
 
@@ -51,6 +52,7 @@ pub(crate) struct Report<'a> {
     pub(crate) args: &'a Args,
     pub(crate) settings: &'a DaemonSettings,
     pub(crate) seed_secs: f64,
+    pub(crate) quiesced: &'a Quiesced,
     pub(crate) candidate_backlog: &'a CandidateTiming,
     pub(crate) scale: Option<&'a ScaleReport>,
     pub(crate) base: &'a Baseline,
@@ -159,6 +161,8 @@ impl Report<'_> {
             "idle_statements_per_sec": round(self.idle.statements_per_sec, 2),
             "candidate_backlog_us": round(self.candidate_backlog.mean_us, 1),
             "seed_secs": round(self.seed_secs, 2),
+            "quiesce_secs": round(self.quiesced.secs, 2),
+            "quiesce_settled": self.quiesced.settled,
             "load_start": self.load_start,
             "load_end": self.load_end,
             "nproc": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
@@ -213,8 +217,15 @@ impl Report<'_> {
         );
         let _ = writeln!(
             t,
-            "load average: start {}, end {}",
-            self.load_start, self.load_end
+            "load average: start {}, end {}; server settled before the drain in {:.1} s{}",
+            self.load_start,
+            self.load_end,
+            self.quiesced.secs,
+            if self.quiesced.settled {
+                ""
+            } else {
+                " (not settled: measured as it was)"
+            }
         );
         self.throughput(&mut t);
         self.resources(&mut t);
