@@ -1,6 +1,7 @@
 //! Shared test fixtures, compiled once for every crate's integration tests:
 //! Phorge's two tables in a fresh database on the local MariaDB
-//! ([`mariadb`]), an application's object and transaction tables beside
+//! ([`mariadb`]), attempt records for the history's tests ([`attempts`]),
+//! an application's object and transaction tables beside
 //! them ([`applications`]), a recording or counting receiver on loopback
 //! ([`receiver`], its per-object [`receipts`]), Phorge's
 //! `conf/local/local.json` in a temporary directory ([`local_config`]), a
@@ -19,6 +20,7 @@
 #![allow(clippy::expect_used, clippy::missing_panics_doc)]
 
 pub mod applications;
+pub mod attempts;
 pub mod binlog_server;
 pub mod daemon_process;
 pub mod faketime;

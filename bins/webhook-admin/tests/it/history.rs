@@ -10,6 +10,7 @@ use webhook_core::memory_store::NewRequest;
 use webhook_core::setting::table;
 use webhook_core::{Claim, Store};
 use webhook_store_mysql::{HistoryConfig, MysqlHistory};
+use webhook_test_support::attempts;
 use webhook_test_support::mariadb::dropping_after;
 use webhook_test_support::{with_db, TestDb};
 
@@ -20,21 +21,14 @@ const HOOK_B: &str = "PHID-HWBH-historyadminbbbbbbb";
 /// 2023-11-14 22:13:20 UTC, in milliseconds.
 const T0: u64 = 1_700_000_000_000;
 
+/// A sent attempt on `hook`, without its exchange.
 fn attempt(id: u64, phid: &str, hook: &str, started_ms: u64) -> Attempt {
     Attempt {
-        request_id: id,
-        request_phid: phid.to_owned(),
         hook_phid: hook.to_owned(),
         object_phid: "PHID-TASK-historyadminaaaaaaa".to_owned(),
-        claim_version: Some(1_700_000_000),
-        started_ms,
-        duration_ms: 42,
-        status: "sent".to_owned(),
-        error_type: "http".to_owned(),
-        error_code: "200".to_owned(),
-        http_status: Some(200),
         sent: None,
         exchange: None,
+        ..attempts::sent(id, phid, started_ms)
     }
 }
 

@@ -1,16 +1,17 @@
 //! What the attempt history's tests share: a Phorge database and a
 //! history database of the test's own (both dropped afterwards), attempts
-//! to record, and waiting for the history's writer.
+//! to record (test-support's), and waiting for the history's writer.
 
 use std::future::Future;
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
-use webhook_core::history::{Attempt, Exchange, Hop, SentBody, SignedWith};
 use webhook_core::memory_store::NewRequest;
 use webhook_core::setting::table;
 use webhook_core::{Claim, Store};
 use webhook_store_mysql::{HistoryConfig, HistoryQueue, MysqlHistory, MysqlStore};
+
+pub use webhook_test_support::attempts::{hook_error, sent as attempt};
 
 use crate::fixture::{dropping_after, server_conn, with_db, TestDb};
 
@@ -38,54 +39,6 @@ pub fn history(db: &TestDb, database: &str, instance: &str) -> MysqlHistory {
 /// The history with `config`, as root.
 pub fn history_with(db: &TestDb, config: HistoryConfig, instance: &str) -> MysqlHistory {
     MysqlHistory::new(&db.config(), config, instance).expect("valid config")
-}
-
-/// A sent attempt on `request_phid`.
-pub fn attempt(request_id: u64, request_phid: &str, started_ms: u64) -> Attempt {
-    Attempt {
-        request_id,
-        request_phid: request_phid.to_owned(),
-        hook_phid: "PHID-HWBH-historyaaaaaaaaaaaa".to_owned(),
-        object_phid: "PHID-TASK-aaaaaaaaaaaaaaaaaaaa".to_owned(),
-        claim_version: Some(1_700_000_000),
-        started_ms,
-        duration_ms: 42,
-        status: "sent".to_owned(),
-        error_type: "http".to_owned(),
-        error_code: "200".to_owned(),
-        http_status: Some(200),
-        sent: Some(SentBody {
-            bytes: 123,
-            sha256: "ab".repeat(32),
-            signed_with: SignedWith::CurrentAndPrevious,
-        }),
-        exchange: Some(Exchange {
-            hops: vec![Hop {
-                uri: "https://ci.example/hook?x='1'".to_owned(),
-                status: 200,
-            }],
-            request_headers: vec![("Content-Type".to_owned(), "application/json".to_owned())],
-            response_headers: vec![("X-Quote".to_owned(), "it's \"fine\" \\ ✓".to_owned())],
-            response_body: "ok ✓".to_owned(),
-            response_body_truncated: false,
-            ..Exchange::default()
-        }),
-    }
-}
-
-/// A hook error written before any claim: no call, no version.
-pub fn hook_error(request_id: u64, request_phid: &str, started_ms: u64) -> Attempt {
-    Attempt {
-        claim_version: None,
-        duration_ms: 0,
-        status: "failed".to_owned(),
-        error_type: "hook".to_owned(),
-        error_code: "not-found".to_owned(),
-        http_status: None,
-        sent: None,
-        exchange: None,
-        ..attempt(request_id, request_phid, started_ms)
-    }
 }
 
 /// A claim through `store` on a fresh row (so a batch runs); it is won.
