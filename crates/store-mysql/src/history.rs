@@ -40,7 +40,7 @@ pub use config::HistoryConfig;
 pub use query::HistoryReader;
 pub use retention::RetentionPass;
 pub use schema::{HISTORY_SCHEMA_VERSION, MIGRATIONS};
-pub use writer::{HistoryQueue, HistoryTotals};
+pub use writer::{HistoryQueue, HistoryTotals, CHUNK_ROWS};
 
 use crate::config::MysqlConfig;
 use crate::connector::Connector;

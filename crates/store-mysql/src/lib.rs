@@ -111,7 +111,7 @@ pub use error::{MysqlError, NotReady};
 pub use handoff::{PhpDeliveryTasks, TaskRunners};
 pub use history::{
     HistoryConfig, HistoryError, HistoryQueue, HistoryReader, HistoryTotals, MysqlHistory,
-    RetentionPass, HISTORY_SCHEMA_VERSION,
+    RetentionPass, CHUNK_ROWS, HISTORY_SCHEMA_VERSION,
 };
 pub use local_config::{LocalConfig, LocalConfigError};
 pub use lock::{KeptLocks, MysqlHookLock};

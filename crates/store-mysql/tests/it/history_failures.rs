@@ -1,16 +1,19 @@
 //! A history that cannot be written never touches delivery: with its
 //! database dropped, the store's writes succeed as before, the attempts
 //! are dropped and counted, `failing` reports after a streak, and all
-//! recovers once the database is prepared again.
+//! recovers once the database is prepared again; a statement that times
+//! out in the middle of a round drops its own chunk only.
 
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
 use webhook_core::history::AttemptLog;
 use webhook_core::memory_store::NewRequest;
 use webhook_core::{attempt_write, Claim, DeliveryResult, Properties, Store, Written};
-use webhook_store_mysql::HistoryTotals;
+use webhook_store_mysql::{HistoryConfig, HistoryTotals, MysqlConfig, MysqlHistory, CHUNK_ROWS};
 
-use crate::fixture::drop_database;
+use crate::fixture::{drop_database, server_conn};
 use crate::history_fixture::{attempt, attempt_rows, claim_fresh, history, with_history_db};
-use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_history_drops_attempts_and_never_a_write() {
@@ -75,6 +78,60 @@ async fn a_dropped_history_drops_attempts_and_never_a_write() {
         assert_eq!(queue.totals().written, 2);
         assert_eq!(queue.failing(), None);
         assert_eq!(attempt_rows(&database).await, 1);
+    })
+    .await;
+}
+
+/// A round of two chunks whose first statement outlives the statement
+/// timeout (the table locked by another session): that chunk's attempts
+/// are dropped, its session is given up, and the next chunk is written on
+/// a new session once the lock is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_that_times_out_mid_round_drops_its_chunk_only() {
+    with_history_db(|db, database| async move {
+        let config = MysqlConfig {
+            statement_timeout: Duration::from_secs(2),
+            ..db.config()
+        };
+        let history = MysqlHistory::new(&config, HistoryConfig::with_defaults(&database), "host:7")
+            .expect("valid settings");
+        history.prepare().await.expect("prepared");
+        let queue = history.queue();
+        let store = db.store().with_history(queue.clone());
+        let second_chunk = 10;
+        let queued = CHUNK_ROWS + second_chunk;
+        for n in 0..queued {
+            let n = u64::try_from(n).expect("a small count");
+            queue.record(attempt(n, &format!("PHID-HWBR-timeout{n:012}"), n));
+        }
+        let mut locker = server_conn().await;
+        locker
+            .query_drop(format!("LOCK TABLES `{database}`.attempt WRITE"))
+            .await
+            .expect("the attempt table locked");
+        // The batch wakes the writer; it writes after the quiet span.
+        claim_fresh(&db, &store).await;
+        let first_dropped = async {
+            while queue.totals().dropped < CHUNK_ROWS as u64 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(60), first_dropped)
+            .await
+            .unwrap_or_else(|_| panic!("the first chunk never timed out: {:?}", queue.totals()));
+        locker.query_drop("UNLOCK TABLES").await.expect("unlocked");
+        assert!(queue.settled(Duration::from_secs(30)).await);
+        let queued = u64::try_from(queued).expect("a small count");
+        assert_eq!(
+            queue.totals(),
+            HistoryTotals {
+                recorded: queued,
+                written: second_chunk as u64,
+                dropped: CHUNK_ROWS as u64,
+            }
+        );
+        assert_eq!(attempt_rows(&database).await, second_chunk as u64);
+        locker.disconnect().await.expect("disconnect");
     })
     .await;
 }
