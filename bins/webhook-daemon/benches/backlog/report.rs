@@ -217,12 +217,12 @@ impl Report<'_> {
         );
         let _ = writeln!(
             t,
-            "load average: start {}, end {}; server settled before the drain in {:.1} s{}",
+            "load average: start {}, end {}; waited {:.1} s for the server before the drain{}",
             self.load_start,
             self.load_end,
             self.quiesced.secs,
             if self.quiesced.settled {
-                ""
+                " (settled)"
             } else {
                 " (not settled: measured as it was)"
             }

@@ -236,8 +236,9 @@ pub fn by_request(receipts: &[Recorded]) -> BTreeMap<String, Vec<Recorded>> {
     groups
 }
 
-/// Waits (up to a minute) until `ready` says yes, failing with `what` and
-/// the daemon's log otherwise.
+/// Waits (within [`DEADLINE`](crate::e2e::DEADLINE), polling every
+/// 100 ms) until `ready` says yes, failing with `what` and the daemon's
+/// log otherwise.
 pub async fn until(daemon: &Daemon, what: &str, mut ready: impl AsyncFnMut() -> bool) {
     poll(daemon, what, async || {
         ready().await.then_some(()).ok_or_else(String::new)
