@@ -273,8 +273,7 @@ impl HistoryQueue {
         let Some(wakes) = lock(&self.inner.wakes).take() else {
             return;
         };
-        let connector = self.inner.connector.clone();
-        tokio::spawn(write_loop(Arc::downgrade(&self.inner), connector, wakes));
+        tokio::spawn(write_loop(Arc::downgrade(&self.inner), wakes));
         self.kick();
     }
 
@@ -437,13 +436,13 @@ impl Inner {
 
 /// The writer: on each wake, gathers as its pacing says, then writes a
 /// round. Ends when every handle of the queue is gone.
-async fn write_loop(inner: Weak<Inner>, connector: Connector, mut wakes: mpsc::Receiver<()>) {
+async fn write_loop(inner: Weak<Inner>, mut wakes: mpsc::Receiver<()>) {
     while wakes.recv().await.is_some() {
         gather(&inner, &mut wakes).await;
         let Some(inner) = inner.upgrade() else {
             return;
         };
-        write_round(&connector, &inner).await;
+        write_round(&inner).await;
     }
 }
 
@@ -468,7 +467,7 @@ async fn gather(inner: &Weak<Inner>, wakes: &mut mpsc::Receiver<()>) {
 /// One round: what is queued as it starts, written [`CHUNK_ROWS`]
 /// attempts at a time. Nothing queued (a wake left over from a round
 /// just written) is no round: the streak of failures is left as it is.
-async fn write_round(connector: &Connector, inner: &Inner) {
+async fn write_round(inner: &Inner) {
     inner.flush.store(false, Ordering::Release);
     let mut left = lock(&inner.pending).len();
     if left == 0 {
@@ -485,7 +484,7 @@ async fn write_round(connector: &Connector, inner: &Inner) {
         }
         let count = taken.len();
         left -= count;
-        let written = write(connector, &mut conn, &table, inner, taken).await;
+        let written = write(inner, &mut conn, &table, taken).await;
         inner.settle(count, written.rows);
         dropped += u64::try_from(count)
             .unwrap_or(u64::MAX)
@@ -535,10 +534,9 @@ struct Rendered {
 
 /// Writes `taken` on the round's session.
 async fn write(
-    connector: &Connector,
+    inner: &Inner,
     conn: &mut Option<Session>,
     table: &str,
-    inner: &Inner,
     taken: Vec<Attempt>,
 ) -> Written {
     let rendered: Vec<Rendered> = taken
@@ -553,7 +551,7 @@ async fn write(
     // A chunk that fails drops its own attempts only: the next ones are
     // still tried (a lock wait or a deadlock is over by then).
     for chunk in chunks(&rendered) {
-        let session = match session(connector, conn).await {
+        let session = match session(&inner.connector, conn).await {
             Ok(session) => session,
             Err(err) => {
                 written.error = written.error.or(Some(err.to_string()));
@@ -971,7 +969,7 @@ mod tests {
             last_error: Some("the last round failed".to_owned()),
             warned: true,
         };
-        write_round(&queue.inner.connector, &queue.inner).await;
+        write_round(&queue.inner).await;
         let health = lock(&queue.inner.health);
         assert_eq!(
             (health.failed_in_row, health.last_error.as_deref()),
